@@ -1,0 +1,284 @@
+"""One agent of a dm_env_rpc world, seen from the client: the piece every env shares.
+
+A ``RemoteAgent`` owns one joined connection. It turns the specs the server
+sent into gymnasium spaces, a space-shaped action into a StepRequest, and a
+StepResponse into ``(observation, reward, terminated, truncated, info)``.
+``DmRpcEnv`` holds one, ``DmRpcVectorEnv`` and ``DmRpcParallelEnv`` hold
+several and keep all their steps in flight at once through
+``submit_step`` / ``receive_step``.
+"""
+from __future__ import annotations
+
+import enum
+import inspect
+import warnings
+from typing import Any, Callable, Mapping, Sequence, Union
+
+import gymnasium as gym
+import numpy as np
+
+from dmrpc_gym import spaces as _spaces
+from dmrpc_gym import tensors
+from dmrpc_gym.connection import Connection, settings_tensors
+from dmrpc_gym.specs import SpecManager, check_value
+from dmrpc_gym.wire import pb
+
+__all__ = ["State", "RemoteAgent", "RewardFn", "select"]
+
+
+class State(enum.IntEnum):
+    """dm_env_rpc's ``EnvironmentStateType``, as handed to reward functions and ``info``."""
+
+    INVALID = pb.INVALID_ENVIRONMENT_STATE
+    RUNNING = pb.RUNNING
+    TERMINATED = pb.TERMINATED
+    INTERRUPTED = pb.INTERRUPTED
+
+
+#: An observation name, a callable ``(obs, state[, agent]) -> float``, or ``None``.
+RewardFn = Union[str, Callable[..., float], None]
+
+
+def select(names: Sequence[str], wanted: str | Sequence[str] | None, kind: str) -> tuple[list[str], bool]:
+    """The chosen names, and whether a bare (non-Dict) space was asked for.
+
+    ``None`` keeps every name; a ``str`` picks one bare space; a list a Dict subset.
+    """
+    if wanted is None:
+        return list(names), len(names) == 1
+    chosen = [wanted] if isinstance(wanted, str) else list(wanted)
+    unknown = [n for n in chosen if n not in names]
+    if unknown:
+        raise ValueError(f"unknown {kind} {unknown}; the server offers {sorted(names)}")
+    return chosen, isinstance(wanted, str)
+
+
+def _dotted(value: Mapping, prefix: str = ""):
+    """``{"pos": {"x": 1}}`` -> ``("pos.x", 1)``: sparse nested actions to spec names."""
+    for key, item in value.items():
+        if isinstance(item, Mapping):
+            yield from _dotted(item, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", item
+
+
+def _arity(fn: Callable) -> int:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 2
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return 3
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+
+
+class _Scalar:
+    """Reward or discount: from an observation, a callable, or a constant."""
+
+    def __init__(self, source: RewardFn, kind: str, default: float, available: Sequence[str],
+                 agent: str | None):
+        self.kind, self.default, self.agent = kind, default, agent
+        self.name = self.fn = None
+        if callable(source):
+            self.fn = source
+            self.with_agent = agent is not None and _arity(source) >= 3
+        elif isinstance(source, str):
+            if source in available:
+                self.name = source
+            elif source != kind:   # a name the caller chose explicitly must exist
+                raise ValueError(f"{kind}={source!r} names no observation; the server offers {sorted(available)}")
+        elif source is not None:
+            raise TypeError(f"{kind} must be an observation name, a callable or None, not {source!r}")
+
+    def __call__(self, observations: Mapping[str, np.ndarray], state: State) -> float:
+        if self.fn is not None:
+            args = (observations, state, self.agent) if self.with_agent else (observations, state)
+            return float(self.fn(*args))
+        if self.name is None:
+            return self.default
+        value = observations.get(self.name)
+        if value is None:
+            return self.default
+        if value.size != 1:
+            raise ValueError(f"{self.kind} observation {self.name!r} has {value.size} elements; expected one")
+        return float(value.reshape(-1)[0])
+
+
+class RemoteAgent:
+    """A joined dm_env_rpc connection with gymnasium spaces and step/reset logic.
+
+    Args:
+        connection: an open :class:`Connection`.
+        world_name: the world to join.
+        join_settings: JoinWorld settings (Python values, arrays or Tensors).
+        observations / actions: ``None`` (all), a name (one bare space) or a list (Dict subset).
+        nested: turn dotted names into nested Dicts.
+        reward / discount: an observation name, a callable ``(obs, state)`` (multi-agent:
+            ``(obs, state, agent)``), or ``None`` (0.0 / 1.0).
+        render_observation: the observation ``render()`` shows (default: ``"RGB"`` if offered).
+        render: request the render observation every step.
+        agent: this agent's name, passed to 3-argument reward/discount callables.
+    """
+
+    def __init__(self, connection: Connection, world_name: str, join_settings: Mapping[str, Any] | None = None, *,
+                 observations: str | Sequence[str] | None = None,
+                 actions: str | Sequence[str] | None = None, nested: bool = False,
+                 reward: RewardFn = "reward", discount: RewardFn = "discount",
+                 render_observation: str | None = None, render: bool = False,
+                 agent: str | None = None):
+        self.connection = connection
+        self.world_name = world_name
+        self.agent = agent
+        self._options = dict(observations=observations, actions=actions, nested=nested, reward=reward,
+                             discount=discount, render_observation=render_observation, render=render)
+        response = connection.send(pb.JoinWorldRequest(world_name=world_name,
+                                                       settings=settings_tensors(join_settings)))
+        self.joined = True
+        self.state = State.INVALID
+        self.frame: np.ndarray | None = None
+        self.last_observations: dict[str, np.ndarray] = {}
+        self._specs_bytes = b""
+        self._apply_specs(response.specs)
+
+    # -- specs -> spaces ---------------------------------------------------------
+    def _apply_specs(self, specs: pb.ActionObservationSpecs) -> None:
+        raw = specs.SerializeToString(deterministic=True)
+        if raw == self._specs_bytes:
+            return
+        first = not self._specs_bytes
+        self._specs_bytes = raw
+        o = self._options
+        self.specs = SpecManager(specs.actions, specs.observations)
+        obs_specs = self.specs.observation_specs
+        names = list(obs_specs)
+        render_name = o["render_observation"]
+        if render_name is None and "RGB" in names and o["observations"] is None:
+            render_name = "RGB"
+        if render_name is not None and render_name not in names:
+            raise ValueError(f"render_observation={render_name!r} names no observation; "
+                             f"the server offers {sorted(names)}")
+        self.render_name = render_name
+        self.reward = _Scalar(o["reward"], "reward", 0.0, names, self.agent)
+        self.discount = _Scalar(o["discount"], "discount", 1.0, names, self.agent)
+        candidates = [n for n in names if n not in (self.reward.name, self.discount.name)
+                      and (n != render_name or o["observations"] is not None)]
+        chosen, bare = select(candidates, o["observations"], "observations")
+        self.observation_space, self._obs_names, self.extra_names = self._space(
+            {n: obs_specs[n] for n in chosen}, bare, o["nested"], "observation")
+        act_names, act_bare = select(list(self.specs.action_specs), o["actions"], "actions")
+        self.action_space, self._act_names, _ = self._space(
+            {n: self.specs.action_specs[n] for n in act_names}, act_bare, o["nested"], "action")
+        self._act_bare = self._act_names[0] if isinstance(self.action_space, gym.spaces.Dict) is False \
+            and len(self._act_names) == 1 else None
+        # What to ask for every step: everything a callable might read, else what is used.
+        wanted = set(names) if (self.reward.fn or self.discount.fn) else (
+            set(chosen) | {self.reward.name, self.discount.name} - {None})
+        if render_name is not None:
+            wanted.discard(render_name)
+            if o["render"]:
+                wanted.add(render_name)
+        self._requested = sorted(self.specs.observation_uid(n) for n in wanted)
+        if not first:
+            warnings.warn(f"the server changed the specs of {self.agent or 'the agent'}; spaces were rebuilt",
+                          stacklevel=3)
+
+    def _space(self, specs: Mapping[str, pb.TensorSpec], bare: bool, nested: bool, kind: str):
+        spaces: dict[str, gym.Space] = {}
+        left_out = []
+        for name, spec in specs.items():
+            try:
+                spaces[name] = _spaces.space_from_spec(spec)
+            except _spaces.UnsupportedSpec as why:
+                left_out.append(name)
+                where = "returned in info" if kind == "observation" else "not sendable through the action space"
+                warnings.warn(f"{kind} {name!r} has no faithful gymnasium space ({why}); its values are {where}",
+                              stacklevel=4)
+        names = list(spaces)
+        if bare and len(names) == 1:
+            return spaces[names[0]], names, left_out
+        return _spaces.dict_space(spaces, nested=nested), names, left_out
+
+    # -- actions ----------------------------------------------------------------
+    def _pack_actions(self, action: Any, request: pb.StepRequest) -> None:
+        if self._act_bare is not None:
+            arrays = {self._act_bare: action}
+        elif isinstance(action, Mapping):
+            arrays = dict(_dotted(action))
+        else:
+            raise ValueError(f"the action must be a dict keyed by {sorted(self._act_names)}, "
+                             f"not {type(action).__name__}")
+        specs = self.specs.action_specs
+        for name, value in arrays.items():
+            spec = specs.get(name)
+            if spec is None or name not in self._act_names:
+                raise ValueError(f"unknown action {name!r}; expected one of {sorted(self._act_names)}")
+            checked = check_value(spec, np.asarray(value), "action")
+            tensors.pack_into(request.actions[self.specs.action_uid(name)], checked, spec.dtype)
+
+    # -- steps ------------------------------------------------------------------
+    def submit_step(self, action: Any = None) -> None:
+        """Send a StepRequest (``action=None`` sends no actions) without waiting."""
+        request = pb.StepRequest(requested_observations=self._requested)
+        if action is not None:
+            self._pack_actions(action, request)
+        self.connection.submit(request)
+
+    def receive_step(self) -> tuple[Any, float, bool, bool, dict]:
+        """The answer to the oldest ``submit_step``: ``(obs, reward, terminated, truncated, info)``."""
+        response = self.connection.receive()
+        state = State(response.state)
+        self.state = state
+        named = self.specs.unpack_observations(response.observations)
+        self.last_observations = named
+        return self._result(named, state)
+
+    def step(self, action: Any = None) -> tuple[Any, float, bool, bool, dict]:
+        self.submit_step(action)
+        return self.receive_step()
+
+    def _result(self, named: dict[str, np.ndarray], state: State):
+        if self.render_name is not None and self.render_name in named:
+            self.frame = named[self.render_name]
+        info: dict[str, Any] = {"discount": self.discount(named, state), "state": state}
+        for name in self.extra_names:
+            if name in named:
+                info[name] = named[name]
+        obs = _spaces.unflatten_value(self.observation_space,
+                                      {n: named[n] for n in self._obs_names if n in named},
+                                      self._obs_names[0] if len(self._obs_names) == 1
+                                      and not isinstance(self.observation_space, gym.spaces.Dict) else "")
+        return (obs, self.reward(named, state), state == State.TERMINATED,
+                state == State.INTERRUPTED, info)
+
+    # -- resets -----------------------------------------------------------------
+    def submit_reset(self, settings: Mapping[str, Any] | None = None) -> bool:
+        """Send a ResetRequest when one is needed (running, or settings to apply).
+
+        Returns whether one was sent (and so an answer must be received).
+        """
+        if self.state == State.RUNNING or settings:
+            self.connection.submit(pb.ResetRequest(settings=settings_tensors(settings)))
+            return True
+        return False
+
+    def receive_reset(self) -> None:
+        self._apply_specs(self.connection.receive().specs)
+        self.state = State.INTERRUPTED
+
+    def reset(self, settings: Mapping[str, Any] | None = None) -> tuple[Any, dict]:
+        """Start a new sequence and return its first ``(observation, info)``."""
+        if self.submit_reset(settings):
+            self.receive_reset()
+        obs, _, _, _, info = self.step(None)
+        return obs, info
+
+    def leave(self, timeout: float = 2.0) -> None:
+        """LeaveWorld, best effort and bounded in time."""
+        if not self.joined or self.connection.closed:
+            return
+        self.joined = False
+        self.connection.timeout = timeout if self.connection.timeout is None else min(timeout, self.connection.timeout)
+        try:
+            self.connection.send(pb.LeaveWorldRequest())
+        except Exception:
+            pass

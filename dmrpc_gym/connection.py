@@ -1,0 +1,290 @@
+"""One dm_env_rpc connection: a gRPC stream of requests and in-order answers.
+
+``Connection`` wraps each request in an ``EnvironmentRequest``, sends it, and
+turns each answer into the matching response message or a ``DmRpcError``.
+Requests may be pipelined: ``submit`` several, then ``receive`` their answers
+in order. Insecure addresses use :mod:`dmrpc_gym.h2` (one thread, one socket,
+the fastest path); a ``grpc.Channel`` or ``grpc.ChannelCredentials`` of the
+caller's uses grpcio's own stream.
+
+>>> from dmrpc_gym.server import Server
+>>> from dmrpc_gym.worlds.catch import Catch
+>>> with Server(Catch) as server, Connection(server.address) as conn:
+...     world = conn.send(pb.CreateWorldRequest()).world_name
+...     specs = conn.send(pb.JoinWorldRequest(world_name=world)).specs
+...     sorted(spec.name for spec in specs.actions.values())
+['paddle']
+"""
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+from collections import deque
+from typing import Any, Iterable, Mapping
+
+import grpc
+
+from dmrpc_gym import tensors
+from dmrpc_gym.errors import DmRpcError
+from dmrpc_gym.h2 import GrpcStream, StreamEnded
+from dmrpc_gym.wire import METHOD_PATH, pb
+
+__all__ = ["Connection", "parse_address", "settings_tensors"]
+
+# Request class -> (envelope field name, the envelope's tag bytes for that field).
+_FIELDS = {
+    pb.CreateWorldRequest: "create_world", pb.JoinWorldRequest: "join_world",
+    pb.StepRequest: "step", pb.ResetRequest: "reset", pb.ResetWorldRequest: "reset_world",
+    pb.LeaveWorldRequest: "leave_world", pb.DestroyWorldRequest: "destroy_world",
+}
+_EXTENSION = "extension"
+_TAGS = {name: bytes([(pb.EnvironmentRequest.DESCRIPTOR.fields_by_name[name].number << 3) | 2])
+         for name in (*_FIELDS.values(), _EXTENSION)}
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` / ``"[::1]:port"`` -> ``(host, port)``; ``ValueError`` naming it otherwise."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"address {address!r} is not of the form host:port")
+    return host.strip("[]"), int(port)
+
+
+class _GrpcTransport:
+    """grpcio's sync stream, for caller-supplied channels and TLS credentials."""
+
+    def __init__(self, channel: grpc.Channel, metadata, connect_timeout: float | None, target: str):
+        try:
+            grpc.channel_ready_future(channel).result(timeout=connect_timeout)
+        except grpc.FutureTimeoutError:
+            raise ConnectionError(
+                f"cannot reach a dm_env_rpc server at {target} within {connect_timeout} s") from None
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._answers: queue.SimpleQueue = queue.SimpleQueue()
+        call = channel.stream_stream(METHOD_PATH, request_serializer=None,
+                                     response_deserializer=None)
+        self._call = call(iter(self._requests.get, None), metadata=metadata or None)
+        threading.Thread(target=self._pump, name="dmrpc-grpc-reader", daemon=True).start()
+
+    def _pump(self) -> None:
+        try:
+            for message in self._call:
+                self._answers.put(message)
+            self._answers.put(StreamEnded(0, "the server ended the stream"))
+        except grpc.RpcError as err:
+            code = err.code()
+            status = code.value[0] if code is not None else None
+            self._answers.put(StreamEnded(status, err.details() or str(code)))
+
+    def write(self, message: bytes) -> None:
+        self._requests.put(message)
+
+    def read(self, timeout: float | None) -> bytes:
+        try:
+            item = self._answers.get(timeout=timeout)
+        except queue.Empty:
+            raise socket.timeout() from None
+        if isinstance(item, StreamEnded):
+            self._answers.put(item)
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self._call.cancel()
+
+
+class _H2Transport:
+    """:class:`dmrpc_gym.h2.GrpcStream` over a TCP socket."""
+
+    def __init__(self, address: str, metadata, connect_timeout: float | None):
+        host, port = parse_address(address)
+        try:
+            sock = socket.create_connection((host, port), timeout=connect_timeout)
+        except OSError as err:
+            raise ConnectionError(f"cannot reach a dm_env_rpc server at {address}: {err}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            self._stream = GrpcStream(sock, METHOD_PATH, address, tuple(metadata or ()))
+            self._stream.handshake()
+        except (OSError, ConnectionError) as err:
+            sock.close()
+            raise ConnectionError(
+                f"{address} did not answer as a gRPC (HTTP/2) server: {err}") from None
+        self._sock = sock
+        self._timeout = connect_timeout
+        self.write = self._stream.write
+
+    def read(self, timeout: float | None) -> bytes:
+        if timeout != self._timeout:
+            self._sock.settimeout(timeout)
+            self._timeout = timeout
+        return self._stream.read()
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class Connection:
+    """A dm_env_rpc client connection (one gRPC stream).
+
+    Args:
+        address: ``"host:port"`` of the server (insecure).
+        channel: an existing ``grpc.Channel`` to use instead of ``address``.
+        credentials: ``grpc.ChannelCredentials`` for a secure channel to ``address``.
+        metadata: call metadata, a sequence of ``(key, value)`` pairs.
+        connect_timeout: seconds to wait for the server; then ``ConnectionError``.
+        timeout: seconds to wait for each answer (``None``: no limit); then ``TimeoutError``.
+    """
+
+    def __init__(self, address: str | None = None, *, channel: grpc.Channel | None = None,
+                 credentials: grpc.ChannelCredentials | None = None,
+                 metadata: Iterable[tuple[str, str]] | None = None,
+                 connect_timeout: float | None = 10.0, timeout: float | None = None):
+        if (address is None) == (channel is None):
+            raise ValueError("give exactly one of address= or channel=")
+        self.address = address if address is not None else getattr(channel, "_target", "<channel>")
+        if isinstance(self.address, bytes):
+            self.address = self.address.decode()
+        self.timeout = timeout
+        metadata = tuple(metadata or ())
+        if channel is None and credentials is None:
+            self._transport = _H2Transport(address, metadata, connect_timeout)
+        else:
+            if channel is None:
+                channel = grpc.secure_channel(address, credentials)
+                self._own_channel = channel
+            self._transport = _GrpcTransport(channel, metadata, connect_timeout, self.address)
+        self._pending: deque[list] = deque()  # [expected field, abandoned?]
+        self._broken: str | None = None
+        self._closed = False
+
+    # -- requests --------------------------------------------------------------
+    def submit(self, request: Any) -> None:
+        """Send ``request`` (e.g. ``pb.StepRequest``) without waiting for its answer."""
+        field = _FIELDS.get(type(request))
+        if field is None:
+            raise TypeError(f"{type(request).__name__} is not a dm_env_rpc request")
+        self._write(field, request.SerializeToString())
+
+    def submit_extension(self, payload: Any) -> None:
+        """Send a ``google.protobuf.Any`` in the envelope's ``extension`` slot."""
+        self._write(_EXTENSION, payload.SerializeToString())
+
+    def _write(self, field: str, body: bytes) -> None:
+        self._check_usable()
+        try:
+            self._transport.write(_TAGS[field] + _varint(len(body)) + body)
+        except StreamEnded as ended:
+            raise self._ended_error(ended, field) from None
+        except OSError as err:
+            self._broken = f"sending failed: {err}"
+            raise ConnectionError(f"lost the dm_env_rpc server at {self.address}: {err}") from None
+        except BaseException:
+            self._broken = "a send was interrupted half-way"
+            raise
+        self._pending.append([field, False])
+
+    def receive(self) -> Any:
+        """The answer to the oldest submitted request; raises ``DmRpcError`` for an error answer."""
+        pending = self._pending
+        if not pending:
+            raise RuntimeError("receive() without a submitted request")
+        while pending[0][1]:         # answers to interrupted calls: read and drop
+            self._read_one(pending[0][0])
+            pending.popleft()
+        field = pending[0][0]
+        try:
+            response = self._read_one(field)
+        except BaseException:
+            pending[0][1] = True     # its answer, if it comes, is dropped later
+            raise
+        pending.popleft()
+        which = response.WhichOneof("payload")
+        if which == field:
+            return getattr(response, which)
+        if which == "error":
+            raise DmRpcError.from_status(response.error, request=field)
+        raise DmRpcError(13, f"the server answered a {field} request with {which!r}", request=field)
+
+    def _read_one(self, field: str) -> pb.EnvironmentResponse:
+        self._check_usable()
+        try:
+            return pb.EnvironmentResponse.FromString(self._transport.read(self.timeout))
+        except socket.timeout:
+            raise TimeoutError(f"no answer to {field} from the dm_env_rpc server at "
+                               f"{self.address} within {self.timeout} s") from None
+        except StreamEnded as ended:
+            raise self._ended_error(ended, field) from None
+        except OSError as err:
+            self._broken = f"the connection failed: {err}"
+            raise ConnectionError(f"lost the dm_env_rpc server at {self.address} "
+                                  f"during {field}: {err}") from None
+
+    def send(self, request: Any) -> Any:
+        """Send ``request`` and return its answer (e.g. a ``pb.StepResponse``)."""
+        self.submit(request)
+        return self.receive()
+
+    def send_extension(self, payload: Any) -> Any:
+        """Send an extension ``Any`` and return the ``Any`` answered."""
+        self.submit_extension(payload)
+        return self.receive()
+
+    # -- state -----------------------------------------------------------------
+    def _ended_error(self, ended: StreamEnded, field: str) -> Exception:
+        self._broken = ended.message
+        if ended.status not in (None, 0):
+            return DmRpcError(ended.status, ended.message, request=field)
+        return ConnectionError(f"the dm_env_rpc server at {self.address} ended the "
+                               f"connection during {field}: {ended.message}")
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise ConnectionError(f"the connection to {self.address} is closed")
+        if self._broken:
+            raise ConnectionError(f"the connection to {self.address} is unusable: {self._broken}")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Close the stream. Idempotent; never blocks for long."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._transport.close()
+        finally:
+            channel = getattr(self, "_own_channel", None)
+            if channel is not None:
+                channel.close()
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def settings_tensors(settings: Mapping[str, Any] | None) -> dict[str, pb.Tensor]:
+    """World / join / reset settings (Python values or arrays) as Tensors."""
+    return {str(k): v if isinstance(v, pb.Tensor) else tensors.pack(v)
+            for k, v in (settings or {}).items()}

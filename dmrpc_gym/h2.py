@@ -1,0 +1,262 @@
+"""One gRPC bidirectional stream over a dedicated HTTP/2 connection, in one thread.
+
+grpcio's Python layers hand every message between threads (the sync API) or
+through an event loop woken by a poller thread (``grpc.aio``). A dm_env_rpc
+step is one small request and one answer, so that hand-off dominates the cost
+of a round trip. A dm_env_rpc connection is one stream, so a blocking socket
+speaking just the part of HTTP/2 that one client stream needs does the same
+work with one ``send`` and one ``recv``: no threads, no event loop, and so it
+works unchanged inside Jupyter, whose thread already runs an event loop.
+
+What is spoken: the client preface and SETTINGS, one request stream (HEADERS,
+DATA carrying length-prefixed gRPC messages), flow control both ways, PING
+and SETTINGS acknowledgements, trailers (``grpc-status``), RST_STREAM and
+GOAWAY. Headers are (de)compressed with ``hpack``.
+
+>>> GrpcStream.frame_message(b"hi")[:9]   # DATA frame header: length 7, stream 1
+b'\\x00\\x00\\x07\\x00\\x00\\x00\\x00\\x00\\x01'
+"""
+from __future__ import annotations
+
+import socket
+import struct
+import urllib.parse
+from collections import deque
+
+import hpack
+
+__all__ = ["GrpcStream", "StreamEnded"]
+
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_DATA, _HEADERS, _RST, _SETTINGS, _PUSH, _PING, _GOAWAY, _WINDOW, _CONT = 0, 1, 3, 4, 5, 6, 7, 8, 9
+_END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
+_SETTING_HEADER_TABLE, _SETTING_PUSH, _SETTING_WINDOW, _SETTING_FRAME = 1, 2, 4, 5
+_STREAM = 1                      # the one stream this connection carries
+_MAX_WINDOW = 2**31 - 1
+_OUR_FRAME = 2**24 - 1           # largest frame we accept
+_RECV_CHUNK = 1 << 18
+_HEADER = struct.Struct(">BHBBL")  # length (24 bits as 8+16), type, flags, stream id
+_U32 = struct.Struct(">L")
+
+
+class StreamEnded(Exception):
+    """The server ended the stream; ``status``/``message`` are its gRPC trailers."""
+
+    def __init__(self, status: int | None, message: str):
+        self.status = status
+        self.message = message
+        super().__init__(message)
+
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    n = len(payload)
+    return _HEADER.pack(n >> 16, n & 0xFFFF, kind, flags, stream) + payload
+
+
+class GrpcStream:
+    """A client-side gRPC bidi stream: ``write`` messages, ``read`` answers in order.
+
+    Args:
+        sock: a connected socket (TLS-wrapped with ALPN ``h2`` for https).
+        path: the gRPC method path.
+        authority: the ``:authority`` header (``host:port``).
+        metadata: extra request headers (lower-case names).
+        scheme: ``"http"`` or ``"https"``.
+
+    The constructor sends the preface and the request headers; ``handshake``
+    waits for the server's SETTINGS so that a peer which is not an HTTP/2
+    server is found at once.
+    """
+
+    def __init__(self, sock: socket.socket, path: str, authority: str,
+                 metadata: tuple[tuple[str, str], ...] = (), scheme: str = "http"):
+        self._sock = sock
+        self._buf = bytearray()
+        self._data = bytearray()        # DATA bytes not yet cut into messages
+        self._messages: deque[bytes] = deque()
+        self._decoder = hpack.Decoder()
+        self._header_block = bytearray()
+        self._header_flags = 0
+        self._trailers: dict[str, str] | None = None
+        self._ended: StreamEnded | None = None
+        self._settled = False
+        self._send_conn = 65535
+        self._send_stream = 65535
+        self._peer_window = 65535       # the peer's SETTINGS_INITIAL_WINDOW_SIZE
+        self._peer_frame = 16384
+        self._received = 0              # bytes received since our last WINDOW_UPDATE
+        self._goaway: str | None = None
+        headers = [(":method", "POST"), (":scheme", scheme), (":path", path),
+                   (":authority", authority), ("content-type", "application/grpc"),
+                   ("te", "trailers"), ("user-agent", "dmrpc-gym")]
+        headers += [(k.lower(), v) for k, v in metadata]
+        block = hpack.Encoder().encode(headers)
+        settings = b"".join(struct.pack(">HL", k, v) for k, v in (
+            (_SETTING_PUSH, 0), (_SETTING_WINDOW, _MAX_WINDOW), (_SETTING_FRAME, _OUR_FRAME)))
+        self._sock.sendall(
+            _PREFACE + _frame(_SETTINGS, 0, 0, settings)
+            + _frame(_WINDOW, 0, 0, _U32.pack(_MAX_WINDOW - 65535))
+            + _frame(_HEADERS, _END_HEADERS, _STREAM, block))
+
+    # -- public ----------------------------------------------------------------
+    def handshake(self) -> None:
+        """Block until the server's first SETTINGS frame arrives (socket timeout applies)."""
+        while not self._settled:
+            self._read_frame()
+
+    @staticmethod
+    def frame_message(message: bytes) -> bytes:
+        """One gRPC message in one DATA frame (when it fits the peer's limits)."""
+        n = len(message) + 5
+        return (_HEADER.pack(n >> 16, n & 0xFFFF, _DATA, 0, _STREAM)
+                + b"\x00" + _U32.pack(len(message)) + message)
+
+    def write(self, message: bytes) -> None:
+        """Send one gRPC message (blocks only while the peer's flow-control window is full)."""
+        if self._ended is not None:
+            raise self._ended
+        n = len(message) + 5
+        if n <= self._send_stream and n <= self._send_conn and n <= self._peer_frame:
+            self._send_stream -= n
+            self._send_conn -= n
+            self._sock.sendall(self.frame_message(message))
+            return
+        data = memoryview(b"\x00" + _U32.pack(len(message)) + message)
+        while data:
+            while min(self._send_stream, self._send_conn) <= 0:
+                self._read_frame()
+                if self._ended is not None:
+                    raise self._ended
+            n = min(len(data), self._send_stream, self._send_conn, self._peer_frame)
+            self._send_stream -= n
+            self._send_conn -= n
+            self._sock.sendall(_frame(_DATA, 0, _STREAM, bytes(data[:n])))
+            data = data[n:]
+
+    def read(self) -> bytes:
+        """The next gRPC message; ``StreamEnded`` once the server has ended the stream."""
+        messages = self._messages
+        while not messages:
+            if self._ended is not None:
+                raise self._ended
+            self._read_frame()
+        return messages.popleft()
+
+    def close(self) -> None:
+        """Half-close our side politely, then close the socket. Never blocks for long."""
+        try:
+            self._sock.settimeout(0.0)
+            self._sock.send(_frame(_DATA, _END_STREAM, _STREAM))
+        except OSError:
+            pass
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+    # -- frames ----------------------------------------------------------------
+    def _fill(self, n: int) -> None:
+        """Receive until ``n`` bytes are buffered; an EOF is a ``ConnectionError``."""
+        buf = self._buf
+        while len(buf) < n:
+            chunk = self._sock.recv(max(_RECV_CHUNK, n - len(buf)))
+            if not chunk:
+                why = f" after GOAWAY ({self._goaway})" if self._goaway else ""
+                raise ConnectionResetError(f"the server closed the connection{why}")
+            buf += chunk
+
+    def _read_frame(self) -> None:
+        self._fill(9)
+        hi, lo, kind, flags, stream = _HEADER.unpack_from(self._buf)
+        length = (hi << 16) | lo
+        self._fill(9 + length)
+        payload = bytes(self._buf[9:9 + length])
+        del self._buf[:9 + length]
+        stream &= 0x7FFFFFFF
+        if kind == _DATA:
+            self._on_data(flags, payload)
+        elif kind in (_HEADERS, _CONT):
+            self._on_headers(kind, flags, payload)
+        elif kind == _SETTINGS:
+            if not flags & _ACK:
+                self._on_settings(payload)
+        elif kind == _PING:
+            if not flags & _ACK:
+                self._sock.sendall(_frame(_PING, _ACK, 0, payload))
+        elif kind == _WINDOW:
+            increment = _U32.unpack(payload)[0] & 0x7FFFFFFF
+            if stream == 0:
+                self._send_conn += increment
+            else:
+                self._send_stream += increment
+        elif kind == _RST and stream == _STREAM:
+            code = _U32.unpack(payload)[0]
+            self._end(None, f"the server reset the stream (HTTP/2 error code {code})")
+        elif kind == _GOAWAY:
+            last, code = struct.unpack_from(">LL", payload)
+            debug = payload[8:].decode("utf-8", "replace")
+            self._goaway = f"HTTP/2 error code {code}{': ' + debug if debug else ''}"
+            if (last & 0x7FFFFFFF) < _STREAM:
+                self._end(None, f"the server is going away ({self._goaway})")
+        elif kind == _PUSH:
+            raise ConnectionError("protocol error: the server pushed a stream we disabled")
+        # PRIORITY and unknown frame types are ignored, as HTTP/2 requires.
+
+    def _on_settings(self, payload: bytes) -> None:
+        for i in range(0, len(payload) - 5, 6):
+            key, value = struct.unpack_from(">HL", payload, i)
+            if key == _SETTING_WINDOW:
+                self._send_stream += value - self._peer_window
+                self._peer_window = value
+            elif key == _SETTING_FRAME:
+                self._peer_frame = value
+            elif key == _SETTING_HEADER_TABLE:
+                pass  # we never index headers, so any table size suits us
+        self._sock.sendall(_frame(_SETTINGS, _ACK, 0))
+        self._settled = True
+
+    def _on_data(self, flags: int, payload: bytes) -> None:
+        self._received += len(payload)
+        if flags & _PADDED:
+            payload = payload[1:len(payload) - payload[0]]
+        data = self._data
+        data += payload
+        while len(data) >= 5:
+            size = _U32.unpack_from(data, 1)[0]
+            if len(data) < 5 + size:
+                break
+            if data[0]:
+                raise ConnectionError("the server sent a compressed message, which was not negotiated")
+            self._messages.append(bytes(data[5:5 + size]))
+            del data[:5 + size]
+        if self._received > _MAX_WINDOW // 2:
+            update = _U32.pack(self._received)
+            self._sock.sendall(_frame(_WINDOW, 0, 0, update) + _frame(_WINDOW, 0, _STREAM, update))
+            self._received = 0
+        if flags & _END_STREAM:
+            self._end(None, "the server ended the stream without trailers")
+
+    def _on_headers(self, kind: int, flags: int, payload: bytes) -> None:
+        if kind == _HEADERS:
+            if flags & _PADDED:
+                payload = payload[1:len(payload) - payload[0]]
+            if flags & _PRIORITY:
+                payload = payload[5:]
+            self._header_block = bytearray(payload)
+            self._header_flags = flags
+        else:
+            self._header_block += payload
+        if not flags & _END_HEADERS:
+            return
+        headers = {k if isinstance(k, str) else k.decode(): v if isinstance(v, str) else v.decode()
+                   for k, v in self._decoder.decode(bytes(self._header_block))}
+        if headers.get(":status", "200") != "200":
+            self._end(None, f"the server answered HTTP status {headers[':status']}")
+        elif self._header_flags & _END_STREAM:
+            status = int(headers.get("grpc-status", "2"))
+            message = urllib.parse.unquote(headers.get("grpc-message", ""))
+            self._end(status, message or f"the server ended the stream with gRPC status {status}")
+
+    def _end(self, status: int | None, message: str) -> None:
+        if self._ended is None:
+            self._ended = StreamEnded(status, message)
