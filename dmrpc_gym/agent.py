@@ -18,9 +18,8 @@ import gymnasium as gym
 import numpy as np
 
 from dmrpc_gym import spaces as _spaces
-from dmrpc_gym import tensors
 from dmrpc_gym.connection import Connection, settings_tensors
-from dmrpc_gym.specs import SpecManager, check_value
+from dmrpc_gym.specs import SpecManager
 from dmrpc_gym.wire import pb
 
 __all__ = ["State", "RemoteAgent", "RewardFn", "select"]
@@ -51,15 +50,6 @@ def select(names: Sequence[str], wanted: str | Sequence[str] | None, kind: str) 
     if unknown:
         raise ValueError(f"unknown {kind} {unknown}; the server offers {sorted(names)}")
     return chosen, isinstance(wanted, str)
-
-
-def _dotted(value: Mapping, prefix: str = ""):
-    """``{"pos": {"x": 1}}`` -> ``("pos.x", 1)``: sparse nested actions to spec names."""
-    for key, item in value.items():
-        if isinstance(item, Mapping):
-            yield from _dotted(item, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", item
 
 
 def _arity(fn: Callable) -> int:
@@ -168,8 +158,9 @@ class RemoteAgent:
         act_names, act_bare = select(list(self.specs.action_specs), o["actions"], "actions")
         self.action_space, self._act_names, _ = self._space(
             {n: self.specs.action_specs[n] for n in act_names}, act_bare, o["nested"], "action")
-        self._act_bare = self._act_names[0] if isinstance(self.action_space, gym.spaces.Dict) is False \
-            and len(self._act_names) == 1 else None
+        self._act_codec = _spaces.ValueCodec(self.action_space, self._bare_name(self.action_space, self._act_names))
+        self._obs_codec = _spaces.ValueCodec(self.observation_space,
+                                             self._bare_name(self.observation_space, self._obs_names))
         # What to ask for every step: everything a callable might read, else what is used.
         wanted = set(names) if (self.reward.fn or self.discount.fn) else (
             set(chosen) | {self.reward.name, self.discount.name} - {None})
@@ -199,21 +190,13 @@ class RemoteAgent:
         return _spaces.dict_space(spaces, nested=nested), names, left_out
 
     # -- actions ----------------------------------------------------------------
+    @staticmethod
+    def _bare_name(space: gym.Space, names: list[str]) -> str:
+        return "" if isinstance(space, gym.spaces.Dict) else names[0]
+
     def _pack_actions(self, action: Any, request: pb.StepRequest) -> None:
-        if self._act_bare is not None:
-            arrays = {self._act_bare: action}
-        elif isinstance(action, Mapping):
-            arrays = dict(_dotted(action))
-        else:
-            raise ValueError(f"the action must be a dict keyed by {sorted(self._act_names)}, "
-                             f"not {type(action).__name__}")
-        specs = self.specs.action_specs
-        for name, value in arrays.items():
-            spec = specs.get(name)
-            if spec is None or name not in self._act_names:
-                raise ValueError(f"unknown action {name!r}; expected one of {sorted(self._act_names)}")
-            checked = check_value(spec, np.asarray(value), "action")
-            tensors.pack_into(request.actions[self.specs.action_uid(name)], checked, spec.dtype)
+        """Check ``action`` against the action specs and pack it; ``ValueError`` naming what is wrong."""
+        self.specs.pack_actions(self._act_codec.flatten(action), request.actions)
 
     # -- steps ------------------------------------------------------------------
     def submit_step(self, action: Any = None) -> None:
@@ -243,10 +226,7 @@ class RemoteAgent:
         for name in self.extra_names:
             if name in named:
                 info[name] = named[name]
-        obs = _spaces.unflatten_value(self.observation_space,
-                                      {n: named[n] for n in self._obs_names if n in named},
-                                      self._obs_names[0] if len(self._obs_names) == 1
-                                      and not isinstance(self.observation_space, gym.spaces.Dict) else "")
+        obs = self._obs_codec.unflatten(named)
         return (obs, self.reward(named, state), state == State.TERMINATED,
                 state == State.INTERRUPTED, info)
 

@@ -49,7 +49,7 @@ class DmRpcEnv(gym.Env):
     >>> env = gym.make("dmrpc/Catch-v0")
     >>> obs, info = env.reset(seed=1)
     >>> obs.shape, env.action_space
-    ((10, 10), Discrete(3, start=-1))
+    ((10, 10), Discrete(3, start=-1, dtype=int8))
     >>> obs, reward, terminated, truncated, info = env.step(np.int8(0))
     >>> env.close()
     """

@@ -1,0 +1,263 @@
+"""What the server builds worlds from: a gymnasium env id, ``"module:attribute"``, or a callable.
+
+A :class:`Factory` knows which keyword arguments its target accepts, so that a
+CreateWorld setting nobody would use is refused (``INVALID_ARGUMENT``) instead
+of being silently dropped or crashing the factory:
+
+- an env id (``"CartPole-v1"``): the env spec's kwargs, the parameters of its
+  entry point, and ``gym.make``'s ``max_episode_steps``;
+- a callable (a class, a function, a ``functools.partial``): the parameters of
+  its signature; one taking ``**kwargs`` accepts anything, and the factory's
+  own error then becomes the ``INVALID_ARGUMENT`` message;
+- ``"module:attribute"``: the attribute (a callable, or a PettingZoo env module,
+  whose ``parallel_env`` is used); if there is none, an env id registered by
+  importing the module (gymnasium's ``"module:EnvId-v0"`` form).
+
+``render_mode`` is the server's: envs that can render ``rgb_array`` are built
+with it so that clients can request the ``RGB`` observation.
+
+>>> from dmrpc_gym.worlds.catch import Catch
+>>> factory = Factory(Catch)
+>>> factory.name, factory.kind, sorted(factory.accepted)
+('dmrpc_gym.worlds.catch:Catch', 'gym', ['columns', 'rows'])
+>>> factory.check({"speed": 2}, "world")
+Traceback (most recent call last):
+...
+dmrpc_gym.errors.DmRpcError: INVALID_ARGUMENT: unknown world setting 'speed' for dmrpc_gym.worlds.catch:Catch (accepted: columns, rows, seed)
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import types
+from typing import Any, Callable, Mapping
+
+import gymnasium as gym
+
+from dmrpc_gym.server import status
+from dmrpc_gym.server.settings import SEED, describe
+
+__all__ = ["Factory", "env_kind", "close_quietly", "KINDS", "RENDER_MODE"]
+
+#: The kinds of env a server can serve.
+KINDS = ("gym", "pettingzoo")
+#: The setting the server keeps for itself.
+RENDER_MODE = "render_mode"
+
+
+def env_kind(env: Any) -> str | None:
+    """``"gym"`` for a gymnasium Env, ``"pettingzoo"`` for a PettingZoo ParallelEnv, else None."""
+    if isinstance(env, gym.Env):
+        return "gym"
+    try:
+        from pettingzoo.utils.env import ParallelEnv
+    except ImportError:  # pragma: no cover - pettingzoo is a dependency
+        ParallelEnv = ()
+    if isinstance(env, ParallelEnv) or (
+            hasattr(env, "possible_agents") and callable(getattr(env, "observation_space", None))
+            and callable(getattr(env, "action_space", None)) and hasattr(env, "step")
+            and not hasattr(env, "agent_selection")):
+        return "pettingzoo"
+    return None
+
+
+def _class_kind(target: Any) -> str | None:
+    if not isinstance(target, type):
+        return None
+    if issubclass(target, gym.Env):
+        return "gym"
+    try:
+        from pettingzoo.utils.env import ParallelEnv
+        if issubclass(target, ParallelEnv):
+            return "pettingzoo"
+    except ImportError:  # pragma: no cover
+        pass
+    return None
+
+
+def _parameters(fn: Callable) -> tuple[frozenset[str], bool]:
+    """The keyword parameters of ``fn`` and whether it takes ``**kwargs`` (True when unknowable)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return frozenset(), True
+    names, open_ = set(), False
+    for param in signature.parameters.values():
+        if param.kind is param.VAR_KEYWORD:
+            open_ = True
+        elif param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            names.add(param.name)
+    return frozenset(names), open_
+
+
+def _renders_rgb(target: Any, names: frozenset[str], open_: bool) -> bool:
+    """Whether to build with ``render_mode="rgb_array"``: the target takes it and (if it says) supports it."""
+    if RENDER_MODE not in names and not open_:
+        return False
+    modes = (getattr(target, "metadata", None) or {}).get("render_modes")
+    if modes is None:
+        return RENDER_MODE in names
+    return "rgb_array" in modes
+
+
+def _qualname(target: Any) -> str:
+    if isinstance(target, functools.partial):
+        return f"partial({_qualname(target.func)})"
+    module = getattr(target, "__module__", None)
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or type(target).__name__
+    return f"{module}:{name}" if module else name
+
+
+class Factory:
+    """A resolved env factory: its name, kind, accepted settings, and how to build an env.
+
+    Args:
+        target: a gymnasium env id, ``"module:attribute"``, or a callable returning
+            a gymnasium ``Env`` or a PettingZoo ``ParallelEnv``.
+        kind: ``"gym"``, ``"pettingzoo"`` or None (learned from the first env built).
+        render: True to build envs that support it with ``render_mode="rgb_array"``
+            (the ``RGB`` observation), False for none, or a render mode to pass as is
+            (e.g. ``"human"`` to watch the server's envs).
+
+    Raises ``ValueError`` naming the target when it cannot be resolved (unknown env
+    id, missing module or attribute), ``TypeError`` when it is not callable.
+    """
+
+    def __init__(self, target: Any, kind: str | None = None, render: bool | str = True):
+        if kind not in (None, *KINDS):
+            raise ValueError(f"kind must be one of {', '.join(KINDS)} or None, got {kind!r}")
+        self.target = target
+        self.env_id: str | None = None
+        if isinstance(target, str):
+            self._resolve_string(target)
+        elif callable(target):
+            self.name = _qualname(target)
+            self._make = target
+            self._init_callable(target)
+        else:
+            raise TypeError(f"an env factory must be an env id, 'module:attribute' or a callable, "
+                            f"got {type(target).__name__}")
+        if kind is not None and self.kind is not None and kind != self.kind:
+            raise ValueError(f"{self.name} makes {self.kind} envs, not {kind}")
+        self.kind = kind or self.kind
+        if render is True:
+            self.render_mode = "rgb_array" if self._rgb else None
+        elif render is False or render is None:
+            self.render_mode = None
+        else:
+            self.render_mode = str(render)
+        #: Why rgb_array rendering failed, once it has (then no RGB observation is offered).
+        self.render_failure: str | None = None
+
+    # -- resolution ------------------------------------------------------------
+
+    def _resolve_string(self, target: str) -> None:
+        module_name, sep, attribute = target.partition(":")
+        if sep:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                raise ValueError(f"cannot import module {module_name!r} of {target!r}: {exc}") from None
+            obj: Any = module
+            try:
+                for part in attribute.split("."):
+                    obj = getattr(obj, part)
+            except AttributeError:
+                obj = None
+            if obj is not None:
+                if isinstance(obj, types.ModuleType):
+                    if not callable(getattr(obj, "parallel_env", None)):
+                        raise ValueError(f"{target!r} is a module without a parallel_env() function")
+                    obj = obj.parallel_env
+                    self.kind = "pettingzoo"
+                elif not callable(obj):
+                    raise ValueError(f"{target!r} is a {type(obj).__name__}, not an env factory")
+                else:
+                    self.kind = None
+                self.name = target
+                self._make = obj
+                self._init_callable(obj, keep_kind=self.kind is not None)
+                return
+            if attribute not in gym.registry:
+                raise ValueError(f"module {module_name!r} has no attribute {attribute!r} "
+                                 f"and registers no gymnasium env {attribute!r}")
+            target = attribute
+        try:
+            spec = gym.spec(target)
+        except gym.error.Error as exc:
+            raise ValueError(f"unknown gymnasium env id {target!r}: {exc}") from None
+        self.name = self.env_id = spec.id
+        self.kind = "gym"
+        creator = spec.entry_point
+        if isinstance(creator, str):
+            from gymnasium.envs.registration import load_env_creator
+            try:
+                creator = load_env_creator(creator)
+            except Exception as exc:  # noqa: BLE001 - any import failure of the env's module
+                raise ValueError(f"cannot load the entry point of {spec.id!r}: {exc}") from None
+        names, open_ = _parameters(creator) if creator is not None else (frozenset(), True)
+        self._rgb = _renders_rgb(creator, names, open_)
+        names = names | set(spec.kwargs) | {"max_episode_steps"}
+        self.accepted = None if open_ else frozenset(names - {RENDER_MODE})
+        self._make = functools.partial(gym.make, spec.id)
+
+    def _init_callable(self, fn: Callable, keep_kind: bool = False) -> None:
+        if not keep_kind:
+            self.kind = _class_kind(fn)
+        names, open_ = _parameters(fn)
+        self._rgb = RENDER_MODE in names and _renders_rgb(fn, names, open_)
+        self.accepted = None if open_ else frozenset(names - {RENDER_MODE})
+
+    # -- use ---------------------------------------------------------------------
+
+    def check(self, kwargs: Mapping[str, Any], what: str) -> None:
+        """``INVALID_ARGUMENT`` when ``kwargs`` (``seed`` already removed) has a setting the factory does not take."""
+        if RENDER_MODE in kwargs:
+            raise status.invalid_argument(
+                f"{what} setting {RENDER_MODE!r} is the server's: it builds envs with "
+                f"render_mode={self.render_mode!r}; request the RGB observation instead")
+        if self.accepted is None:
+            return
+        unknown = sorted(set(kwargs) - self.accepted)
+        if unknown:
+            names = ", ".join(repr(n) for n in unknown)
+            plural = "s" if len(unknown) > 1 else ""
+            accepted = ", ".join(sorted(self.accepted | {SEED}))
+            raise status.invalid_argument(
+                f"unknown {what} setting{plural} {names} for {self.name} (accepted: {accepted})")
+
+    def make(self, kwargs: Mapping[str, Any]) -> tuple[Any, str]:
+        """Build one env with ``kwargs``: ``(env, kind)``.
+
+        A factory that raises gives ``INVALID_ARGUMENT`` (its settings are the
+        likely cause) with the factory's message; an object that is no env, or
+        not of the server's kind, gives ``FAILED_PRECONDITION``.
+        """
+        kw = dict(kwargs)
+        if self.render_mode is not None:
+            kw[RENDER_MODE] = self.render_mode
+        try:
+            env = self._make(**kw)
+        except Exception as exc:  # noqa: BLE001 - the factory's error is the client's answer
+            raise status.invalid_argument(
+                f"{self.name} could not be created with {describe(kwargs)}: "
+                f"{type(exc).__name__}: {exc}") from None
+        kind = env_kind(env)
+        if kind is None or (self.kind is not None and kind != self.kind):
+            close_quietly(env)
+            got = kind or type(env).__name__
+            want = self.kind or "a gymnasium Env or a PettingZoo ParallelEnv"
+            raise status.failed_precondition(f"{self.name} returned {got}, expected {want}")
+        return env, kind
+
+    def __repr__(self) -> str:
+        return f"Factory({self.name!r}, kind={self.kind!r})"
+
+
+def close_quietly(env: Any) -> None:
+    """``env.close()``, ignoring its errors (closing is best effort)."""
+    try:
+        env.close()
+    except Exception:  # noqa: BLE001 - closing is best effort
+        pass

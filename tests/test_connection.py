@@ -1,0 +1,280 @@
+"""Connection over real gRPC on loopback: both transports, pipelining, errors, dead peers."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import shutil
+import socket
+import subprocess
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+from dmrpc_gym import tensors
+from dmrpc_gym.connection import Connection, parse_address
+from dmrpc_gym.errors import DmRpcError
+from dmrpc_gym.wire import METHOD, SERVICE, pb
+
+
+class ScriptedServer:
+    """A grpc server speaking our messages; its behaviour per request is set by the test.
+
+    Step requests are answered with an observation 0 holding a running counter and
+    an observation 1 echoing action 0, so order and payloads can be checked.
+    """
+
+    def __init__(self, credentials=None):
+        self.metadata: list[tuple] = []
+        self.hold = threading.Event()      # when set, step answers wait for `release`
+        self.release = threading.Event()
+        self.abort_with: tuple | None = None
+        self._server = grpc.server(cf.ThreadPoolExecutor(8))
+        handler = grpc.stream_stream_rpc_method_handler(
+            self._process, pb.EnvironmentRequest.FromString, pb.EnvironmentResponse.SerializeToString)
+        self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, {METHOD: handler})])
+        if credentials is None:
+            self.port = self._server.add_insecure_port("127.0.0.1:0")
+        else:
+            self.port = self._server.add_secure_port("127.0.0.1:0", credentials)
+        self.address = f"127.0.0.1:{self.port}"
+        self._server.start()
+
+    def _process(self, requests, context):
+        self.metadata.append(tuple(context.invocation_metadata()))
+        count = 0
+        for request in requests:
+            if self.abort_with is not None:
+                context.abort(*self.abort_with)
+            response = pb.EnvironmentResponse()
+            kind = request.WhichOneof("payload")
+            if kind == "step":
+                if self.hold.is_set():
+                    self.release.wait(10)
+                count += 1
+                step = response.step
+                step.state = pb.RUNNING
+                tensors.pack_into(step.observations[0], np.int64(count))
+                if 0 in request.step.actions:
+                    step.observations[1].CopyFrom(request.step.actions[0])
+            elif kind == "create_world":
+                if "bad" in request.create_world.settings:
+                    response.error.code = 3
+                    response.error.message = "unknown world setting 'bad'"
+                else:
+                    response.create_world.world_name = "w"
+            else:
+                getattr(response, kind).SetInParent()
+            yield response
+
+    def stop(self):
+        self._server.stop(grace=None).wait(5)
+
+
+@pytest.fixture
+def server():
+    s = ScriptedServer()
+    yield s
+    s.stop()
+
+
+def step(conn: Connection, action=None) -> pb.StepResponse:
+    request = pb.StepRequest(requested_observations=[0, 1])
+    if action is not None:
+        tensors.pack_into(request.actions[0], action)
+    return conn.send(request)
+
+
+def test_round_trip_and_payload_echo(server):
+    with Connection(server.address) as conn:
+        assert conn.send(pb.CreateWorldRequest()).world_name == "w"
+        big = np.arange(1_000_000, dtype=np.float32)      # 4 MB: many frames, flow control both ways
+        answer = step(conn, big)
+        assert tensors.unpack(answer.observations[0]) == 1
+        np.testing.assert_array_equal(tensors.unpack(answer.observations[1]), big)
+
+
+def test_pipelined_answers_arrive_in_order(server):
+    with Connection(server.address) as conn:
+        for i in range(200):
+            request = pb.StepRequest(requested_observations=[0, 1])
+            tensors.pack_into(request.actions[0], np.int32(i))
+            conn.submit(request)
+        for i in range(200):
+            answer = conn.receive()
+            assert tensors.unpack(answer.observations[0]) == i + 1
+            assert tensors.unpack(answer.observations[1]) == i
+
+
+def test_error_answer_raises_and_stream_stays_usable(server):
+    with Connection(server.address) as conn:
+        with pytest.raises(DmRpcError) as err:
+            conn.send(pb.CreateWorldRequest(settings={"bad": tensors.pack(1)}))
+        assert err.value.code_name == "INVALID_ARGUMENT"
+        assert "unknown world setting 'bad'" in str(err.value)
+        assert err.value.request == "create_world"
+        assert conn.send(pb.CreateWorldRequest()).world_name == "w"
+
+
+def test_stream_aborted_with_status(server):
+    server.abort_with = (grpc.StatusCode.FAILED_PRECONDITION, "world exploded: 100% gone")
+    with Connection(server.address) as conn:
+        with pytest.raises(DmRpcError) as err:
+            step(conn)
+        assert err.value.code_name == "FAILED_PRECONDITION"
+        assert "world exploded: 100% gone" in str(err.value)
+        with pytest.raises(ConnectionError, match="unusable"):
+            step(conn)
+
+
+def test_server_without_the_service_is_unimplemented():
+    bare = grpc.server(cf.ThreadPoolExecutor(2))
+    port = bare.add_insecure_port("127.0.0.1:0")
+    bare.start()
+    try:
+        with Connection(f"127.0.0.1:{port}") as conn:
+            with pytest.raises(DmRpcError) as err:
+                step(conn)
+            assert err.value.code_name == "UNIMPLEMENTED"
+    finally:
+        bare.stop(None)
+
+
+def test_unreachable_address_names_it():
+    with socket.socket() as s:           # a port that is certainly closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(ConnectionError, match=f"127.0.0.1:{port}"):
+        Connection(f"127.0.0.1:{port}", connect_timeout=2)
+    assert time.monotonic() - start < 5
+
+
+def test_peer_that_is_not_grpc_fails_within_connect_timeout():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    try:                                  # accepts, never answers
+        with pytest.raises(ConnectionError, match="did not answer as a gRPC"):
+            Connection(f"127.0.0.1:{port}", connect_timeout=0.5)
+    finally:
+        listener.close()
+
+
+def test_server_that_dies_mid_stream_fails_promptly(server):
+    conn = Connection(server.address)
+    step(conn)
+    server.stop()
+    with pytest.raises(ConnectionError, match="lost|ended"):
+        for _ in range(3):               # the first write may still be buffered
+            step(conn)
+    conn.close()
+    conn.close()
+    assert conn.closed
+
+
+def test_timeout_then_late_answer_is_dropped(server):
+    with Connection(server.address, timeout=0.3) as conn:
+        server.hold.set()
+        with pytest.raises(TimeoutError, match="no answer to step"):
+            step(conn, np.int32(7))
+        server.hold.clear()
+        server.release.set()
+        answer = step(conn, np.int32(8))  # the late answer to 7 is read and dropped first
+        assert tensors.unpack(answer.observations[1]) == 8
+        assert tensors.unpack(answer.observations[0]) == 2
+
+
+def test_metadata_reaches_the_server(server):
+    with Connection(server.address, metadata=[("x-token", "abc")]) as conn:
+        step(conn)
+    assert ("x-token", "abc") in server.metadata[0]
+
+
+def test_caller_channel_uses_grpc_transport(server):
+    channel = grpc.insecure_channel(server.address)
+    with Connection(channel=channel, timeout=5) as conn:
+        assert tensors.unpack(step(conn, np.int8(3)).observations[1]) == 3
+        with pytest.raises(DmRpcError):
+            conn.send(pb.CreateWorldRequest(settings={"bad": tensors.pack(1)}))
+    channel.close()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
+def test_tls_credentials(tmp_path):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    creds = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
+    server = ScriptedServer(credentials=creds)
+    try:
+        client = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+        with Connection(f"localhost:{server.port}", credentials=client, connect_timeout=5) as conn:
+            assert tensors.unpack(step(conn, np.int8(5)).observations[1]) == 5
+    finally:
+        server.stop()
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="exactly one"):
+        Connection()
+    with pytest.raises(ValueError, match="host:port"):
+        parse_address("localhost")
+    assert parse_address("[::1]:80") == ("::1", 80)
+
+
+def test_official_client_and_ours_share_a_server(server):
+    from dm_env_rpc.v1 import connection as official_connection
+    from dm_env_rpc.v1 import dm_env_rpc_pb2 as opb
+    channel = grpc.insecure_channel(server.address)
+    official = official_connection.Connection(channel)
+    try:
+        with Connection(server.address) as ours:
+            assert official.send(opb.CreateWorldRequest()).world_name == "w"
+            assert ours.send(pb.CreateWorldRequest()).world_name == "w"
+    finally:
+        official.close()
+        channel.close()
+
+
+class _Interrupt(BaseException):
+    """Stands in for KeyboardInterrupt, without risking pytest's own handling of it."""
+
+
+def test_interrupt_during_a_step_leaves_the_connection_usable(server):
+    import os
+    import signal
+
+    def raise_interrupt(signum, frame):
+        raise _Interrupt()
+
+    previous = signal.signal(signal.SIGUSR1, raise_interrupt)
+    try:
+        with Connection(server.address) as conn:
+            server.hold.set()
+            timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1))
+            timer.start()
+            with pytest.raises(_Interrupt):
+                step(conn, np.int32(1))       # blocked in recv when the signal lands
+            timer.join()
+            server.hold.clear()
+            server.release.set()
+            answer = step(conn, np.int32(2))
+            assert tensors.unpack(answer.observations[1]) == 2
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_connects_inside_a_running_event_loop(server):
+    """As in Jupyter, where the caller's thread already runs an event loop."""
+    import asyncio
+
+    async def inside_loop():
+        with Connection(server.address) as conn:
+            return tensors.unpack(step(conn, np.int8(4)).observations[1])
+
+    assert asyncio.run(inside_loop()) == 4
