@@ -199,12 +199,20 @@ class RemoteAgent:
         self.specs.pack_actions(self._act_codec.flatten(action), request.actions)
 
     # -- steps ------------------------------------------------------------------
-    def submit_step(self, action: Any = None) -> None:
-        """Send a StepRequest (``action=None`` sends no actions) without waiting."""
+    def step_request(self, action: Any = None) -> pb.StepRequest:
+        """The StepRequest for ``action`` (``None``: no actions), checked but not sent.
+
+        Multi-connection envs build every request first, so that a bad action
+        for one agent is refused before anything is sent for any of them.
+        """
         request = pb.StepRequest(requested_observations=self._requested)
         if action is not None:
             self._pack_actions(action, request)
-        self.connection.submit(request)
+        return request
+
+    def submit_step(self, action: Any = None) -> None:
+        """Send a StepRequest (``action=None`` sends no actions) without waiting."""
+        self.connection.submit(self.step_request(action))
 
     def receive_step(self) -> tuple[Any, float, bool, bool, dict]:
         """The answer to the oldest ``submit_step``: ``(obs, reward, terminated, truncated, info)``."""

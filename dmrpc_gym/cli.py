@@ -21,7 +21,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-__all__ = ["main", "build_parser", "COMMANDS", "add_serve", "run_serve"]
+__all__ = ["main", "build_parser", "COMMANDS", "add_serve", "run_serve", "start_server"]
 
 
 def _fail(command: str, message: Any) -> int:
@@ -57,19 +57,27 @@ def add_serve(subparsers: Any) -> None:
     parser.set_defaults(run=run_serve)
 
 
-def run_serve(args: argparse.Namespace) -> int:
-    """Run ``dmrpc-gym serve``: returns 0 when interrupted, 1 when the target cannot be served."""
+def start_server(args: argparse.Namespace):
+    """The started :class:`~dmrpc_gym.server.Server` that ``dmrpc-gym serve`` runs for ``args``.
+
+    Raises ``ValueError`` / ``TypeError`` for a target that cannot be served,
+    ``OSError`` when the address is busy.
+    """
     from dmrpc_gym.server import Server
 
+    render: bool | str = {"rgb_array": True, "none": False}.get(args.render, args.render)
+    return Server(args.target, kind=args.kind, address=f"{args.host}:{args.port}",
+                  render=render, timeout=args.timeout).start()
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Run ``dmrpc-gym serve``: returns 0 when interrupted, 1 when the target cannot be served."""
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s: %(message)s")
-    render: bool | str = {"rgb_array": True, "none": False}.get(args.render, args.render)
     if not 0 <= args.port <= 65535:
         return _fail("serve", f"--port must be within 0..65535, got {args.port}")
     try:
-        server = Server(args.target, kind=args.kind, address=f"{args.host}:{args.port}",
-                        render=render, timeout=args.timeout)
-        server.start()
+        server = start_server(args)
     except (ValueError, TypeError, OSError) as exc:
         return _fail("serve", exc)
     stop = threading.Event()

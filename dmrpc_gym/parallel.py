@@ -148,9 +148,10 @@ class DmRpcParallelEnv(ParallelEnv):
         observations / actions: ``None`` (all), a name (one bare space), a list
             (a Dict subset), or a dict agent -> one of those.
         nested: dotted spec names become nested Dict spaces.
-        render_mode: ``"rgb_array"``: ``render()`` returns ``render_agent``'s render
-            observation (``render_observation``, default ``"RGB"``), once that
-            agent has finished its last frame.
+        render_mode: ``"rgb_array"``: ``render()`` returns the render observation
+            (``render_observation``, default ``"RGB"``) of ``render_agent`` (default:
+            the first agent), the only agent that requests it; after that agent
+            has finished, its last frame.
         connect_timeout: seconds to reach the server and to join, per agent.
         step_timeout: seconds to wait for each answer (``None``: no limit).
         credentials / metadata: gRPC channel credentials and call metadata.
@@ -158,6 +159,9 @@ class DmRpcParallelEnv(ParallelEnv):
     Once an agent fails (its connection dies, or the server answers with an
     error), the others' answers are awaited at most ``abandon_timeout`` seconds,
     the error raised names the agent (``err.agent``), and the env only closes.
+    Answers are read in agent order, so a server that keeps holding agent A's
+    step for an agent B whose stream died (rather than ending A's sequence) is
+    bounded only by ``step_timeout``.
 
     >>> from dmrpc_gym.embedded import embedded_server
     >>> env = DmRpcParallelEnv(embedded_server("tag").address, world_settings={"evaders": 1},
@@ -300,8 +304,11 @@ class DmRpcParallelEnv(ParallelEnv):
         if failures:
             self._unhealthy.update(failures)
             name, err = next(iter(failures.items()))
-            others = [other for other in failures if other != name]
-            note = f" (the answers of {others} were abandoned)" if others else ""
+            abandoned = [a for a, e in failures.items() if a != name and isinstance(e, TimeoutError)]
+            failed = [a for a in failures if a != name and a not in abandoned]
+            notes = ([f"the answers of {abandoned} were abandoned"] if abandoned else []) + \
+                ([f"{failed} failed too"] if failed else [])
+            note = f" ({'; '.join(notes)})" if notes else ""
             self._failure = f"agent {name!r} failed during {what}: {err}{note}"
             if not isinstance(err, Exception):      # KeyboardInterrupt and friends
                 raise err
@@ -321,7 +328,8 @@ class DmRpcParallelEnv(ParallelEnv):
         Running agents first send a ResetRequest (with ``reset_settings``,
         ``options["settings"]`` and the seed under ``seed_setting``);
         ``options["world_settings"]`` then resets the world (ResetWorld); then
-        every agent steps once to get its first observation.
+        every agent steps once to get its first observation. Without
+        ``seed_setting`` the seed is not sent (the world decides).
         """
         self._check_usable()
         options = dict(options or {})
@@ -365,7 +373,7 @@ class DmRpcParallelEnv(ParallelEnv):
         requests = {}
         for name in live:
             try:
-                requests[name] = _step_request(self.remote[name], actions[name])
+                requests[name] = self.remote[name].step_request(actions[name])
             except ValueError as err:
                 raise ValueError(f"agent {name!r}: {err}") from None
         answers = self._exchange("step", {name: (lambda c=self.connections[name], r=requests[name]: c.submit(r) or True,
@@ -416,14 +424,6 @@ class DmRpcParallelEnv(ParallelEnv):
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(**state["kwargs"])
-
-
-def _step_request(agent: RemoteAgent, action: Any) -> pb.StepRequest:
-    """The StepRequest ``agent.submit_step(action)`` would send, built (and checked) but not sent."""
-    request = pb.StepRequest(requested_observations=agent._requested)
-    if action is not None:
-        agent._pack_actions(action, request)
-    return request
 
 
 def parallel_env(address: str | None = None, *, world_settings: Mapping[str, Any] | None = None,

@@ -103,6 +103,9 @@ def np_dtype(dt: int) -> np.dtype:
 def data_type(dtype: Any) -> int:
     """The DataType for a numpy dtype; ``TypeError`` naming it when there is none.
 
+    Object arrays have none either: they pack as PROTO only when every element
+    is a protobuf message (see :func:`pack`).
+
     >>> data_type(np.float32) == pb.FLOAT
     True
     >>> data_type(np.float16)
@@ -117,24 +120,24 @@ def data_type(dtype: Any) -> int:
         return found.dt
     if dtype.kind == "U":
         return pb.STRING
-    if dtype.kind == "O":
-        return pb.PROTO
     raise TypeError(f"numpy dtype {dtype} has no dm_env_rpc DataType (supported: {_SUPPORTED})")
 
 
 def _codec(dtype: Any) -> _Codec:
-    """The codec for a ``dtype`` argument: a DataType or anything ``np.dtype`` takes."""
+    """The codec for a ``dtype`` argument: a DataType, or a numpy dtype (object for PROTO)."""
     try:
         return _BY_ARG[dtype]
-    except KeyError:
+    except (KeyError, TypeError):   # TypeError: unhashable, looked up without the cache
         pass
-    except TypeError:               # unhashable: no caching
-        return _CODECS[data_type(dtype)]
     if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
         np_dtype(int(dtype))        # raises ValueError naming the DataType
-    found = _CODECS[data_type(dtype)]
-    if len(_BY_ARG) < _CACHE_SIZE:
-        _BY_ARG[dtype] = found
+    np_type = np.dtype(dtype)
+    found = _CODECS[pb.PROTO if np_type == object else data_type(np_type)]
+    try:
+        if len(_BY_ARG) < _CACHE_SIZE:
+            _BY_ARG[dtype] = found
+    except TypeError:
+        pass
     return found
 
 
@@ -286,11 +289,11 @@ def _objects(arr: np.ndarray, c: _Codec | None) -> tuple[np.ndarray, _Codec]:
         return arr, _CODECS[pb.PROTO]
     if (c is None or c.kind is _STRING) and all(isinstance(x, str) for x in items):
         return np.array(items, dtype=np.str_).reshape(arr.shape), _CODECS[pb.STRING]
-    want = "protobuf messages or str" if c is None else \
+    want = "protobuf messages (PROTO) or all str (STRING)" if c is None else \
         ("protobuf messages" if c.kind is _PROTO else "str")
-    bad = next((x for x in items if not isinstance(x, (_message.Message, str))), None)
-    raise TypeError(f"cannot pack an object array of shape {list(arr.shape)} "
-                    f"(found {type(bad).__name__}): its elements must be {want}")
+    found = sorted({"message" if isinstance(x, _message.Message) else type(x).__name__ for x in items})
+    raise TypeError(f"cannot pack an object array of shape {list(arr.shape)} holding "
+                    f"{', '.join(found)}: its elements must all be {want}")
 
 
 def _infer(value: Any) -> tuple[np.ndarray, _Codec]:

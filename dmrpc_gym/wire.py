@@ -3,7 +3,8 @@
 Our message classes live in the proto package ``dmrpc_gym.v1`` so that they can
 share protobuf's default descriptor pool with the official ``dm-env-rpc``
 package. Two names must still say ``dm_env_rpc`` on the wire: the gRPC method
-path, and the ``google.protobuf.Any`` type URLs of the properties extension.
+path, and the ``google.protobuf.Any`` type URLs (the properties extension's
+messages, and any of our messages packed into a PROTO tensor).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from dmrpc_gym._proto import properties_pb2 as props_pb
 __all__ = [
     "pb", "props_pb", "SERVICE", "METHOD", "METHOD_PATH",
     "PROPERTY_REQUEST_URL", "PROPERTY_RESPONSE_URL",
-    "pack_any", "unpack_any",
+    "pack_any", "unpack_any", "wire_name",
 ]
 
 SERVICE = "dm_env_rpc.v1.Environment"
@@ -23,20 +24,29 @@ METHOD = "Process"
 METHOD_PATH = f"/{SERVICE}/{METHOD}"
 
 _TYPE_PREFIX = "type.googleapis.com/"
-_PROPERTIES_PACKAGE = "dm_env_rpc.v1.extensions.properties"
-PROPERTY_REQUEST_URL = f"{_TYPE_PREFIX}{_PROPERTIES_PACKAGE}.PropertyRequest"
-PROPERTY_RESPONSE_URL = f"{_TYPE_PREFIX}{_PROPERTIES_PACKAGE}.PropertyResponse"
+# Our proto packages -> the dm_env_rpc packages whose names travel on the wire.
+_PACKAGES = (("dmrpc_gym.v1.properties.", "dm_env_rpc.v1.extensions.properties."),
+             ("dmrpc_gym.v1.", "dm_env_rpc.v1."))
+PROPERTY_REQUEST_URL = f"{_TYPE_PREFIX}dm_env_rpc.v1.extensions.properties.PropertyRequest"
+PROPERTY_RESPONSE_URL = f"{_TYPE_PREFIX}dm_env_rpc.v1.extensions.properties.PropertyResponse"
 
-# Our message class -> the type URL it travels under.
-_URLS = {
-    props_pb.PropertyRequest: PROPERTY_REQUEST_URL,
-    props_pb.PropertyResponse: PROPERTY_RESPONSE_URL,
-}
+
+def wire_name(full_name: str) -> str:
+    """The name a message of ours travels under.
+
+    >>> wire_name("dmrpc_gym.v1.properties.PropertyRequest")
+    'dm_env_rpc.v1.extensions.properties.PropertyRequest'
+    """
+    for ours, theirs in _PACKAGES:
+        if full_name.startswith(ours):
+            return theirs + full_name[len(ours):]
+    return full_name
 
 
 def pack_any(message) -> any_pb2.Any:
-    """Pack a properties message into an ``Any`` under its dm_env_rpc type URL."""
-    return any_pb2.Any(type_url=_URLS[type(message)], value=message.SerializeToString())
+    """Pack ``message`` into an ``Any``; our messages travel under their dm_env_rpc names."""
+    url = _TYPE_PREFIX + wire_name(message.DESCRIPTOR.full_name)
+    return any_pb2.Any(type_url=url, value=message.SerializeToString())
 
 
 def unpack_any(packed: any_pb2.Any, cls):
@@ -45,7 +55,7 @@ def unpack_any(packed: any_pb2.Any, cls):
     Both the dm_env_rpc name and our own name are accepted, so that messages
     packed with either package's ``Any.Pack`` are understood.
     """
-    ours = _TYPE_PREFIX + cls.DESCRIPTOR.full_name
-    if packed.type_url not in (_URLS.get(cls), ours):
+    name = cls.DESCRIPTOR.full_name
+    if packed.type_url not in (_TYPE_PREFIX + wire_name(name), _TYPE_PREFIX + name):
         return None
     return cls.FromString(packed.value)

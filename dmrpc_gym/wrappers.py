@@ -314,7 +314,7 @@ def sb3_spaces(observation_space: spaces.Space, action_space: spaces.Space) -> t
     return sb3_observation_transform(observation_space)[0], sb3_action_transform(action_space)[0]
 
 
-class SB3Compat(gym.Wrapper):
+class SB3Compat(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """The Stable-Baselines3-ready view of an env (typically a ``DmRpcEnv``).
 
     Observations and actions take the forms of :func:`sb3_observation_transform`
@@ -336,7 +336,8 @@ class SB3Compat(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env):
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.Wrapper.__init__(self, env)
         self.observation_space, self._to_sb3, self._dropped = _observation_plan(env.observation_space)
         self.action_space, self._to_env = sb3_action_transform(env.action_space)
 

@@ -122,10 +122,9 @@ class _World:
         self.joined.pop(agent, None)
         self.starting.discard(agent)
         self.waiting.pop(agent, None)
-        if agent in self.running:
-            self.running.discard(agent)
-            if self.hold_on_leave:
-                return
+        if agent in self.running and self.hold_on_leave:
+            return      # the world keeps waiting for it
+        self.running.discard(agent)
         self._progress()
 
     # -- sequences ---------------------------------------------------------------

@@ -85,8 +85,7 @@ def wire_shape(message, seen=None) -> dict:
             "name": f.name, "type": f.type, "repeated": f.is_repeated, "packed": f.is_packed,
             "oneof": f.containing_oneof.name if f.containing_oneof else None,
             "message": wire_shape(f.message_type, seen) if f.type == FieldDescriptor.TYPE_MESSAGE else None,
-            "enum": dict(f.enum_type.values_by_name.items()) and
-            {v.name: v.number for v in f.enum_type.values} if f.enum_type else None,
+            "enum": {v.name: v.number for v in f.enum_type.values} if f.enum_type else None,
         }
     return fields
 

@@ -284,6 +284,9 @@ def test_unsupported_dtypes_name_the_dtype_and_what_is_supported(value):
 def test_data_type_errors():
     with pytest.raises(TypeError, match="float16.*supported"):
         tensors.data_type(np.float16)
+    with pytest.raises(TypeError, match="object"):
+        tensors.data_type(object)
+    assert tensors.pack([], np.object_).WhichOneof("payload") == "protos"
     with pytest.raises(ValueError, match="INVALID_DATA_TYPE"):
         tensors.np_dtype(pb.INVALID_DATA_TYPE)
     with pytest.raises(ValueError, match="INVALID_DATA_TYPE"):

@@ -337,6 +337,7 @@ def test_sb3_check_env_passes_on_catch(catch):
         check_env(catch)
 
 
+@pytest.mark.filterwarnings("ignore:.*different from the unwrapped version")
 def test_gymnasium_check_env_passes_on_catch(catch):
     from gymnasium.utils.env_checker import check_env
     check_env(catch, skip_render_check=True)

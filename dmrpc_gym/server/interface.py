@@ -4,8 +4,10 @@ An :class:`AgentInterface` is built once per (observation space, action space,
 render shape) and shared by every agent with those spaces. It holds the
 ``ActionObservationSpecs`` sent on JoinWorld and Reset, decodes and checks the
 actions of a StepRequest, and encodes the requested observations of a
-StepResponse. UIDs: actions 1..n in the order of
-:func:`dmrpc_gym.spaces.specs_from_space`; observations 1..m likewise, then
+StepResponse. Names: a Dict space's (dotted) keys; any other space is
+``observation`` / ``action`` (``observation.0``... for a Tuple). UIDs: actions
+1..n in the order of :func:`dmrpc_gym.spaces.specs_from_space`; observations
+1..m likewise, then
 ``reward``, ``discount`` and, when the env renders ``rgb_array``, ``RGB``.
 
 Actions missing from a StepRequest (all actions are optional in dm_env_rpc)
@@ -26,6 +28,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 import numpy as np
+from gymnasium import spaces as gym_spaces
 from gymnasium.spaces import Space
 
 from dmrpc_gym import spaces, tensors
@@ -45,6 +48,11 @@ _ENV, _REWARD, _DISCOUNT, _RGB = range(4)
 _PAYLOAD = {f.number: f.name for f in pb.Tensor.DESCRIPTOR.oneofs_by_name["payload"].fields}
 _PAYLOAD_TYPE = {name: pb.DataType.Name(number) for number, name in _PAYLOAD.items()}
 _PLAN_CACHE = 64
+
+
+def _prefix(space: Space, name: str) -> str:
+    """Dict keys are spec names as they are; any other space is named ``name`` (``name.0``... for a Tuple)."""
+    return "" if isinstance(space, gym_spaces.Dict) else name
 
 
 def _default(checker: SpecChecker) -> np.ndarray:
@@ -95,8 +103,8 @@ class AgentInterface:
         self.action_space = action_space
         self.rgb_shape = rgb_shape
         try:
-            self._obs_codec = spaces.ValueCodec(observation_space, OBSERVATION)
-            self._act_codec = spaces.ValueCodec(action_space, ACTION)
+            self._obs_codec = spaces.ValueCodec(observation_space, _prefix(observation_space, OBSERVATION))
+            self._act_codec = spaces.ValueCodec(action_space, _prefix(action_space, ACTION))
         except (TypeError, ValueError) as exc:
             raise status.failed_precondition(f"{who} cannot be served: {exc}") from None
         specs = pb.ActionObservationSpecs()
