@@ -13,7 +13,7 @@ DATA carrying length-prefixed gRPC messages), flow control both ways, PING
 and SETTINGS acknowledgements, trailers (``grpc-status``), RST_STREAM and
 GOAWAY. Headers are (de)compressed with ``hpack``.
 
->>> GrpcStream.frame_message(b"hi")[:9]   # DATA frame header: length 7, stream 1
+>>> grpc_frame(b"hi", 1)[:9]   # DATA frame header: length 7, stream 1
 b'\\x00\\x00\\x07\\x00\\x00\\x00\\x00\\x00\\x01'
 """
 from __future__ import annotations
@@ -25,17 +25,17 @@ from collections import deque
 
 import hpack
 
-__all__ = ["GrpcStream", "StreamEnded"]
+__all__ = ["GrpcStream", "StreamEnded", "MessageSplitter", "frame", "grpc_frame", "parse_settings"]
 
-_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-_DATA, _HEADERS, _RST, _SETTINGS, _PUSH, _PING, _GOAWAY, _WINDOW, _CONT = 0, 1, 3, 4, 5, 6, 7, 8, 9
-_END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
-_SETTING_HEADER_TABLE, _SETTING_PUSH, _SETTING_WINDOW, _SETTING_FRAME = 1, 2, 4, 5
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 5, 6, 7, 8, 9
+END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
+SETTING_HEADER_TABLE, SETTING_PUSH, SETTING_WINDOW, SETTING_FRAME = 1, 2, 4, 5
 _STREAM = 1                      # the one stream this connection carries
-_MAX_WINDOW = 2**31 - 1
+MAX_WINDOW = 2**31 - 1
 _OUR_FRAME = 2**24 - 1           # largest frame we accept
 _RECV_CHUNK = 1 << 18
-_HEADER = struct.Struct(">BHBBL")  # length (24 bits as 8+16), type, flags, stream id
+HEADER = struct.Struct(">BHBBL")  # length (24 bits as 8+16), type, flags, stream id
 _U32 = struct.Struct(">L")
 
 
@@ -48,9 +48,44 @@ class StreamEnded(Exception):
         super().__init__(message)
 
 
-def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    """One HTTP/2 frame: 9-byte header, then ``payload``."""
     n = len(payload)
-    return _HEADER.pack(n >> 16, n & 0xFFFF, kind, flags, stream) + payload
+    return HEADER.pack(n >> 16, n & 0xFFFF, kind, flags, stream) + payload
+
+
+def grpc_frame(message: bytes, stream: int) -> bytes:
+    """One gRPC message (length-prefixed, uncompressed) in one DATA frame."""
+    n = len(message) + 5
+    return (HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream)
+            + b"\x00" + _U32.pack(len(message)) + message)
+
+
+def parse_settings(payload: bytes) -> list[tuple[int, int]]:
+    """A SETTINGS frame's ``(identifier, value)`` pairs."""
+    return [struct.unpack_from(">HL", payload, i) for i in range(0, len(payload) - 5, 6)]
+
+
+class MessageSplitter:
+    """Cuts DATA payloads into gRPC messages (which may span frames, or share one)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self):
+        self._data = bytearray()
+
+    def feed(self, payload: bytes, out: "deque[bytes] | list[bytes]") -> None:
+        """Append ``payload``; every message it completes goes to ``out``."""
+        data = self._data
+        data += payload
+        while len(data) >= 5:
+            size = _U32.unpack_from(data, 1)[0]
+            if len(data) < 5 + size:
+                break
+            if data[0]:
+                raise ConnectionError("a compressed gRPC message arrived; compression was not negotiated")
+            out.append(bytes(data[5:5 + size]))
+            del data[:5 + size]
 
 
 class GrpcStream:
@@ -72,7 +107,7 @@ class GrpcStream:
                  metadata: tuple[tuple[str, str], ...] = (), scheme: str = "http"):
         self._sock = sock
         self._buf = bytearray()
-        self._data = bytearray()        # DATA bytes not yet cut into messages
+        self._splitter = MessageSplitter()
         self._messages: deque[bytes] = deque()
         self._decoder = hpack.Decoder()
         self._header_block = bytearray()
@@ -92,24 +127,17 @@ class GrpcStream:
         headers += [(k.lower(), v) for k, v in metadata]
         block = hpack.Encoder().encode(headers)
         settings = b"".join(struct.pack(">HL", k, v) for k, v in (
-            (_SETTING_PUSH, 0), (_SETTING_WINDOW, _MAX_WINDOW), (_SETTING_FRAME, _OUR_FRAME)))
+            (SETTING_PUSH, 0), (SETTING_WINDOW, MAX_WINDOW), (SETTING_FRAME, _OUR_FRAME)))
         self._sock.sendall(
-            _PREFACE + _frame(_SETTINGS, 0, 0, settings)
-            + _frame(_WINDOW, 0, 0, _U32.pack(_MAX_WINDOW - 65535))
-            + _frame(_HEADERS, _END_HEADERS, _STREAM, block))
+            PREFACE + frame(SETTINGS, 0, 0, settings)
+            + frame(WINDOW_UPDATE, 0, 0, _U32.pack(MAX_WINDOW - 65535))
+            + frame(HEADERS, END_HEADERS, _STREAM, block))
 
     # -- public ----------------------------------------------------------------
     def handshake(self) -> None:
         """Block until the server's first SETTINGS frame arrives (socket timeout applies)."""
         while not self._settled:
             self._read_frame()
-
-    @staticmethod
-    def frame_message(message: bytes) -> bytes:
-        """One gRPC message in one DATA frame (when it fits the peer's limits)."""
-        n = len(message) + 5
-        return (_HEADER.pack(n >> 16, n & 0xFFFF, _DATA, 0, _STREAM)
-                + b"\x00" + _U32.pack(len(message)) + message)
 
     def write(self, message: bytes) -> None:
         """Send one gRPC message (blocks only while the peer's flow-control window is full)."""
@@ -119,7 +147,7 @@ class GrpcStream:
         if n <= self._send_stream and n <= self._send_conn and n <= self._peer_frame:
             self._send_stream -= n
             self._send_conn -= n
-            self._sock.sendall(self.frame_message(message))
+            self._sock.sendall(grpc_frame(message, _STREAM))
             return
         data = memoryview(b"\x00" + _U32.pack(len(message)) + message)
         while data:
@@ -130,7 +158,7 @@ class GrpcStream:
             n = min(len(data), self._send_stream, self._send_conn, self._peer_frame)
             self._send_stream -= n
             self._send_conn -= n
-            self._sock.sendall(_frame(_DATA, 0, _STREAM, bytes(data[:n])))
+            self._sock.sendall(frame(DATA, 0, _STREAM, bytes(data[:n])))
             data = data[n:]
 
     def read(self) -> bytes:
@@ -146,7 +174,7 @@ class GrpcStream:
         """Half-close our side politely, then close the socket. Never blocks for long."""
         try:
             self._sock.settimeout(0.0)
-            self._sock.send(_frame(_DATA, _END_STREAM, _STREAM))
+            self._sock.send(frame(DATA, END_STREAM, _STREAM))
         except OSError:
             pass
         try:
@@ -167,92 +195,82 @@ class GrpcStream:
 
     def _read_frame(self) -> None:
         self._fill(9)
-        hi, lo, kind, flags, stream = _HEADER.unpack_from(self._buf)
+        hi, lo, kind, flags, stream = HEADER.unpack_from(self._buf)
         length = (hi << 16) | lo
         self._fill(9 + length)
         payload = bytes(self._buf[9:9 + length])
         del self._buf[:9 + length]
         stream &= 0x7FFFFFFF
-        if kind == _DATA:
+        if kind == DATA:
             self._on_data(flags, payload)
-        elif kind in (_HEADERS, _CONT):
+        elif kind in (HEADERS, CONTINUATION):
             self._on_headers(kind, flags, payload)
-        elif kind == _SETTINGS:
-            if not flags & _ACK:
+        elif kind == SETTINGS:
+            if not flags & ACK:
                 self._on_settings(payload)
-        elif kind == _PING:
-            if not flags & _ACK:
-                self._sock.sendall(_frame(_PING, _ACK, 0, payload))
-        elif kind == _WINDOW:
+        elif kind == PING:
+            if not flags & ACK:
+                self._sock.sendall(frame(PING, ACK, 0, payload))
+        elif kind == WINDOW_UPDATE:
             increment = _U32.unpack(payload)[0] & 0x7FFFFFFF
             if stream == 0:
                 self._send_conn += increment
             else:
                 self._send_stream += increment
-        elif kind == _RST and stream == _STREAM:
+        elif kind == RST_STREAM and stream == _STREAM:
             code = _U32.unpack(payload)[0]
             self._end(None, f"the server reset the stream (HTTP/2 error code {code})")
-        elif kind == _GOAWAY:
+        elif kind == GOAWAY:
             last, code = struct.unpack_from(">LL", payload)
             debug = payload[8:].decode("utf-8", "replace")
             self._goaway = f"HTTP/2 error code {code}{': ' + debug if debug else ''}"
             if (last & 0x7FFFFFFF) < _STREAM:
                 self._end(None, f"the server is going away ({self._goaway})")
-        elif kind == _PUSH:
+        elif kind == PUSH_PROMISE:
             raise ConnectionError("protocol error: the server pushed a stream we disabled")
         # PRIORITY and unknown frame types are ignored, as HTTP/2 requires.
 
     def _on_settings(self, payload: bytes) -> None:
-        for i in range(0, len(payload) - 5, 6):
-            key, value = struct.unpack_from(">HL", payload, i)
-            if key == _SETTING_WINDOW:
+        for key, value in parse_settings(payload):
+            if key == SETTING_WINDOW:
                 self._send_stream += value - self._peer_window
                 self._peer_window = value
-            elif key == _SETTING_FRAME:
+            elif key == SETTING_FRAME:
                 self._peer_frame = value
-            elif key == _SETTING_HEADER_TABLE:
+            elif key == SETTING_HEADER_TABLE:
                 pass  # we never index headers, so any table size suits us
-        self._sock.sendall(_frame(_SETTINGS, _ACK, 0))
+        self._sock.sendall(frame(SETTINGS, ACK, 0))
         self._settled = True
 
     def _on_data(self, flags: int, payload: bytes) -> None:
         self._received += len(payload)
-        if flags & _PADDED:
+        if flags & PADDED:
             payload = payload[1:len(payload) - payload[0]]
-        data = self._data
-        data += payload
-        while len(data) >= 5:
-            size = _U32.unpack_from(data, 1)[0]
-            if len(data) < 5 + size:
-                break
-            if data[0]:
-                raise ConnectionError("the server sent a compressed message, which was not negotiated")
-            self._messages.append(bytes(data[5:5 + size]))
-            del data[:5 + size]
-        if self._received > _MAX_WINDOW // 2:
+        self._splitter.feed(payload, self._messages)
+        if self._received > MAX_WINDOW // 2:
             update = _U32.pack(self._received)
-            self._sock.sendall(_frame(_WINDOW, 0, 0, update) + _frame(_WINDOW, 0, _STREAM, update))
+            self._sock.sendall(frame(WINDOW_UPDATE, 0, 0, update) + frame(WINDOW_UPDATE, 0, _STREAM, update))
             self._received = 0
-        if flags & _END_STREAM:
+        if flags & END_STREAM:
             self._end(None, "the server ended the stream without trailers")
 
     def _on_headers(self, kind: int, flags: int, payload: bytes) -> None:
-        if kind == _HEADERS:
-            if flags & _PADDED:
+        if kind == HEADERS:
+            if flags & PADDED:
                 payload = payload[1:len(payload) - payload[0]]
-            if flags & _PRIORITY:
+            if flags & PRIORITY:
                 payload = payload[5:]
             self._header_block = bytearray(payload)
             self._header_flags = flags
         else:
             self._header_block += payload
-        if not flags & _END_HEADERS:
+        if not flags & END_HEADERS:
             return
         headers = {k if isinstance(k, str) else k.decode(): v if isinstance(v, str) else v.decode()
                    for k, v in self._decoder.decode(bytes(self._header_block))}
         if headers.get(":status", "200") != "200":
             self._end(None, f"the server answered HTTP status {headers[':status']}")
-        elif self._header_flags & _END_STREAM:
+        elif self._header_flags & END_STREAM:
             status = int(headers.get("grpc-status", "2"))
             message = urllib.parse.unquote(headers.get("grpc-message", ""))
             self._end(status, message or f"the server ended the stream with gRPC status {status}")

@@ -30,7 +30,7 @@ The SB3 flavour (``sb3_compat=True`` gives the spaces SB3 can train on):
 >>> venv.seed(5)
 [5, 6]
 >>> venv.reset().shape
-(2, 10, 10)
+(2, 100)
 >>> obs, rewards, dones, infos = venv.step(np.array([0, 2]))
 >>> venv.close()
 """
@@ -45,29 +45,75 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
-from dmrpc_gym.agent import RemoteAgent, State
+from dmrpc_gym.agent import State
 from dmrpc_gym.connection import settings_tensors
 from dmrpc_gym.env import DmRpcEnv
 from dmrpc_gym.errors import DmRpcError
 from dmrpc_gym.wire import pb
 
-__all__ = ["Batch", "Restart", "RESTART", "DmRpcVectorEnv", "DmRpcSB3VecEnv", "batch_observations"]
+__all__ = ["Batch", "Restart", "RESTART", "DmRpcVectorEnv", "DmRpcSB3VecEnv", "batch_observations", "merge_infos"]
 
 #: One sub-env's ``(observation, reward, terminated, truncated, info)``.
 StepResult = tuple[Any, float, bool, bool, dict]
 
 
+_ARRAY_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+
+
 def batch_observations(space: gym.Space, items: Sequence[Any]) -> Any:
-    """Stack single-env observations of ``space`` into fresh batched arrays (Dict/Tuple too)."""
+    """Stack single-env observations of ``space`` into fresh batched arrays (Dict/Tuple too).
+
+    The same value as gymnasium's ``concatenate`` into ``create_empty_array``, with
+    a fast path for the array spaces.
+
+    >>> batch_observations(gym.spaces.Dict({"x": gym.spaces.Discrete(3)}), [{"x": 1}, {"x": 2}])
+    {'x': array([1, 2])}
+    """
+    if isinstance(space, _ARRAY_SPACES):
+        return np.stack(items).astype(space.dtype, copy=False)
+    if isinstance(space, gym.spaces.Dict):
+        return {key: batch_observations(sub, [item[key] for item in items]) for key, sub in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(batch_observations(sub, [item[j] for item in items]) for j, sub in enumerate(space.spaces))
     return concatenate(space, items, create_empty_array(space, n=len(items), fn=np.empty))
 
 
-def _step_request(agent: RemoteAgent, action: Any) -> pb.StepRequest:
-    """The StepRequest ``agent.submit_step(action)`` would send, built but not sent."""
-    request = pb.StepRequest(requested_observations=agent._requested)
-    if action is not None:
-        agent._pack_actions(action, request)
-    return request
+def merge_infos(infos: Sequence[tuple[int, dict]], num_envs: int) -> dict[str, Any]:
+    """Sub-env infos (``(index, info)`` pairs) merged as gymnasium's ``VectorEnv._add_info`` does.
+
+    Every key gets an array over the sub-envs (numbers: their type; arrays:
+    stacked; dicts: merged recursively; anything else: an object array) and a
+    ``_key`` bool mask of the sub-envs that had it.
+
+    >>> merge_infos([(0, {"discount": 1.0}), (2, {"discount": 0.5})], 3)
+    {'discount': array([1. , 0. , 0.5]), '_discount': array([ True, False,  True])}
+    """
+    out: dict[str, Any] = {}
+    keys: dict[str, None] = {}
+    for _, info in infos:
+        keys.update(dict.fromkeys(info))
+    for key in keys:
+        present = [(i, info[key]) for i, info in infos if key in info]
+        first = present[0][1]
+        if key == "final_obs":
+            array = np.full(num_envs, None, dtype=object)
+            for i, value in present:
+                array[i] = value
+        elif isinstance(first, dict):
+            array = merge_infos(present, num_envs)
+        else:
+            if type(first) in (int, float, bool) or isinstance(first, np.number):
+                array = np.zeros(num_envs, dtype=type(first))
+            elif isinstance(first, np.ndarray):
+                array = np.zeros((num_envs, *first.shape), dtype=first.dtype)
+            else:
+                array = np.full(num_envs, None, dtype=object)
+            for i, value in present:
+                array[i] = value
+        mask = np.zeros(num_envs, dtype=np.bool_)
+        mask[[i for i, _ in present]] = True
+        out[key], out[f"_{key}"] = array, mask
+    return out
 
 
 def _with_index(err: Exception, index: int) -> Exception:
@@ -159,7 +205,7 @@ class Batch:
         for i, action in jobs.items():
             agent = self.envs[i].agent
             try:
-                requests[i] = _step_request(agent, None if isinstance(action, Restart) else action)
+                requests[i] = agent.step_request(None if isinstance(action, Restart) else action)
             except ValueError as err:
                 raise ValueError(f"sub-env {i}: {err}") from None
         for i, request in requests.items():
@@ -400,11 +446,12 @@ class DmRpcVectorEnv(VectorEnv):
         options = dict(options or {})
         mask = _reset_mask(options, self.num_envs)
         indices = list(range(self.num_envs)) if mask is None else np.flatnonzero(mask).tolist()
-        infos: dict[str, Any] = {}
+        merged = []
         for i, (obs, info) in zip(indices, self._batch.reset(indices, seeds, options)):
             self._obs[i] = obs
             self._autoreset[i] = False
-            infos = self._add_info(infos, info, i)
+            merged.append((i, info))
+        infos = merge_infos(merged, self.num_envs)
         if any(obs is None for obs in self._obs):
             raise RuntimeError("reset with a reset_mask before a full reset(); call reset() first")
         return batch_observations(self.single_observation_space, self._obs), infos
@@ -419,10 +466,11 @@ class DmRpcVectorEnv(VectorEnv):
         rewards = np.zeros(self.num_envs, dtype=np.float64)
         terminated = np.zeros(self.num_envs, dtype=np.bool_)
         truncated = np.zeros(self.num_envs, dtype=np.bool_)
-        infos: dict[str, Any] = {}
+        merged = []
         for i in range(self.num_envs):
             self._obs[i], rewards[i], terminated[i], truncated[i], info = results[i]
-            infos = self._add_info(infos, info, i)
+            merged.append((i, info))
+        infos = merge_infos(merged, self.num_envs)
         self._autoreset = terminated | truncated
         return (batch_observations(self.single_observation_space, self._obs), rewards, terminated,
                 truncated, infos)

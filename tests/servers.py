@@ -84,12 +84,20 @@ class RawStream:
             self._answers.put(exc)
         self._answers.put(None)
 
-    def send_bytes(self, raw: bytes, timeout: float = 10.0) -> pb.EnvironmentResponse:
+    def write(self, raw: bytes) -> None:
+        """Send without waiting for the answer (pipelining)."""
         self._requests.put(raw)
+
+    def read(self, timeout: float = 10.0) -> pb.EnvironmentResponse:
+        """The next answer, in order."""
         answer = self._answers.get(timeout=timeout)
         if not isinstance(answer, bytes):
             raise AssertionError(f"the stream ended instead of answering: {answer!r}")
         return pb.EnvironmentResponse.FromString(answer)
+
+    def send_bytes(self, raw: bytes, timeout: float = 10.0) -> pb.EnvironmentResponse:
+        self.write(raw)
+        return self.read(timeout)
 
     def send(self, **payload: Any) -> pb.EnvironmentResponse:
         return self.send_bytes(pb.EnvironmentRequest(**payload).SerializeToString())

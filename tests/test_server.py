@@ -1,7 +1,6 @@
 """The gymnasium side of dmrpc_gym.server, over real gRPC with official and raw clients."""
 from __future__ import annotations
 
-import threading
 import time
 
 import grpc
@@ -14,10 +13,10 @@ from dm_env_rpc.v1 import error as dm_error
 from dm_env_rpc.v1.extensions import properties as dm_properties
 
 import servers
+from dmrpc_gym import tensors
 from dmrpc_gym.connection import Connection
 from dmrpc_gym.errors import DmRpcError
 from dmrpc_gym.server import Server, serve
-from dmrpc_gym.server.worlds import GymAgent
 from dmrpc_gym.wire import pb
 from dmrpc_gym.worlds.catch import Catch
 
@@ -574,3 +573,33 @@ def test_a_dict_and_tuple_env_gets_dotted_names():
                                            requested_observations=[obs["reward"], obs["status.ok"]]))
         assert servers.unpack(response.observations[obs["reward"]]) == 0.25
         assert servers.unpack(response.observations[obs["status.ok"]]).dtype == np.bool_
+
+
+def test_pipelined_requests_are_answered_in_order(catch_server):
+    with servers.RawStream(catch_server.address) as stream:
+        world = stream.send(create_world=pb.CreateWorldRequest(
+            settings={"rows": tensors.pack(4)})).create_world.world_name
+        batch = [pb.EnvironmentRequest(join_world=pb.JoinWorldRequest(world_name=world))]
+        batch += [pb.EnvironmentRequest(step=pb.StepRequest())] * 7
+        batch += [pb.EnvironmentRequest(leave_world=pb.LeaveWorldRequest()),
+                  pb.EnvironmentRequest(destroy_world=pb.DestroyWorldRequest(world_name=world))]
+        for request in batch:  # all written before any answer is read
+            stream.write(request.SerializeToString())
+        answers = [stream.read() for _ in batch]
+        assert [a.WhichOneof("payload") for a in answers] == (
+            ["join_world"] + ["step"] * 7 + ["leave_world", "destroy_world"])
+        # Rows=4: the ball lands on the third step of each sequence.
+        assert [a.step.state for a in answers[1:8]] == [
+            pb.RUNNING, pb.RUNNING, pb.RUNNING, pb.TERMINATED, pb.RUNNING, pb.RUNNING, pb.RUNNING]
+
+
+def test_without_a_default_world_clients_must_create_one():
+    with servers.start(Catch, default_world=False) as server, servers.official(server.address) as conn:
+        with pytest.raises(dm_error.DmEnvRpcError) as excinfo:
+            conn.send(dpb.JoinWorldRequest(world_name=""))
+        assert _code(excinfo) == NOT_FOUND and "no default world" in excinfo.value.message
+        world = conn.send(dpb.CreateWorldRequest()).world_name
+        conn.send(dpb.JoinWorldRequest(world_name=world))
+        assert conn.send(_step_request()).state == dpb.RUNNING
+    with pytest.raises(ValueError, match="timeout"):
+        Server(Catch, timeout=0)

@@ -212,7 +212,8 @@ def test_a_silent_agent_makes_waits_fail_not_hang():
         for future in futures:
             with pytest.raises(dm_error.DmEnvRpcError) as excinfo:
                 future.result(timeout=WAIT)
-            assert excinfo.value.code == DEADLINE_EXCEEDED and "agent 'c' to step" in excinfo.value.message
+            message = excinfo.value.message
+            assert excinfo.value.code == DEADLINE_EXCEEDED and "'c'" in message and "to step" in message
         # Nothing was lost: the round completes when all three step again.
         assert [int(_obs(r)[0]) for r in _round(pool, clients)] == [1, 1, 1]
         # A first step while an agent is missing times out too.
@@ -356,5 +357,43 @@ def test_the_bundled_tag_world_served_like_the_cli():
         # Nobody outlives the pursuers, who play until the last evader is caught or time runs out.
         assert max(lengths.values()) == lengths["pursuer_0"] == lengths["pursuer_1"]
         _destroy(server.address, world)
+    finally:
+        server.stop()
+
+
+def test_stopping_the_server_ends_waiting_streams():
+    server = servers.start(Relay, timeout=WAIT)
+    try:
+        world = _create(server.address)
+        with ThreadPoolExecutor(3) as pool:
+            clients = _joined_trio(server.address, world)
+            _round(pool, clients)
+            waiting = pool.submit(_step, clients[0].connection, 1)   # waits for 'b' and 'c'
+            time.sleep(0.1)
+            server.stop()
+            with pytest.raises(Exception) as excinfo:
+                waiting.result(timeout=WAIT)
+            assert not isinstance(excinfo.value, TimeoutError)
+            for client in clients:
+                client.close()
+    finally:
+        server.stop()
+
+
+def test_a_pettingzoo_env_module_is_served_through_its_parallel_env(monkeypatch):
+    import sys
+    import types
+    package, module = types.ModuleType("fakezoo"), types.ModuleType("fakezoo.relay_v0")
+    module.parallel_env = lambda **kwargs: Relay(**kwargs)
+    package.relay_v0 = module
+    monkeypatch.setitem(sys.modules, "fakezoo", package)
+    monkeypatch.setitem(sys.modules, "fakezoo.relay_v0", module)
+    server = servers.serve_like_cli("fakezoo:relay_v0")
+    try:
+        assert server.factory.kind == "pettingzoo"
+        with servers.official(server.address) as conn:
+            specs = conn.send(dpb.JoinWorldRequest(world_name="", settings={"agent": servers.tensor("c")})).specs
+            assert [s.name for s in specs.actions.values()] == ["action"]
+            assert dm_properties.PropertiesExtension(conn)["agent"] == "c"
     finally:
         server.stop()

@@ -246,9 +246,11 @@ class Factory:
         kind = env_kind(env)
         if kind is None or (self.kind is not None and kind != self.kind):
             close_quietly(env)
-            got = kind or type(env).__name__
-            want = self.kind or "a gymnasium Env or a PettingZoo ParallelEnv"
-            raise status.failed_precondition(f"{self.name} returned {got}, expected {want}")
+            got = f"a {kind} env" if kind else f"a {type(env).__name__}"
+            want = f"a {self.kind} env" if self.kind else "a gymnasium Env or a PettingZoo ParallelEnv"
+            hint = ("; it looks like a PettingZoo AEC env: serve its parallel_env() factory instead"
+                    if hasattr(env, "agent_selection") else "")
+            raise status.failed_precondition(f"{self.name} returned {got}, expected {want}{hint}")
         return env, kind
 
     def __repr__(self) -> str:

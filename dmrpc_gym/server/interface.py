@@ -95,6 +95,14 @@ class AgentInterface:
 
     Raises ``FAILED_PRECONDITION`` when a space has no TensorSpec, or when an
     observation is named like one the server adds.
+
+    >>> import gymnasium as gym
+    >>> face = AgentInterface(gym.spaces.Dict({"x": gym.spaces.Box(-1, 1, ())}), gym.spaces.Discrete(2),
+    ...                       rgb_shape=(4, 4, 3))
+    >>> [spec.name for spec in face.specs.observations.values()]
+    ['x', 'reward', 'discount', 'RGB']
+    >>> face.plan([2, 2, 1]).items
+    ((2, 1, 'reward', 2), (1, 0, 'x', 1))
     """
 
     def __init__(self, observation_space: Space, action_space: Space,

@@ -32,7 +32,7 @@ progress for the server's ``timeout``, default 30 s; none can hang):
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -58,7 +58,20 @@ def _names(agents: Any) -> str:
 
 
 class ParallelWorld:
-    """A PettingZoo ``ParallelEnv`` whose agents are joined connections (see the module doc)."""
+    """A PettingZoo ``ParallelEnv`` whose agents are joined connections (see the module doc).
+
+    >>> from dmrpc_gym.worlds.tag import Tag
+    >>> world = ParallelWorld("demo", Factory(Tag), {}, 0, Tag(evaders=1), timeout=5.0)
+    >>> agents = [world.join({}) for _ in world.possible]
+    >>> [agent.name for agent in agents]
+    ['pursuer_0', 'pursuer_1', 'evader_0']
+    >>> async def first_steps():
+    ...     outs = [pb.StepResponse() for _ in agents]
+    ...     await asyncio.gather(*(a.step(pb.StepRequest(), o) for a, o in zip(agents, outs)))
+    ...     return [pb.EnvironmentStateType.Name(o.state) for o in outs]
+    >>> asyncio.run(first_steps())
+    ['RUNNING', 'RUNNING', 'RUNNING']
+    """
 
     kind = "pettingzoo"
 
@@ -107,14 +120,22 @@ class ParallelWorld:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def _wait(self, what: str) -> None:
-        """Wait for the next change; DEADLINE_EXCEEDED after ``timeout`` s without one."""
+    async def _wait(self, what: Callable[[], str]) -> None:
+        """Wait for the next change; DEADLINE_EXCEEDED (saying ``what()`` was awaited) after ``timeout`` s without one."""
         changed = self._changed
         try:
             await asyncio.wait_for(changed.wait(), self.timeout)
         except asyncio.TimeoutError:
             raise status.deadline_exceeded(
-                f"world {self.name!r}: waited {self.timeout:g} s for {what} with no progress") from None
+                f"world {self.name!r}: waited {self.timeout:g} s for {what()} with no progress") from None
+
+    def _missing(self) -> str:
+        missing = [a for a in self.possible if a not in self.agents]
+        return f"agent{'s' if len(missing) > 1 else ''} {_names(missing)} to join"
+
+    def _late(self) -> str:
+        late = sorted(self.live - self.pending.keys())
+        return f"agent{'s' if len(late) > 1 else ''} {_names(late)} to step"
 
     # -- episodes ---------------------------------------------------------------------
 
@@ -152,14 +173,12 @@ class ParallelWorld:
             if self.agents.get(agent.name) is not agent:
                 raise status.failed_precondition(f"agent {agent.name!r} is no longer joined to {self.name!r}")
             if not self.running:
-                missing = [a for a in self.possible if a not in self.agents]
-                if not missing:
+                if all(a in self.agents for a in self.possible):
                     self._reset_env()
                     continue
-                what = f"agent{'s' if len(missing) > 1 else ''} {_names(missing)} to join"
+                await self._wait(self._missing)
             else:
-                what = f"the episode to end (agent {agent.name!r} has finished it)"
-            await self._wait(what)
+                await self._wait(lambda: f"the episode to end (agent {agent.name!r} has finished it)")
 
     async def act(self, agent: "ParallelAgent", action: Any) -> tuple | None:
         """Submit ``agent``'s action and wait for the round; None when the episode was aborted."""
@@ -174,8 +193,7 @@ class ParallelWorld:
                     raise status.internal(self.failure[1])
                 if not self.running or self.episode != episode:
                     return None
-                late = sorted(self.live - self.pending.keys())
-                await self._wait(f"agent{'s' if len(late) > 1 else ''} {_names(late)} to step")
+                await self._wait(self._late)
         except BaseException:
             if self.pending.get(agent.name) is action:
                 del self.pending[agent.name]

@@ -38,6 +38,10 @@ class Property:
     ``read()`` returns the value; ``write(array)`` receives the written tensor
     unpacked (and already checked to be of ``dtype``'s kind and ``shape``) and
     may raise a ``DmRpcError`` (e.g. ``INVALID_ARGUMENT`` for a bad value).
+
+    >>> spec = Property("gravity", pb.DOUBLE, "m/s^2", read=lambda: 9.81).spec()
+    >>> spec.spec.name, spec.is_readable, spec.is_writable
+    ('gravity', True, False)
     """
 
     key: str

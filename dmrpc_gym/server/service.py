@@ -1,8 +1,8 @@
-"""The gRPC method, and the per-connection state machine behind it.
+"""The per-stream state machine behind the dm_env_rpc method.
 
 Every stream is one :class:`Session`: not joined, or joined to one world as
-one agent. Requests are parsed here (the method is registered without a
-deserializer), so bytes that are no ``EnvironmentRequest`` get an error
+one agent. Requests arrive as bytes and are parsed here, so bytes that
+are no ``EnvironmentRequest`` get an error
 response like any other bad request. Every failure is answered with a
 ``google.rpc.Status`` (code and a message naming what was wrong) and leaves
 the stream open and the session's state unchanged: only the client ends a
@@ -21,7 +21,7 @@ Requests, by state:
 from __future__ import annotations
 
 import logging
-from typing import Any, AsyncIterator
+from typing import Any
 
 import grpc
 import numpy as np
@@ -30,9 +30,9 @@ from dmrpc_gym.errors import DmRpcError
 from dmrpc_gym.server import properties, status
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.worlds import WorldRegistry
-from dmrpc_gym.wire import METHOD, SERVICE, pb
+from dmrpc_gym.wire import pb
 
-__all__ = ["Session", "Service"]
+__all__ = ["Session"]
 
 log = logging.getLogger("dmrpc_gym.server")
 
@@ -165,24 +165,3 @@ class Session:
             self.leave()
         except Exception:  # noqa: BLE001 - a closing stream has no one to answer
             log.exception("leaving the world of a closed stream failed")
-
-
-class Service:
-    """The dm_env_rpc ``Process`` method of one server, over one world registry."""
-
-    def __init__(self, registry: WorldRegistry):
-        self.registry = registry
-
-    def handler(self) -> grpc.GenericRpcHandler:
-        """The generic handler binding ``/dm_env_rpc.v1.Environment/Process`` (bytes in, bytes out)."""
-        method = grpc.stream_stream_rpc_method_handler(self.process)
-        return grpc.method_handlers_generic_handler(SERVICE, {METHOD: method})
-
-    async def process(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
-        """One stream: answer its requests in order; leave its world when it ends."""
-        session = Session(self.registry)
-        try:
-            async for raw in requests:
-                yield await session.handle(raw)
-        finally:
-            session.close()

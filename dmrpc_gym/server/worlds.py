@@ -330,6 +330,18 @@ class WorldRegistry:
         factory: the resolved env factory.
         default_world: whether world name ``""`` names a world created on first use.
         timeout: seconds a multi-agent wait may see no progress before it fails.
+
+    >>> from dmrpc_gym import tensors
+    >>> from dmrpc_gym.worlds.catch import Catch
+    >>> registry = WorldRegistry(Factory(Catch))
+    >>> name = registry.create({"rows": tensors.pack(4), "seed": tensors.pack(1)})
+    >>> agent = registry.get(name).join({})
+    >>> out = pb.StepResponse()
+    >>> agent.step(pb.StepRequest(), out)   # the first step starts a sequence
+    >>> pb.EnvironmentStateType.Name(out.state), agent.episode_step
+    ('RUNNING', 0)
+    >>> agent.leave(); registry.destroy(name, joined=None); registry.names()
+    []
     """
 
     def __init__(self, factory: Factory, default_world: bool = True, timeout: float = 30.0):
