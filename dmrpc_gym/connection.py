@@ -43,15 +43,6 @@ _TAGS = {name: bytes([(pb.EnvironmentRequest.DESCRIPTOR.fields_by_name[name].num
          for name in (*_FIELDS.values(), _EXTENSION)}
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def parse_address(address: str) -> tuple[str, int]:
     """``"host:port"`` / ``"[::1]:port"`` -> ``(host, port)``; ``ValueError`` naming it otherwise."""
     host, sep, port = address.rpartition(":")
@@ -184,7 +175,7 @@ class Connection:
     def _write(self, field: str, body: bytes) -> None:
         self._check_usable()
         try:
-            self._transport.write(_TAGS[field] + _varint(len(body)) + body)
+            self._transport.write(_TAGS[field] + tensors.varint(len(body)) + body)
         except StreamEnded as ended:
             raise self._ended_error(ended, field) from None
         except OSError as err:

@@ -7,6 +7,7 @@ import grpc
 import gymnasium as gym
 import numpy as np
 
+from dmrpc_gym.lifecycle import RemoteResource
 from dmrpc_gym.agent import RemoteAgent, RewardFn, State
 from dmrpc_gym.connection import Connection, settings_tensors
 from dmrpc_gym.wire import pb
@@ -36,7 +37,7 @@ def close_world(connection: Connection, world_name: str, timeout: float = 2.0) -
         pass
 
 
-class DmRpcEnv(gym.Env):
+class DmRpcEnv(RemoteResource, gym.Env):
     """A dm_env_rpc world as a gymnasium environment.
 
     Creates a world (``world_settings``) or joins ``world_name``, joins it as one
@@ -153,18 +154,3 @@ class DmRpcEnv(gym.Env):
                 close_world(self.connection, self.world_name)
         finally:
             self.connection.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    # Pickling re-creates the env from its constructor arguments: a fresh connection.
-    def __getstate__(self) -> dict:
-        if self._kwargs.get("channel") is not None:
-            raise TypeError("a DmRpcEnv made with channel= cannot be pickled; pass address= instead")
-        return {"kwargs": self._kwargs}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(**state["kwargs"])

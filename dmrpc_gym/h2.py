@@ -25,7 +25,8 @@ from collections import deque
 
 import hpack
 
-__all__ = ["GrpcStream", "StreamEnded", "MessageSplitter", "frame", "grpc_frame", "parse_settings"]
+__all__ = ["GrpcStream", "StreamEnded", "MessageSplitter", "frame", "grpc_frame", "parse_settings",
+           "header_fragment"]
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 5, 6, 7, 8, 9
@@ -64,6 +65,15 @@ def grpc_frame(message: bytes, stream: int) -> bytes:
 def parse_settings(payload: bytes) -> list[tuple[int, int]]:
     """A SETTINGS frame's ``(identifier, value)`` pairs."""
     return [struct.unpack_from(">HL", payload, i) for i in range(0, len(payload) - 5, 6)]
+
+
+def header_fragment(flags: int, payload: bytes) -> bytes:
+    """A HEADERS frame's header-block fragment: its padding and priority fields removed."""
+    if flags & PADDED:
+        payload = payload[1:len(payload) - payload[0]]
+    if flags & PRIORITY:
+        payload = payload[5:]
+    return payload
 
 
 class MessageSplitter:
@@ -256,11 +266,7 @@ class GrpcStream:
 
     def _on_headers(self, kind: int, flags: int, payload: bytes) -> None:
         if kind == HEADERS:
-            if flags & PADDED:
-                payload = payload[1:len(payload) - payload[0]]
-            if flags & PRIORITY:
-                payload = payload[5:]
-            self._header_block = bytearray(payload)
+            self._header_block = bytearray(header_fragment(flags, payload))
             self._header_flags = flags
         else:
             self._header_block += payload

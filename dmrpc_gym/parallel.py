@@ -48,6 +48,7 @@ import grpc
 import numpy as np
 from pettingzoo import ParallelEnv
 
+from dmrpc_gym.lifecycle import RemoteResource
 from dmrpc_gym.agent import RemoteAgent, RewardFn, State
 from dmrpc_gym.connection import Connection, settings_tensors
 from dmrpc_gym.env import close_world, open_world
@@ -131,7 +132,7 @@ def _named(err: BaseException, agent: str, what: str, note: str = "") -> BaseExc
     return new
 
 
-class DmRpcParallelEnv(ParallelEnv):
+class DmRpcParallelEnv(RemoteResource, ParallelEnv):
     """A multi-agent dm_env_rpc world as a PettingZoo ``ParallelEnv``.
 
     Args:
@@ -411,19 +412,6 @@ class DmRpcParallelEnv(ParallelEnv):
         finally:
             for connection in self.connections.values():
                 connection.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    # Pickling re-creates the env from its constructor arguments: new connections, a new world.
-    def __getstate__(self) -> dict:
-        return {"kwargs": self._kwargs}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(**state["kwargs"])
 
 
 def parallel_env(address: str | None = None, *, world_settings: Mapping[str, Any] | None = None,

@@ -32,7 +32,7 @@ from dmrpc_gym.wire import pb
 __all__ = [
     "DTYPES", "np_dtype", "data_type", "data_type_name",
     "pack", "pack_into", "unpack", "unpack_flat", "pack_flat_into", "tensor_bytes",
-    "resolve_shape",
+    "resolve_shape", "varint",
 ]
 
 _SUPPORTED = ("float32, float64, int8, int32, int64, uint8, uint32, uint64, bool, "
@@ -147,7 +147,7 @@ _MASK64 = (1 << 64) - 1
 _ONE_BYTE = [bytes((i,)) for i in range(128)]
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
     """One non-negative integer as a protobuf varint."""
     if n < 128:
         return _ONE_BYTE[n]
@@ -200,7 +200,7 @@ def _varints(values: np.ndarray) -> bytes:
     protobuf parser reads, and that a message re-serializes minimally.
     """
     if values.size <= _SMALL:
-        return b"".join([_varint(x & _MASK64) for x in values.ravel().tolist()])
+        return b"".join([varint(x & _MASK64) for x in values.ravel().tolist()])
     if values.dtype.kind == "u":
         v = values.astype(np.uint64, copy=False).ravel()
     else:
@@ -230,7 +230,7 @@ def _varints(values: np.ndarray) -> bytes:
 
 def _array_field(nbytes: int) -> bytes:
     """Tag and length of a payload's ``array = 1`` field (omitted when empty, as protobuf does)."""
-    return b"\x0a" + _varint(nbytes) if nbytes else b""
+    return b"\x0a" + varint(nbytes) if nbytes else b""
 
 
 _SHAPES: dict[tuple[int, ...], bytes] = {}
@@ -243,8 +243,8 @@ def _shape_bytes(shape: tuple[int, ...]) -> bytes:
         return found
     if any(d > 0x7FFFFFFF for d in shape):
         raise ValueError(f"shape {list(shape)} does not fit a Tensor (dimensions are int32)")
-    body = b"".join(_varint(d) for d in shape)
-    found = b"\x7a" + _varint(len(body)) + body if shape else b""
+    body = b"".join(varint(d) for d in shape)
+    found = b"\x7a" + varint(len(body)) + body if shape else b""
     if len(_SHAPES) >= _CACHE_SIZE:
         _SHAPES.clear()
     _SHAPES[shape] = found
@@ -254,7 +254,7 @@ def _shape_bytes(shape: tuple[int, ...]) -> bytes:
 def _memory_head(c: _Codec, shape: tuple[int, ...], nbytes: int) -> bytes:
     """Everything of a memory-kind Tensor before its data: shape, payload tag, lengths."""
     inner = _array_field(nbytes)
-    head = _shape_bytes(shape) + c.tag + _varint(len(inner) + nbytes) + inner
+    head = _shape_bytes(shape) + c.tag + varint(len(inner) + nbytes) + inner
     if len(c.heads) >= _CACHE_SIZE:
         c.heads.clear()
     c.heads[shape] = head
@@ -270,7 +270,7 @@ def _encode(arr: np.ndarray, c: _Codec) -> bytes:
         return head + (arr.data if arr.flags.c_contiguous else arr.tobytes())
     body = _varints(arr)
     inner = _array_field(len(body))
-    return b"".join((_shape_bytes(arr.shape), c.tag, _varint(len(inner) + len(body)), inner, body))
+    return b"".join((_shape_bytes(arr.shape), c.tag, varint(len(inner) + len(body)), inner, body))
 
 
 # -- values to arrays ------------------------------------------------------------
@@ -388,7 +388,7 @@ def _write(tensor: pb.Tensor, arr: np.ndarray, c: _Codec) -> None:
 
 # Scalars (rewards, discounts, discrete actions) skip numpy arrays altogether.
 def _scalar_varint(c: _Codec, n: int) -> bytes:
-    body = _varint(n & _MASK64)
+    body = varint(n & _MASK64)
     return c.tag + _ONE_BYTE[len(body) + 2] + b"\x0a" + _ONE_BYTE[len(body)] + body
 
 

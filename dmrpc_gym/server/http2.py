@@ -23,7 +23,7 @@ import hpack
 
 from dmrpc_gym import h2
 from dmrpc_gym.h2 import (ACK, CONTINUATION, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADER, HEADERS, MAX_WINDOW,
-                          PADDED, PING, PREFACE, PRIORITY, RST_STREAM, SETTING_FRAME, SETTING_HEADER_TABLE,
+                          PADDED, PING, PREFACE, RST_STREAM, SETTING_FRAME, SETTING_HEADER_TABLE,
                           SETTING_WINDOW, SETTINGS, WINDOW_UPDATE, MessageSplitter, frame, parse_settings)
 from dmrpc_gym.wire import METHOD_PATH
 
@@ -165,11 +165,7 @@ class GrpcProtocol(asyncio.Protocol):
 
     def _on_headers(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
         if kind == HEADERS:
-            if flags & PADDED:
-                payload = payload[1:len(payload) - payload[0]]
-            if flags & PRIORITY:
-                payload = payload[5:]
-            self._block = bytearray(payload)
+            self._block = bytearray(h2.header_fragment(flags, payload))
             self._block_stream, self._block_flags = sid, flags
         else:
             self._block += payload
