@@ -8,6 +8,9 @@ arguments and returns the exit status. Add a subcommand by appending its
 - ``serve TARGET``: serve a gymnasium env id, ``module:factory`` (a gymnasium or
   PettingZoo factory) or a PettingZoo env module over dm_env_rpc until
   interrupted; prints the address it listens on.
+- ``inspect ADDRESS``: a world's actions, observations and properties as a table.
+- ``bench ADDRESS``: steps/s of a world with random actions.
+- ``demo``: PPO learns Catch over dm_env_rpc; saves a learning curve.
 
 >>> build_parser().parse_args(["serve", "CartPole-v1", "--port", "0"]).port
 0
@@ -21,7 +24,8 @@ import sys
 import threading
 from typing import Any, Callable
 
-__all__ = ["main", "build_parser", "COMMANDS", "add_serve", "run_serve", "start_server"]
+__all__ = ["main", "build_parser", "COMMANDS", "add_serve", "run_serve", "start_server",
+           "add_inspect", "run_inspect", "add_bench", "run_bench", "add_demo", "run_demo"]
 
 
 def _fail(command: str, message: Any) -> int:
@@ -93,8 +97,122 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- inspect / bench / demo: client-side tools ----------------------------------------------
+
+def _setting(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` -> ``(key, value)``; the value is a Python literal when it parses as one, else a str."""
+    import ast
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return key, value
+
+
+def _add_world_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("address", help="host:port of a dm_env_rpc server, or a bundled world "
+                                        "('catch', 'tag') served in-process")
+    parser.add_argument("--setting", "-s", type=_setting, action="append", default=[], metavar="KEY=VALUE",
+                        help="a CreateWorld setting (repeatable); VALUE is a Python literal or a string")
+    parser.add_argument("--world", metavar="NAME", help="join this existing world instead of creating one")
+    parser.add_argument("--join", type=_setting, action="append", default=[], metavar="KEY=VALUE",
+                        help="a JoinWorld setting (repeatable)")
+    parser.add_argument("--connect-timeout", type=float, default=5.0, metavar="SECONDS",
+                        help="seconds to wait for the server (default: %(default)s)")
+
+
+def _world_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    from dmrpc_gym.embedded import WORLDS, embedded_server
+    address = embedded_server(args.address).address if args.address in WORLDS else args.address
+    return dict(address=address, world_settings=dict(args.setting) or None, world_name=args.world,
+                join_settings=dict(args.join) or None, connect_timeout=args.connect_timeout)
+
+
+def _run_client(command: str, job: Callable[[], None]) -> int:
+    """Run ``job``; an unreachable server or a refused request is one line on stderr and status 1."""
+    from dmrpc_gym.errors import DmRpcError
+    try:
+        job()
+    except (ConnectionError, TimeoutError, DmRpcError, ValueError) as exc:
+        return _fail(command, exc)
+    return 0
+
+
+def add_inspect(subparsers: Any) -> None:
+    """Declare ``dmrpc-gym inspect``."""
+    parser = subparsers.add_parser(
+        "inspect", help="show a world's actions, observations and properties",
+        description="Join a world and print every action and observation spec (UID, dtype, shape, bounds, "
+                    "the gymnasium space it becomes or why none) and its properties; then leave.")
+    _add_world_arguments(parser)
+    parser.set_defaults(run=run_inspect)
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    """Run ``dmrpc-gym inspect``."""
+    from dmrpc_gym.report import format_report, inspect_world
+
+    def job() -> None:
+        kwargs = _world_kwargs(args)
+        print(format_report(inspect_world(kwargs.pop("address"), **kwargs)))
+    return _run_client("inspect", job)
+
+
+def add_bench(subparsers: Any) -> None:
+    """Declare ``dmrpc-gym bench``."""
+    parser = subparsers.add_parser(
+        "bench", help="measure steps/s of a world with random actions",
+        description="Step a world with random actions and print the steps per second of DmRpcEnv "
+                    "(and of DmRpcVectorEnv with --num-envs > 1).")
+    _add_world_arguments(parser)
+    parser.add_argument("--steps", type=int, default=2000, help="steps to time (default: %(default)s)")
+    parser.add_argument("--num-envs", type=int, default=1, metavar="N",
+                        help="also measure a DmRpcVectorEnv of N sub-envs (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random actions (default: %(default)s)")
+    parser.set_defaults(run=run_bench)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """Run ``dmrpc-gym bench``."""
+    from dmrpc_gym.bench import bench
+    if args.steps < 1 or args.num_envs < 1:
+        return _fail("bench", "--steps and --num-envs must be at least 1")
+
+    def job() -> None:
+        kwargs = _world_kwargs(args)
+        bench(kwargs.pop("address"), steps=args.steps, num_envs=args.num_envs, seed=args.seed, **kwargs)
+    return _run_client("bench", job)
+
+
+def add_demo(subparsers: Any) -> None:
+    """Declare ``dmrpc-gym demo``."""
+    parser = subparsers.add_parser(
+        "demo", help="train PPO on Catch over dm_env_rpc and plot the learning curve",
+        description="Start the embedded Catch server, measure a random policy, train Stable-Baselines3 PPO "
+                    "(needs the sb3 extra), measure again and save a learning-curve PNG.")
+    parser.add_argument("--timesteps", type=int, default=30_000, help="training steps (default: %(default)s)")
+    parser.add_argument("--envs", type=int, default=4, help="parallel envs (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed (default: %(default)s)")
+    parser.add_argument("--out", default="catch_learning_curve.png",
+                        help="where to save the learning curve (default: %(default)s)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar or messages")
+    parser.set_defaults(run=run_demo)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Run ``dmrpc-gym demo``."""
+    try:
+        from dmrpc_gym.demo import run_demo as demo
+    except ImportError as exc:
+        return _fail("demo", f"{exc}; install the sb3 extra: pip install 'dmrpc_gym[sb3]'")
+    return _run_client("demo", lambda: demo(total_timesteps=args.timesteps, n_envs=args.envs, seed=args.seed,
+                                            out=args.out, progress=not args.no_progress))
+
+
 #: The ``add_`` functions of every subcommand, in the order ``--help`` lists them.
-COMMANDS: list[Callable[[Any], None]] = [add_serve]
+COMMANDS: list[Callable[[Any], None]] = [add_serve, add_inspect, add_bench, add_demo]
 
 
 def build_parser() -> argparse.ArgumentParser:

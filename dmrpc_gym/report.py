@@ -223,13 +223,17 @@ def _value_text(value: Any) -> str:
         text = np.array2string(value, threshold=8, separator=", ", max_line_width=10_000)
     else:
         text = repr(value)
-    text = " ".join(text.split())
+    text = _one_line(text)
     return text if len(text) <= _MAX_VALUE_CHARS else text[:_MAX_VALUE_CHARS - 3] + "..."
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _spec_rows(rows: list[SpecRow]) -> list[list[str]]:
     return [[str(r.uid), r.name, r.dtype, _shape_text(r.shape), r.bounds,
-             str(r.space) if r.space is not None else r.reason or ""] for r in rows]
+             _one_line(str(r.space)) if r.space is not None else r.reason or ""] for r in rows]
 
 
 def format_report(report: WorldReport) -> str:
@@ -251,9 +255,13 @@ def format_report(report: WorldReport) -> str:
     for title, rows in (("Actions", report.actions), ("Observations", report.observations)):
         lines += ["", f"{title} ({len(rows)})"]
         lines += _table(headers, _spec_rows(rows)) if rows else ["  (none)"]
+    special = [n for n in ("reward", "discount") if any(r.name == n for r in report.observations)]
+    if special:
+        lines += [f"  ({' and '.join(map(repr, special))}: DmRpcEnv's reward/discount by default, "
+                  "not part of its observation space)"]
     lines += [""]
     if report.properties is None:
-        lines += [f"Properties: not available ({report.properties_error})"]
+        lines += [f"Properties: none offered ({report.properties_error})"]
     else:
         lines += [f"Properties ({len(report.properties)})"]
         if report.properties:

@@ -327,21 +327,16 @@ class Batch:
         if self.closed:
             return
         self.closed = True
-        envs = [env for env in self.envs if env is not None]
-        if len(envs) <= 1:
+        envs = list(self.envs)
+        # A hung server costs each sub-env a bounded wait; closing in parallel keeps it one
+        # wait. At interpreter exit no thread can start (Thread.start would block): close in turn.
+        if len(envs) <= 1 or not threading.main_thread().is_alive():
             for env in envs:
                 env.close()
             return
-        # A hung server costs each sub-env a bounded wait; closing in parallel keeps it one wait.
-        threads = []
-        try:
-            for env in envs:
-                thread = threading.Thread(target=env.close, name="dmrpc-close", daemon=True)
-                thread.start()
-                threads.append(thread)
-        except RuntimeError:                         # no new threads (interpreter shutdown)
-            for env in envs[len(threads):]:
-                env.close()
+        threads = [threading.Thread(target=env.close, name="dmrpc-close", daemon=True) for env in envs]
+        for thread in threads:
+            thread.start()
         for thread in threads:
             thread.join(10.0)
 

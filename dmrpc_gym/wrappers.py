@@ -20,14 +20,14 @@ __all__ = ["SB3Compat", "sb3_observation_transform", "sb3_action_transform", "sb
 
 #: A value map between a space and its SB3 form (leading batch axes are kept).
 Transform = Callable[[Any], Any]
-Path = tuple  # keys (Dict) and indices (Tuple) from the root space to a leaf
+KeyPath = tuple  # keys (Dict) and indices (Tuple) from the root space to a leaf
 
 #: Integer Box actions with more values than float32 resolves in [-1, 1] are not rescaled.
 _MAX_RESCALED_INT_RANGE = 2 ** 24
 
 
 # -- walking composite spaces ------------------------------------------------------
-def _leaves(space: spaces.Space, path: Path = ()) -> Iterator[tuple[Path, spaces.Space]]:
+def _leaves(space: spaces.Space, path: KeyPath = ()) -> Iterator[tuple[KeyPath, spaces.Space]]:
     """Each non-composite sub-space with its path; a non-composite space is its own leaf."""
     if isinstance(space, spaces.Dict):
         for key, sub in space.spaces.items():
@@ -39,17 +39,17 @@ def _leaves(space: spaces.Space, path: Path = ()) -> Iterator[tuple[Path, spaces
         yield path, space
 
 
-def _dotted(path: Path) -> str:
+def _dotted(path: KeyPath) -> str:
     return ".".join(str(part) for part in path)
 
 
-def _get(value: Any, path: Path) -> Any:
+def _get(value: Any, path: KeyPath) -> Any:
     for part in path:
         value = value[part]
     return value
 
 
-def _assemble(space: spaces.Space, values: dict[Path, Any], path: Path = ()) -> Any:
+def _assemble(space: spaces.Space, values: dict[KeyPath, Any], path: KeyPath = ()) -> Any:
     """The value of ``space`` (Dict/Tuple nesting as in the space) from its leaves' values."""
     if isinstance(space, spaces.Dict):
         return {key: _assemble(sub, values, path + (key,)) for key, sub in space.spaces.items()}
@@ -130,10 +130,10 @@ def _kind(space: spaces.Space, table: dict) -> Callable | None:
     return None
 
 
-def _observation_plan(space: spaces.Space) -> tuple[spaces.Space, Transform, dict[str, Path]]:
+def _observation_plan(space: spaces.Space) -> tuple[spaces.Space, Transform, dict[str, KeyPath]]:
     """``(sb3_space, transform, dropped)``; ``dropped`` maps dotted names to their paths."""
-    kept: dict[str, tuple[Path, spaces.Space, Transform]] = {}
-    dropped: dict[str, Path] = {}
+    kept: dict[str, tuple[KeyPath, spaces.Space, Transform]] = {}
+    dropped: dict[str, KeyPath] = {}
     for path, leaf in _leaves(space):
         name = _dotted(path)
         if name in kept or name in dropped:
@@ -243,7 +243,7 @@ _ACTION_KINDS = {
 }
 
 
-def _leaf_action(path: Path, leaf: spaces.Space) -> tuple[spaces.Space, Transform]:
+def _leaf_action(path: KeyPath, leaf: spaces.Space) -> tuple[spaces.Space, Transform]:
     kind = _kind(leaf, _ACTION_KINDS)
     if kind is None:
         raise ValueError(f"action {_dotted(path) or '(bare)'!r} has no Stable-Baselines3 form ({leaf}); "

@@ -330,6 +330,20 @@ def test_dead_server_raises_connection_error_and_close_returns():
         proc.kill()
 
 
+def test_interpreter_exits_promptly_with_vector_envs_left_open():
+    code = textwrap.dedent("""
+        import numpy as np
+        from dmrpc_gym.embedded import embedded_server
+        from dmrpc_gym.vector import Batch, DmRpcVectorEnv
+        envs = DmRpcVectorEnv(3, embedded_server("catch").address)
+        envs.reset()
+        batch = Batch(2, embedded_server("catch").address)
+        print("left open")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "left open", out.stderr
+
+
 def test_unreachable_server_is_connection_error():
     with pytest.raises(ConnectionError, match="127.0.0.1:1"):
         DmRpcVectorEnv(2, "127.0.0.1:1", connect_timeout=1)

@@ -262,30 +262,33 @@ def test_transformed_values_land_in_the_target_space(space):
 class _Nested(gym.Env):
     """Nested Dict observations (with Text) and Dict actions: what a dm_env_rpc world may offer."""
 
+    action_space = spaces.Dict({"push": spaces.Box(0.0, 2.0, ()), "turn": spaces.Box(-4.0, 4.0, (2,))})
     observation_space = spaces.Dict({
         "pos": spaces.Dict({"x": spaces.Box(-1.0, 1.0, ()), "y": spaces.Box(-1.0, 1.0, ())}),
-        "cell": spaces.Discrete(4, start=-2), "label": spaces.Text(8)})
-    action_space = spaces.Dict({"push": spaces.Box(0.0, 2.0, ()), "turn": spaces.Box(-4.0, 4.0, (2,))})
+        "cell": spaces.Discrete(4, start=-2), "label": spaces.Text(8), "echo": action_space})
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         self.t = 0
+        self.last_action = {"push": np.zeros((), np.float32), "turn": np.zeros(2, np.float32)}
         return self._obs(), {}
 
     def _obs(self):
-        return {"pos": {"x": np.float32(0.5), "y": np.float32(-0.5)}, "cell": np.int64(self.t - 2), "label": "t%d" % self.t}
+        return {"pos": {"x": np.array(0.5, np.float32), "y": np.array(-0.5, np.float32)},
+                "cell": np.int64(self.t - 2), "label": "t%d" % self.t,
+                "echo": {k: np.asarray(v, np.float32) for k, v in self.last_action.items()}}
 
     def step(self, action):
         assert self.action_space.contains(action), action
         self.t += 1
         self.last_action = action
-        return self._obs(), np.float32(1.5), self.t >= 3, False, {}
+        return self._obs(), 1.5, self.t >= 3, False, {}
 
 
 def test_sb3_compat_wraps_a_nested_env():
     with pytest.warns(UserWarning, match="'label'"):
         env = SB3Compat(_Nested())
-    assert set(env.observation_space.spaces) == {"pos.x", "pos.y", "cell"}
+    assert set(env.observation_space.spaces) == {"pos.x", "pos.y", "cell", "echo.push", "echo.turn"}
     assert env.action_space == spaces.Box(-1.0, 1.0, (3,), np.float32)
     obs, info = env.reset(seed=0)
     assert obs["cell"] == 0 and obs["pos.x"].shape == (1,) and info["label"] == "t0"
@@ -305,6 +308,44 @@ def test_sb3_check_env_passes_on_a_wrapped_nested_env():
     with warnings.catch_warnings():
         warnings.simplefilter("error")   # not even a warning from SB3's checker
         check_env(env)
+
+
+@pytest.fixture(scope="module")
+def nested_server():
+    from dmrpc_gym.server import Server
+    with Server(_Nested) as server:
+        yield server
+
+
+def test_sb3_compat_over_dm_env_rpc_rescales_actions_and_flattens_observations(nested_server):
+    from dmrpc_gym.env import DmRpcEnv
+    with pytest.warns(UserWarning, match="'label'"):
+        env = SB3Compat(DmRpcEnv(nested_server.address, nested=True))
+    try:
+        assert set(env.observation_space.spaces) == {"pos.x", "pos.y", "cell", "echo.push", "echo.turn"}
+        assert env.action_space == spaces.Box(-1.0, 1.0, (3,), np.float32)
+        obs, info = env.reset(seed=0)
+        assert obs["cell"] == 0 and info["label"] == "t0"
+        obs, reward, terminated, truncated, info = env.step(np.array([1.0, -1.0, 0.5], np.float32))
+        # The server's env got push=2.0, turn=[-4, 2] and echoed them.
+        assert obs["echo.push"].tolist() == [2.0] and obs["echo.turn"].tolist() == [-4.0, 2.0]
+        assert obs["cell"] == 1 and info["label"] == "t1" and type(reward) is float and reward == 1.5
+    finally:
+        env.close()
+
+
+def test_sb3_check_env_passes_over_dm_env_rpc_with_nested_spaces(nested_server):
+    from stable_baselines3.common.env_checker import check_env
+    from dmrpc_gym.env import DmRpcEnv
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env = SB3Compat(DmRpcEnv(nested_server.address, nested=True))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            check_env(env)
+    finally:
+        env.close()
 
 
 # -- the wrapper on the bundled Catch world (embedded server, real gRPC) ----------------------------

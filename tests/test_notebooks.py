@@ -1,0 +1,88 @@
+"""The notebooks in notebooks/ run top to bottom in a fresh kernel, and are committed with outputs.
+
+Each notebook is executed with nbclient on a kernel of this interpreter (see
+:func:`test_jupyter.kernel_manager`); a failing cell fails the test with the
+cell's traceback. The checks then look for what each notebook is there to show.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from test_jupyter import notebook_client, stream_text
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+#: Notebook -> (seconds a cell may take, patterns its stdout must contain).
+EXPECTED = {
+    "01_quickstart.ipynb": (60, [
+        r"action space:\s+Discrete\(3, start=-1, dtype=int8\)",
+        r"9 steps, rewards \[.*\], final state TERMINATED",
+        r"mean reward, random actions: [+-]\d\.\d\d",
+        r"mean reward, chase policy:\s+\+1\.00",
+        r"seed\s+\d+",
+    ]),
+    "02_train_sb3.ipynb": (240, [
+        r"observation space: Box\(0\.0, 1\.0, \(100,\), float32\)",
+        r"mean reward before training: [+-]\d\.\d\d",
+        r"mean reward after training:\s+[+-]\d\.\d\d",
+        r"\d+ training episodes",
+        r"episode return: [+-]1",
+    ]),
+    "03_multi_agent.ipynb": (90, [
+        r"agents: \['pursuer_0', 'pursuer_1', 'evader_0', 'evader_1'\]",
+        r"evader_0\s+return [+-]\d\.\d\d, (terminated|truncated) after \d+ steps",
+        r"chasing pursuers\s+pursuer_0 [+-]\d\.\d\d",
+        r"6 slots \(2 copies x 3 agents\), observations \(6, 10\)",
+    ]),
+    "04_serve_your_env.ipynb": (60, [
+        r"serving __main__:Corridor on 127\.0\.0\.1:\d+",
+        r"observation space: Dict\('position': Box\(0\.0, 1\.0, \(1,\), float32\), 'steps_left': Discrete\(41\)\)",
+        r"steps_left\s+int64\s+\(\)\s+\[0, 40\]\s+Discrete\(41\)",
+        r"after writing seed=3, the first position is",
+        r"reward \+1\.10\s+discount 0\.0",
+        r"random CartPole episode: return \d+ in \d+ steps",
+        r"returns: \{'pursuer_0'",
+    ]),
+}
+
+
+def test_every_notebook_is_checked():
+    assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(EXPECTED)
+
+
+def outputs(nb: nbformat.NotebookNode, kind: str) -> list:
+    return [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", ())
+            if o.get("output_type") in kind.split("|")]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_notebook_is_committed_with_outputs(name):
+    """What a repository page shows: every code cell ran, in order, and the plots are there."""
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    nbformat.validate(nb)
+    counts = [cell.execution_count for cell in nb.cells if cell.cell_type == "code"]
+    assert counts == list(range(1, len(counts) + 1)), f"{name}: run it top to bottom in a fresh kernel and save"
+    assert not outputs(nb, "error")
+    assert any("image/png" in o.get("data", {}) for o in outputs(nb, "display_data|execute_result"))
+    assert nb.metadata.kernelspec.name == "python3"
+
+
+@pytest.mark.timeout(290)
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_notebook_runs(name, tmp_path):
+    """Execute the notebook in a fresh kernel: no error, no traceback on stderr, the expected output."""
+    cell_timeout, patterns = EXPECTED[name]
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    notebook_client(nb, tmp_path, timeout=cell_timeout).execute()
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    assert not outputs(nb, "error")
+    stdout = "".join(stream_text(cell) for cell in code)
+    stderr = "".join(stream_text(cell, "stderr") for cell in code)
+    assert "Traceback" not in stderr, stderr
+    for pattern in patterns:
+        assert re.search(pattern, stdout), f"{name}: no output matching {pattern!r} in\n{stdout}"
+    assert any("image/png" in o.get("data", {}) for o in outputs(nb, "display_data|execute_result"))
