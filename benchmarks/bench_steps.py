@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import functools
 import os
 import platform
 import statistics
@@ -34,6 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")   # grpc core's INFO lines (GOAWAY on close) are noise here
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
@@ -154,8 +154,12 @@ class Vector(Case):
 class RawAio(Case):
     """A ``grpc.aio`` stream: write a pre-serialized StepRequest, read the raw answer; repeat."""
 
+    loop: asyncio.AbstractEventLoop | None = None   # one for all: grpc.aio's poller binds to the first
+
     def open(self):
-        self.loop = asyncio.new_event_loop()
+        if RawAio.loop is None:
+            RawAio.loop = asyncio.new_event_loop()
+        self.loop = RawAio.loop
         self.loop.run_until_complete(self._open())
 
     async def _open(self):
@@ -189,11 +193,22 @@ class RawAio(Case):
         self.loop.run_until_complete(self._run(k))
 
     def close(self):
-        async def done():
-            self.call.cancel()
-            await self.channel.close()
-        self.loop.run_until_complete(done())
-        self.loop.close()
+        self.loop.run_until_complete(self.channel.close())     # ends the call too
+
+    @classmethod
+    def shutdown(cls) -> None:
+        """Close the shared loop once every RawAio case is closed."""
+        if cls.loop is None:
+            return
+
+        async def drain():
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        cls.loop.run_until_complete(drain())
+        cls.loop.close()
+        cls.loop = None
 
 
 # -- measuring ------------------------------------------------------------------------
@@ -290,6 +305,7 @@ def run(quick: bool = False, rounds: int | None = None, seconds: float | None = 
                     case.close()
                 except Exception as err:  # report, keep closing
                     log(f"  closing {case.label}: {err!r}")
+            RawAio.shutdown()
     finally:
         for proc in procs:
             proc.stdin.close()
@@ -383,6 +399,20 @@ def plot(results: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
+MEMORY_SECTION = "## Resident memory"
+
+
+def kept_section(path: str, heading: str) -> str:
+    """The section of the current README starting at ``heading`` (written by another script), or ''."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return ""
+    at = text.find(heading)
+    return "\n" + text[at:] if at >= 0 else ""
+
+
 def write_readme(results: dict[str, Any], text: str, codec: str, path: str) -> None:
     m = results["machine"]
     samples = results["samples"]
@@ -440,12 +470,9 @@ requests (what grpcio's Python layer allows at best); the `84x84x3 u8` and
 {codec}
 ```
 
-## Resident memory over 1e5 steps (`memory.py`)
-
-See the numbers at the end of `memory.py`'s docstring (its last run).
 """
     with open(path, "w") as f:
-        f.write(doc)
+        f.write(doc + kept_section(path, MEMORY_SECTION))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

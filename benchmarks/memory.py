@@ -9,8 +9,7 @@ climb of about 1 MB per 1e4 steps.
     python benchmarks/memory.py            # 1e5 steps each
     python benchmarks/memory.py --steps 20000 --every 2000
 
-Last run (2 cpus, AMD EPYC, Python 3.11.7, grpcio 1.85.1), RSS in MB:
-see ``README.md`` ("Resident memory").
+``--save`` writes the table into ``README.md`` (section "Resident memory").
 """
 from __future__ import annotations
 
@@ -54,6 +53,7 @@ def main(argv: list[str] | None = None) -> list[tuple]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--every", type=int, default=10_000)
+    parser.add_argument("--save", action="store_true", help="write the table into README.md")
     args = parser.parse_args(argv)
 
     from dmrpc_gym.env import DmRpcEnv
@@ -80,7 +80,34 @@ def main(argv: list[str] | None = None) -> list[tuple]:
         # Growth after the first 1e4 steps (allocator warm-up) to the end.
         print(f"{name}: client {mine[1][2]:.1f} -> {mine[-1][2]:.1f} MB, "
               f"server {mine[1][3]:.1f} -> {mine[-1][3]:.1f} MB after the first {args.every} steps")
+    if args.save:
+        save_section(rows, os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md"))
     return rows
+
+
+def save_section(rows: list[tuple], path: str) -> None:
+    """Replace (or add) README.md's "Resident memory" section with ``rows``."""
+    import platform
+
+    import grpc
+    from bench_steps import MEMORY_SECTION, machine
+    m = machine()
+    steps = max(r[1] for r in rows)
+    lines = [f"{MEMORY_SECTION} over {steps} steps (`memory.py`)", "",
+             f"{m['date']}, {m['nproc']} cpus ({m['cpu']}), Python {platform.python_version()}, "
+             f"grpcio {grpc.__version__}: `DmRpcEnv` then `DmRpcVectorEnv(8)`, {steps} env steps each, "
+             "against `servers.py ours` (VmRSS in MB):", "",
+             "| client | env steps | client MB | server MB |", "|---|---:|---:|---:|"]
+    lines += [f"| {name} | {steps} | {mine:.1f} | {server:.1f} |" for name, steps, mine, server, _ in rows]
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        text = "# Benchmarks\n"
+    at = text.find(MEMORY_SECTION)
+    head = text if at < 0 else text[:at]
+    with open(path, "w") as f:
+        f.write(head.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import os
 import sys
 import threading
 from typing import Any, Callable
@@ -135,6 +136,8 @@ def _run_client(command: str, job: Callable[[], None]) -> int:
     from dmrpc_gym.errors import DmRpcError
     try:
         job()
+    except BrokenPipeError:                  # our own stdout closed (`| head`): handled by main()
+        raise
     except (ConnectionError, TimeoutError, DmRpcError, ValueError) as exc:
         return _fail(command, exc)
     return 0
@@ -233,4 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     if run is None:
         parser.print_help()
         return 2
-    return run(args)
+    try:
+        return run(args)
+    except BrokenPipeError:                  # `dmrpc-gym inspect catch | head`: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -60,6 +60,7 @@ class _GrpcTransport:
         except grpc.FutureTimeoutError:
             raise ConnectionError(
                 f"cannot reach a dm_env_rpc server at {target} within {connect_timeout} s") from None
+        self.messages_sent = 0
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         self._answers: queue.SimpleQueue = queue.SimpleQueue()
         call = channel.stream_stream(METHOD_PATH, request_serializer=None,
@@ -77,8 +78,11 @@ class _GrpcTransport:
             status = code.value[0] if code is not None else None
             self._answers.put(StreamEnded(status, err.details() or str(code)))
 
+    broken = False
+
     def write(self, message: bytes) -> None:
         self._requests.put(message)
+        self.messages_sent += 1
 
     def read(self, timeout: float | None) -> bytes:
         try:
@@ -115,6 +119,14 @@ class _H2Transport:
         self._sock = sock
         self._timeout = connect_timeout
         self.write = self._stream.write
+
+    @property
+    def messages_sent(self) -> int:
+        return self._stream.messages_sent
+
+    @property
+    def broken(self) -> bool:
+        return self._stream.broken
 
     def read(self, timeout: float | None) -> bytes:
         if timeout != self._timeout:
@@ -174,15 +186,22 @@ class Connection:
 
     def _write(self, field: str, body: bytes) -> None:
         self._check_usable()
+        transport = self._transport
+        before = transport.messages_sent
         try:
-            self._transport.write(_TAGS[field] + tensors.varint(len(body)) + body)
+            transport.write(_TAGS[field] + tensors.varint(len(body)) + body)
         except StreamEnded as ended:
             raise self._ended_error(ended, field) from None
         except OSError as err:
             self._broken = f"sending failed: {err}"
             raise ConnectionError(f"lost the dm_env_rpc server at {self.address}: {err}") from None
         except BaseException:
-            self._broken = "a send was interrupted half-way"
+            # Interrupted (Ctrl-C): a request already committed to the stream will be
+            # answered, and that answer is dropped when it comes.
+            if transport.broken:
+                self._broken = "a send was interrupted half-way through a message"
+            elif transport.messages_sent != before:
+                self._pending.append([field, True])
             raise
         self._pending.append([field, False])
 

@@ -125,6 +125,9 @@ class GrpcStream:
         self._trailers: dict[str, str] | None = None
         self._ended: StreamEnded | None = None
         self._settled = False
+        self._unsent = b""
+        self.messages_sent = 0
+        self.broken = False
         self._send_conn = 65535
         self._send_stream = 65535
         self._peer_window = 65535       # the peer's SETTINGS_INITIAL_WINDOW_SIZE
@@ -150,16 +153,25 @@ class GrpcStream:
             self._read_frame()
 
     def write(self, message: bytes) -> None:
-        """Send one gRPC message (blocks only while the peer's flow-control window is full)."""
+        """Send one gRPC message (blocks only while the peer's flow-control window is full).
+
+        ``messages_sent`` counts the messages committed to the stream. A
+        message is committed before its first byte is sent: if an interrupt
+        (Ctrl-C) stops the send, its remaining bytes go out before anything
+        else, so the stream stays whole. Only an interrupt between the frames
+        of a message too large for one frame leaves it ``broken``.
+        """
         if self._ended is not None:
             raise self._ended
         n = len(message) + 5
         if n <= self._send_stream and n <= self._send_conn and n <= self._peer_frame:
             self._send_stream -= n
             self._send_conn -= n
-            self._sock.sendall(grpc_frame(message, _STREAM))
+            self._send(grpc_frame(message, _STREAM), message=True)
             return
         data = memoryview(b"\x00" + _U32.pack(len(message)) + message)
+        self.broken = True               # until the last frame of this message is committed
+        self.messages_sent += 1
         while data:
             while min(self._send_stream, self._send_conn) <= 0:
                 self._read_frame()
@@ -168,12 +180,27 @@ class GrpcStream:
             n = min(len(data), self._send_stream, self._send_conn, self._peer_frame)
             self._send_stream -= n
             self._send_conn -= n
-            self._sock.sendall(frame(DATA, 0, _STREAM, bytes(data[:n])))
+            self._send(frame(DATA, 0, _STREAM, bytes(data[:n])))
             data = data[n:]
+        self.broken = False
+
+    def _send(self, data: bytes, message: bool = False) -> None:
+        """Send ``data`` after any bytes an interrupted send left behind."""
+        pending = self._unsent + data
+        # One straight-line step (no call, no loop): an interrupt lands before or after it.
+        self._unsent, self.messages_sent = pending, self.messages_sent + message
+        sent = 0
+        try:
+            while sent < len(pending):
+                sent += self._sock.send(pending[sent:])
+        finally:
+            self._unsent = pending[sent:]
 
     def read(self) -> bytes:
         """The next gRPC message; ``StreamEnded`` once the server has ended the stream."""
         messages = self._messages
+        if self._unsent:
+            self._send(b"")
         while not messages:
             if self._ended is not None:
                 raise self._ended
@@ -220,7 +247,7 @@ class GrpcStream:
                 self._on_settings(payload)
         elif kind == PING:
             if not flags & ACK:
-                self._sock.sendall(frame(PING, ACK, 0, payload))
+                self._send(frame(PING, ACK, 0, payload))
         elif kind == WINDOW_UPDATE:
             increment = _U32.unpack(payload)[0] & 0x7FFFFFFF
             if stream == 0:
@@ -249,7 +276,7 @@ class GrpcStream:
                 self._peer_frame = value
             elif key == SETTING_HEADER_TABLE:
                 pass  # we never index headers, so any table size suits us
-        self._sock.sendall(frame(SETTINGS, ACK, 0))
+        self._send(frame(SETTINGS, ACK, 0))
         self._settled = True
 
     def _on_data(self, flags: int, payload: bytes) -> None:
@@ -259,7 +286,7 @@ class GrpcStream:
         self._splitter.feed(payload, self._messages)
         if self._received > MAX_WINDOW // 2:
             update = _U32.pack(self._received)
-            self._sock.sendall(frame(WINDOW_UPDATE, 0, 0, update) + frame(WINDOW_UPDATE, 0, _STREAM, update))
+            self._send(frame(WINDOW_UPDATE, 0, 0, update) + frame(WINDOW_UPDATE, 0, _STREAM, update))
             self._received = 0
         if flags & END_STREAM:
             self._end(None, "the server ended the stream without trailers")

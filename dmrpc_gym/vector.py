@@ -70,7 +70,7 @@ def batch_observations(space: gym.Space, items: Sequence[Any]) -> Any:
     {'x': array([1, 2])}
     """
     if isinstance(space, _ARRAY_SPACES):
-        return np.stack(items).astype(space.dtype, copy=False)
+        return np.array(items, dtype=space.dtype)
     if isinstance(space, gym.spaces.Dict):
         return {key: batch_observations(sub, [item[key] for item in items]) for key, sub in space.spaces.items()}
     if isinstance(space, gym.spaces.Tuple):
@@ -92,26 +92,31 @@ def merge_infos(infos: Sequence[tuple[int, dict]], num_envs: int) -> dict[str, A
     keys: dict[str, None] = {}
     for _, info in infos:
         keys.update(dict.fromkeys(info))
+    every = len(infos) == num_envs     # then the indices are 0..n-1 in order (as the vector envs pass them)
     for key in keys:
         present = [(i, info[key]) for i, info in infos if key in info]
         first = present[0][1]
-        if key == "final_obs":
-            array = np.full(num_envs, None, dtype=object)
+        full = every and len(present) == num_envs
+        if key == "final_obs" or not (isinstance(first, (dict, np.ndarray, np.number))
+                                      or type(first) in (int, float, bool)):
+            array = np.empty(num_envs, dtype=object)
             for i, value in present:
                 array[i] = value
         elif isinstance(first, dict):
             array = merge_infos(present, num_envs)
+        elif full and not isinstance(first, np.ndarray):
+            array = np.array([value for _, value in present], dtype=type(first))
         else:
-            if type(first) in (int, float, bool) or isinstance(first, np.number):
-                array = np.zeros(num_envs, dtype=type(first))
-            elif isinstance(first, np.ndarray):
-                array = np.zeros((num_envs, *first.shape), dtype=first.dtype)
-            else:
-                array = np.full(num_envs, None, dtype=object)
+            shape = first.shape if isinstance(first, np.ndarray) else ()
+            array = np.zeros((num_envs, *shape), dtype=first.dtype if shape or
+                             isinstance(first, np.ndarray) else type(first))
             for i, value in present:
                 array[i] = value
-        mask = np.zeros(num_envs, dtype=np.bool_)
-        mask[[i for i, _ in present]] = True
+        if full:
+            mask = np.ones(num_envs, dtype=np.bool_)
+        else:
+            mask = np.zeros(num_envs, dtype=np.bool_)
+            mask[[i for i, _ in present]] = True
         out[key], out[f"_{key}"] = array, mask
     return out
 
@@ -173,6 +178,7 @@ class Batch:
         # Per sub-env: the kinds ("reset"/"step") of submitted requests not yet read.
         self._owed: list[deque] = [deque() for _ in range(self.num_envs)]
         self._elapsed = [0] * self.num_envs
+        self._unsettled = False     # answers may be left unread: read them before the next exchange
         try:
             for i in range(self.num_envs):
                 self.envs.append(DmRpcEnv(targets[i % len(targets)], **env_kwargs))
@@ -200,7 +206,9 @@ class Batch:
         Returns the plan :meth:`receive` needs (index -> restarted?).
         """
         self._check_open()
-        self._settle()
+        if self._unsettled:
+            self._settle()
+        self._unsettled = True
         requests = {}
         for i, action in jobs.items():
             agent = self.envs[i].agent
@@ -248,6 +256,7 @@ class Batch:
             results[i] = result
         if error is not None:
             raise error
+        self._unsettled = any(self._owed)
         return results
 
     def step(self, jobs: Mapping[int, Any]) -> dict[int, StepResult]:
@@ -265,7 +274,8 @@ class Batch:
         ``options`` is one mapping for all, or a sequence of one per sub-env.
         """
         self._check_open()
-        self._settle()
+        if self._unsettled:
+            self._settle()
         indices = list(indices)
         jobs = {}
         for i in indices:
@@ -301,17 +311,23 @@ class Batch:
 
     def _settle(self) -> None:
         """Read and drop answers a failed or interrupted exchange left behind."""
-        for i, owed in enumerate(self._owed):
-            while owed:
-                kind = owed.popleft()
+        try:
+            for i, owed in enumerate(self._owed):
                 agent = self.envs[i].agent
-                try:
-                    agent.receive_reset() if kind == "reset" else agent.receive_step()
-                except DmRpcError:
-                    pass
-                except Exception as err:
-                    owed.clear()
-                    raise _with_index(err, i) from None
+                while owed:
+                    kind = owed.popleft()
+                    try:
+                        if kind == "reset":
+                            agent.receive_reset()
+                        else:
+                            agent.receive_step()
+                    except DmRpcError:
+                        pass
+                    except Exception as err:
+                        owed.clear()
+                        raise _with_index(err, i) from None
+        finally:
+            self._unsettled = any(self._owed)
 
     def _check_open(self) -> None:
         if self.closed:
@@ -437,9 +453,12 @@ class DmRpcVectorEnv(VectorEnv):
               options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         """Reset every sub-env (or those in ``options["reset_mask"]``), all at once."""
         seeds = _seeds(seed, self.num_envs)
-        super().reset(seed=seed if isinstance(seed, (int, np.integer)) else None)
         options = dict(options or {})
         mask = _reset_mask(options, self.num_envs)
+        if mask is not None and any(obs is None for obs, m in zip(self._obs, mask) if not m):
+            raise RuntimeError("options['reset_mask'] leaves out sub-envs that were never reset; "
+                               "call reset() without a mask first")
+        super().reset(seed=int(seed) if isinstance(seed, (int, np.integer)) else None)
         indices = list(range(self.num_envs)) if mask is None else np.flatnonzero(mask).tolist()
         merged = []
         for i, (obs, info) in zip(indices, self._batch.reset(indices, seeds, options)):
@@ -447,8 +466,6 @@ class DmRpcVectorEnv(VectorEnv):
             self._autoreset[i] = False
             merged.append((i, info))
         infos = merge_infos(merged, self.num_envs)
-        if any(obs is None for obs in self._obs):
-            raise RuntimeError("reset with a reset_mask before a full reset(); call reset() first")
         return batch_observations(self.single_observation_space, self._obs), infos
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -458,14 +475,12 @@ class DmRpcVectorEnv(VectorEnv):
             raise ValueError(f"{len(items)} actions given for {self.num_envs} sub-envs")
         results = self._batch.step({i: RESTART if self._autoreset[i] else items[i]
                                     for i in range(self.num_envs)})
-        rewards = np.zeros(self.num_envs, dtype=np.float64)
-        terminated = np.zeros(self.num_envs, dtype=np.bool_)
-        truncated = np.zeros(self.num_envs, dtype=np.bool_)
-        merged = []
-        for i in range(self.num_envs):
-            self._obs[i], rewards[i], terminated[i], truncated[i], info = results[i]
-            merged.append((i, info))
-        infos = merge_infos(merged, self.num_envs)
+        ordered = [results[i] for i in range(self.num_envs)]
+        self._obs = [r[0] for r in ordered]
+        rewards = np.array([r[1] for r in ordered], dtype=np.float64)
+        terminated = np.array([r[2] for r in ordered], dtype=np.bool_)
+        truncated = np.array([r[3] for r in ordered], dtype=np.bool_)
+        infos = merge_infos(list(enumerate(r[4] for r in ordered)), self.num_envs)
         self._autoreset = terminated | truncated
         return (batch_observations(self.single_observation_space, self._obs), rewards, terminated,
                 truncated, infos)

@@ -78,13 +78,22 @@ class Kernel:
             raise
 
     def run(self, code: str, timeout: float = 30.0) -> tuple[dict, str]:
-        """Execute ``code``: ``(reply content, stdout text)``; the reply says ok/error (``ename``)."""
-        out: list[str] = []
+        """Execute ``code``: ``(reply content, stdout text)``; the reply says ok/error (``ename``).
 
-        def keep(msg: dict) -> None:
-            if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
-                out.append(msg["content"]["text"])
-        reply = self.client.execute_interactive(code, timeout=timeout, output_hook=keep)
+        Right after a cell failed, ipykernel answers requests ``aborted`` for a
+        moment (it drops what was queued behind the failure): then ask again, as
+        a user would re-run the cell.
+        """
+        for _ in range(20):
+            out: list[str] = []
+
+            def keep(msg: dict) -> None:
+                if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
+                    out.append(msg["content"]["text"])
+            reply = self.client.execute_interactive(code, timeout=timeout, output_hook=keep)
+            if reply["content"]["status"] != "aborted":
+                break
+            threading.Event().wait(0.1)
         return reply["content"], "".join(out)
 
     def ok(self, code: str, timeout: float = 30.0) -> str:

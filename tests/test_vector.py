@@ -12,11 +12,10 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
-import dmrpc_gym
 from dmrpc_gym import DmRpcError, State
 from dmrpc_gym.embedded import embedded_server
 from dmrpc_gym.server import Server
-from dmrpc_gym.vector import DmRpcVectorEnv, batch_observations, merge_infos
+from dmrpc_gym.vector import Batch, DmRpcVectorEnv, batch_observations, merge_infos
 
 
 class Countdown(gym.Env):
@@ -252,6 +251,10 @@ def test_partial_reset_with_reset_mask(catch_address):
             envs.reset(options={"reset_mask": np.array([True, False])})
         with pytest.raises(ValueError, match="at least one"):
             envs.reset(options={"reset_mask": np.zeros(3, bool)})
+        fresh_envs = DmRpcVectorEnv(2, catch_address)
+        with pytest.raises(RuntimeError, match="never reset"):
+            fresh_envs.reset(options={"reset_mask": np.array([True, False])})
+        fresh_envs.close()
     finally:
         envs.close()
 
@@ -298,6 +301,18 @@ def test_server_error_mid_step_is_dmrpc_error_and_the_env_goes_on(countdown):
         assert obs.tolist() == [[1, 2]] * 3
     finally:
         envs.close()
+
+
+def test_answers_left_unread_are_dropped_before_the_next_exchange(countdown):
+    batch = Batch(2, countdown.address, world_settings={"length": 9})
+    try:
+        batch.reset([0, 1], seeds=[None, None])
+        batch.submit({0: 1, 1: 1})                # never received, as after an interrupt
+        results = batch.step({0: 0, 1: 0})
+        assert [results[i][0].tolist() for i in (0, 1)] == [[2, 1], [2, 1]]
+        assert [results[i][1] for i in (0, 1)] == [20.0, 20.0]
+    finally:
+        batch.close()
 
 
 _KILLABLE = textwrap.dedent("""
