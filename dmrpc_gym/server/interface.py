@@ -36,7 +36,7 @@ from dmrpc_gym.server import status
 from dmrpc_gym.specs import SpecChecker, dtype_label
 from dmrpc_gym.wire import pb
 
-__all__ = ["AgentInterface", "probe_rgb", "OBSERVATION", "ACTION", "REWARD", "DISCOUNT", "RGB"]
+__all__ = ["sequence_state", "AgentInterface", "probe_rgb", "OBSERVATION", "ACTION", "REWARD", "DISCOUNT", "RGB"]
 
 #: Spec name of a bare (non-Dict) observation space, and of a bare action space.
 OBSERVATION, ACTION = "observation", "action"
@@ -246,3 +246,14 @@ class AgentInterface:
             raise status.internal(f"render() returned {frame.dtype} {frame.shape}; the RGB spec "
                                   f"is uint8 {self.rgb_shape}")
         return frame
+
+
+def sequence_state(terminated: bool, truncated: bool) -> tuple[int, float]:
+    """An env's step flags as dm_env_rpc's ``(state, discount)``.
+
+    >>> sequence_state(True, False) == (pb.TERMINATED, 0.0)
+    True
+    """
+    if terminated:
+        return pb.TERMINATED, 0.0
+    return (pb.INTERRUPTED if truncated else pb.RUNNING), 1.0

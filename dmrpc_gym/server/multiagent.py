@@ -39,7 +39,7 @@ import numpy as np
 from dmrpc_gym.errors import DmRpcError
 from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import Factory, close_quietly
-from dmrpc_gym.server.interface import AgentInterface, probe_rgb
+from dmrpc_gym.server.interface import AgentInterface, probe_rgb, sequence_state
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.settings import SEED, check_seed, pop_seed, same_settings, unpack_settings
 from dmrpc_gym.server.worlds import log
@@ -50,7 +50,7 @@ __all__ = ["ParallelWorld", "ParallelAgent", "AGENT"]
 #: The join setting naming the agent to play.
 AGENT = "agent"
 
-_RUNNING, _TERMINATED, _INTERRUPTED = pb.RUNNING, pb.TERMINATED, pb.INTERRUPTED
+_RUNNING, _INTERRUPTED = pb.RUNNING, pb.INTERRUPTED
 
 
 def _names(agents: Any) -> str:
@@ -381,12 +381,8 @@ class ParallelAgent:
             else:
                 self._obs, reward, terminated, truncated = result
                 self.episode_return += reward
-                if terminated:
-                    out.state, discount, self.running = _TERMINATED, 0.0, False
-                elif truncated or self.name not in world.live:
-                    out.state, self.running = _INTERRUPTED, False
-                else:
-                    out.state = _RUNNING
+                out.state, discount = sequence_state(terminated, truncated or self.name not in world.live)
+                self.running = out.state == _RUNNING
         if plan.items:
             self.interface.encode(plan, out.observations, self._obs, reward, discount, self._render)
 

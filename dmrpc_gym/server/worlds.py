@@ -38,7 +38,7 @@ import numpy as np
 
 from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import Factory, close_quietly
-from dmrpc_gym.server.interface import AgentInterface, probe_rgb
+from dmrpc_gym.server.interface import AgentInterface, probe_rgb, sequence_state
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.settings import (SEED, check_seed, describe, pop_seed, same_settings,
                                        unpack_settings)
@@ -51,7 +51,7 @@ log = logging.getLogger("dmrpc_gym.server")
 #: The name of the world clients join without creating one.
 DEFAULT_WORLD = ""
 
-_RUNNING, _TERMINATED, _INTERRUPTED = pb.RUNNING, pb.TERMINATED, pb.INTERRUPTED
+_RUNNING, _INTERRUPTED = pb.RUNNING, pb.INTERRUPTED
 
 
 def describe_env(factory: Factory, env: Any, seed: int | None, spaces: tuple[Any, Any],
@@ -261,12 +261,8 @@ class GymAgent:
             self._obs = obs
             self.episode_step += 1
             self.episode_return += reward
-            if terminated:
-                out.state, discount, self.running = _TERMINATED, 0.0, False
-            elif truncated:
-                out.state, self.running = _INTERRUPTED, False
-            else:
-                out.state = _RUNNING
+            out.state, discount = sequence_state(terminated, truncated)
+            self.running = out.state == _RUNNING
         if plan.items:
             self.interface.encode(plan, out.observations, self._obs, reward, discount, self._render)
 
