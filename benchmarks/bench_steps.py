@@ -432,7 +432,7 @@ these machines are noisy. Regenerate everything here with
 
 ```bash
 python benchmarks/bench_steps.py --save     # steps/s, ratios, codec table; rewrites this file and the plot
-python benchmarks/memory.py                 # resident memory over 1e5 steps
+python benchmarks/memory.py --save          # resident memory over 1e5 steps (its section below)
 python benchmarks/bench_codec.py            # the tensor codec alone
 ```
 
@@ -471,8 +471,9 @@ requests (what grpcio's Python layer allows at best); the `84x84x3 u8` and
 ```
 
 """
+    memory = kept_section(path, MEMORY_SECTION)      # read before the file is rewritten
     with open(path, "w") as f:
-        f.write(doc + kept_section(path, MEMORY_SECTION))
+        f.write(doc + memory)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from dmrpc_gym import spaces as _spaces
+from dmrpc_gym import tensors
 from dmrpc_gym.connection import Connection, settings_tensors
 from dmrpc_gym.specs import SpecManager
 from dmrpc_gym.wire import pb
@@ -92,6 +93,13 @@ class _Scalar:
         if value.size != 1:
             raise ValueError(f"{self.kind} observation {self.name!r} has {value.size} elements; expected one")
         return float(value.reshape(-1)[0])
+
+
+_STATES = {int(s): s for s in State}
+_MEMO = 256                  # remembered StepRequests per agent, for integer actions
+_MEMO_TYPES = (int, bool, np.integer, np.bool_)
+# Scalar reward/discount observations of these types are read straight from their Tensor.
+_QUICK_DTYPES = (pb.FLOAT, pb.DOUBLE, pb.INT32, pb.INT64, pb.UINT32, pb.UINT64)
 
 
 class RemoteAgent:
@@ -169,6 +177,12 @@ class RemoteAgent:
             if o["render"]:
                 wanted.add(render_name)
         self._requested = sorted(self.specs.observation_uid(n) for n in wanted)
+        self._requests: dict[tuple, pb.StepRequest] = {}
+        self._quick = {}
+        for source in (self.reward, self.discount):
+            spec = obs_specs.get(source.name) if source.fn is None and source.name else None
+            if spec is not None and not spec.shape and spec.dtype in _QUICK_DTYPES:
+                self._quick[self.specs.observation_uid(source.name)] = (source.name, tensors.np_dtype(spec.dtype))
         if not first:
             warnings.warn(f"the server changed the specs of {self.agent or 'the agent'}; spaces were rebuilt",
                           stacklevel=3)
@@ -205,9 +219,15 @@ class RemoteAgent:
         Multi-connection envs build every request first, so that a bad action
         for one agent is refused before anything is sent for any of them.
         """
+        key = (type(action), action) if isinstance(action, _MEMO_TYPES) else None
+        request = self._requests.get(key) if key is not None else None
+        if request is not None:
+            return request                 # Discrete actions: built once, shared (never modified)
         request = pb.StepRequest(requested_observations=self._requested)
         if action is not None:
             self._pack_actions(action, request)
+        if key is not None and len(self._requests) < _MEMO:
+            self._requests[key] = request
         return request
 
     def submit_step(self, action: Any = None) -> None:
@@ -217,9 +237,24 @@ class RemoteAgent:
     def receive_step(self) -> tuple[Any, float, bool, bool, dict]:
         """The answer to the oldest ``submit_step``: ``(obs, reward, terminated, truncated, info)``."""
         response = self.connection.receive()
-        state = State(response.state)
+        state = _STATES.get(response.state) or State(response.state)
         self.state = state
-        named = self.specs.unpack_observations(response.observations)
+        observations = response.observations
+        quick = self._quick
+        if quick:                          # scalar reward/discount without the general unpacking
+            named, rest = {}, {}
+            for uid, tensor in observations.items():
+                found = quick.get(uid)
+                payload = tensor.WhichOneof("payload") if found is not None else None
+                values = getattr(tensor, payload).array if payload is not None else ()
+                if len(values) == 1:
+                    named[found[0]] = np.array(values[0], found[1])
+                else:
+                    rest[uid] = tensor
+            if rest:
+                named.update(self.specs.unpack_observations(rest))
+        else:
+            named = self.specs.unpack_observations(observations)
         self.last_observations = named
         return self._result(named, state)
 

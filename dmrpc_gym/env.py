@@ -107,6 +107,11 @@ class DmRpcEnv(RemoteResource, gym.Env):
         first resets the whole world (ResetWorld). With ``seed_setting`` the seed
         travels to the server as that reset setting.
         """
+        return self._agent.reset(self.prepare_reset(seed, options))
+
+    def prepare_reset(self, seed: int | None = None, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The client side of ``reset``: seed the client RNG, reset the world when asked,
+        and return the ResetRequest settings. Vector envs call it, then pipeline the rest."""
         super().reset(seed=seed)
         self._check_open()
         options = dict(options or {})
@@ -114,10 +119,10 @@ class DmRpcEnv(RemoteResource, gym.Env):
             self.connection.send(pb.ResetWorldRequest(
                 world_name=self.world_name, settings=settings_tensors(options["world_settings"])))
             self._agent.state = State.INTERRUPTED
-        settings = {**self.reset_settings, **options.get("settings", {})}
+        settings = {**self.reset_settings, **(options.get("settings") or {})}
         if seed is not None and self.seed_setting is not None:
             settings[self.seed_setting] = int(seed)
-        return self._agent.reset(settings)
+        return settings
 
     def step(self, action: Any):
         """Send ``action`` (checked against the action space first) and return the 5-tuple."""

@@ -231,13 +231,24 @@ class GrpcStream:
             buf += chunk
 
     def _read_frame(self) -> None:
-        self._fill(9)
-        hi, lo, kind, flags, stream = HEADER.unpack_from(self._buf)
-        length = (hi << 16) | lo
-        self._fill(9 + length)
-        payload = bytes(self._buf[9:9 + length])
-        del self._buf[:9 + length]
+        buf = self._buf
+        if len(buf) < 9:
+            self._fill(9)
+        hi, lo, kind, flags, stream = HEADER.unpack_from(buf)
+        end = 9 + ((hi << 16) | lo)
+        if len(buf) < end:
+            self._fill(end)
         stream &= 0x7FFFFFFF
+        if kind == WINDOW_UPDATE:          # grpcio servers send two with every answer: read in place
+            increment = _U32.unpack_from(buf, 9)[0] & 0x7FFFFFFF
+            del buf[:end]
+            if stream == 0:
+                self._send_conn += increment
+            else:
+                self._send_stream += increment
+            return
+        payload = bytes(buf[9:end])
+        del buf[:end]
         if kind == DATA:
             self._on_data(flags, payload)
         elif kind in (HEADERS, CONTINUATION):
@@ -248,12 +259,6 @@ class GrpcStream:
         elif kind == PING:
             if not flags & ACK:
                 self._send(frame(PING, ACK, 0, payload))
-        elif kind == WINDOW_UPDATE:
-            increment = _U32.unpack(payload)[0] & 0x7FFFFFFF
-            if stream == 0:
-                self._send_conn += increment
-            else:
-                self._send_stream += increment
         elif kind == RST_STREAM and stream == _STREAM:
             code = _U32.unpack(payload)[0]
             self._end(None, f"the server reset the stream (HTTP/2 error code {code})")

@@ -45,11 +45,8 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
-from dmrpc_gym.agent import State
-from dmrpc_gym.connection import settings_tensors
 from dmrpc_gym.env import DmRpcEnv
 from dmrpc_gym.errors import DmRpcError
-from dmrpc_gym.wire import pb
 
 __all__ = ["Batch", "Restart", "RESTART", "DmRpcVectorEnv", "DmRpcSB3VecEnv", "batch_observations", "merge_infos"]
 
@@ -280,18 +277,11 @@ class Batch:
         jobs = {}
         for i in indices:
             env = self.envs[i]
-            opts = dict((options[i] if isinstance(options, (list, tuple)) else options) or {})
-            gym.Env.reset(env, seed=seeds[i])           # seeds the sub-env's client RNG
-            if "world_settings" in opts:
-                try:
-                    env.connection.send(pb.ResetWorldRequest(
-                        world_name=env.world_name, settings=settings_tensors(opts["world_settings"])))
-                except Exception as err:
-                    raise _with_index(err, i) from None
-                env.agent.state = State.INTERRUPTED
-            settings = {**env.reset_settings, **(opts.get("settings") or {})}
-            if seeds[i] is not None and env.seed_setting is not None:
-                settings[env.seed_setting] = int(seeds[i])
+            opts = (options[i] if isinstance(options, (list, tuple)) else options) or {}
+            try:
+                settings = env.prepare_reset(seeds[i], opts)
+            except Exception as err:
+                raise _with_index(err, i) from None
             jobs[i] = Restart(settings)
         results = self.step(jobs)
         return [(results[i][0], results[i][4]) for i in indices]
@@ -470,7 +460,10 @@ class DmRpcVectorEnv(VectorEnv):
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every sub-env; a sub-env that finished last step starts its next episode instead."""
-        items = list(iterate(self.action_space, actions))
+        if isinstance(actions, np.ndarray) and actions.ndim and isinstance(self.action_space, _ARRAY_SPACES):
+            items = actions                     # one row per sub-env (what iterate() yields)
+        else:
+            items = list(iterate(self.action_space, actions))
         if len(items) != self.num_envs:
             raise ValueError(f"{len(items)} actions given for {self.num_envs} sub-envs")
         results = self._batch.step({i: RESTART if self._autoreset[i] else items[i]

@@ -464,14 +464,17 @@ def test_sb3_vec_env_truncation_flag_and_vec_env_methods(countdown):
         venv.close()
 
 
-def test_sb3_seeds_reach_the_server(catch_address):
+def test_sb3_seeds_reach_the_server_and_render_tiles_frames(catch_address):
     from dmrpc_gym.vector import DmRpcSB3VecEnv
 
-    venv = DmRpcSB3VecEnv(3, catch_address, seed_setting="seed")
+    venv = DmRpcSB3VecEnv(3, catch_address, seed_setting="seed", render_mode="rgb_array")
     envs = DmRpcVectorEnv(3, catch_address, seed_setting="seed")
     try:
         venv.seed(4)
         assert np.array_equal(venv.reset(), envs.reset(seed=4)[0])
+        frames = venv.get_images()
+        assert len(frames) == 3 and all(f.shape == (100, 100, 3) for f in frames)
+        assert venv.render().shape == (200, 200, 3)           # SB3 tiles 3 frames in a 2x2 grid
     finally:
         venv.close()
         envs.close()
