@@ -337,3 +337,32 @@ def test_properties_read_write_list():
             props["no_such_property"]
     finally:
         env.close()
+
+
+class Mirror(gym.Env):
+    """Observes its last action: large payloads both ways, through every flow-control path."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (1_000_000,), np.float32)
+    action_space = spaces.Box(-1.0, 1.0, (1_000_000,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.last = np.zeros(1_000_000, np.float32)
+        return self.last, {}
+
+    def step(self, action):
+        self.last = np.asarray(action, np.float32)
+        return self.last, 0.0, False, False, {}
+
+
+def test_megabyte_payloads_both_ways():
+    with Server(Mirror) as s:
+        env = DmRpcEnv(s.address, step_timeout=30)
+        try:
+            env.reset()
+            for seed in range(3):
+                action = np.random.default_rng(seed).uniform(-1, 1, 1_000_000).astype(np.float32)
+                obs, *_ = env.step(action)
+                np.testing.assert_array_equal(obs, action)
+        finally:
+            env.close()

@@ -33,6 +33,7 @@ log = logging.getLogger("dmrpc_gym.server")
 
 _U32 = struct.Struct(">L")
 _OUR_FRAME = 1 << 20             # largest frame we accept (we advertise it)
+_CHUNK = 1 << 18                 # largest DATA frame we write in one go
 _UNIMPLEMENTED, _INTERNAL = 12, 13
 
 
@@ -78,12 +79,15 @@ class GrpcProtocol(asyncio.Protocol):
         self._peer_frame = 16384
         self._received = 0
         self._window_open = asyncio.Event()
+        self._can_write = asyncio.Event()
+        self._can_write.set()
         self._closed = False
         self._last_stream = 0
 
     # -- asyncio.Protocol --------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:
         self._transport = transport
+        transport.set_write_buffer_limits(high=_CHUNK)
         self._connections.add(self)
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -119,10 +123,17 @@ class GrpcProtocol(asyncio.Protocol):
             log.info("closing an HTTP/2 connection: %s", exc)
             self.abort(protocol_error=True)
 
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._connections.discard(self)
         self._window_open.set()
+        self._can_write.set()
         for stream in list(self._streams.values()):
             self._end_stream(stream)
 
@@ -246,19 +257,25 @@ class GrpcProtocol(asyncio.Protocol):
             self._write(frame(HEADERS, END_HEADERS, stream.id, self._encoder.encode(
                 [(":status", "200"), ("content-type", "application/grpc")])))
         n = len(message) + 5
-        if n <= stream.window and n <= self._conn_window and n <= self._peer_frame:
+        if n <= _CHUNK and n <= stream.window and n <= self._conn_window and n <= self._peer_frame:
             stream.window -= n
             self._conn_window -= n
             self._write(h2.grpc_frame(message, stream.id))
             return
+        # A large message goes out in chunks, each written only while the socket keeps
+        # up (pause_writing / resume_writing): asyncio's write buffer then stays small,
+        # where one huge write would be moved down its buffer once per partial send.
         data = memoryview(b"\x00" + _U32.pack(len(message)) + message)
         while data:
-            while min(stream.window, self._conn_window) <= 0:
+            while min(stream.window, self._conn_window) <= 0 or not self._can_write.is_set():
                 if self._closed or not stream.open:
                     raise asyncio.CancelledError()
-                self._window_open.clear()
-                await self._window_open.wait()
-            n = min(len(data), stream.window, self._conn_window, self._peer_frame)
+                if self._can_write.is_set():
+                    self._window_open.clear()
+                    await self._window_open.wait()
+                else:
+                    await self._can_write.wait()
+            n = min(len(data), stream.window, self._conn_window, self._peer_frame, _CHUNK)
             stream.window -= n
             self._conn_window -= n
             self._write(frame(DATA, 0, stream.id, bytes(data[:n])))
