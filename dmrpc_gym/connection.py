@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping
 import grpc
 
 from dmrpc_gym import tensors
-from dmrpc_gym.errors import DmRpcError
+from dmrpc_gym.errors import DmRpcError, status_name
 from dmrpc_gym.h2 import GrpcStream, StreamEnded
 from dmrpc_gym.wire import METHOD_PATH, pb
 
@@ -39,6 +39,8 @@ _FIELDS = {
     pb.LeaveWorldRequest: "leave_world", pb.DestroyWorldRequest: "destroy_world",
 }
 _EXTENSION = "extension"
+# Stream endings that mean the server went away rather than refused something.
+_GONE = (None, 0, grpc.StatusCode.UNAVAILABLE.value[0], grpc.StatusCode.CANCELLED.value[0])
 _TAGS = {name: bytes([(pb.EnvironmentRequest.DESCRIPTOR.fields_by_name[name].number << 3) | 2])
          for name in (*_FIELDS.values(), _EXTENSION)}
 
@@ -253,11 +255,14 @@ class Connection:
 
     # -- state -----------------------------------------------------------------
     def _ended_error(self, ended: StreamEnded, field: str) -> Exception:
+        """The stream is over: a status the server chose is a ``DmRpcError``; a server
+        going away (no status, OK, UNAVAILABLE or CANCELLED) is a ``ConnectionError``."""
         self._broken = ended.message
-        if ended.status not in (None, 0):
+        if ended.status not in _GONE:
             return DmRpcError(ended.status, ended.message, request=field)
+        why = ended.message if ended.status in (None, 0) else f"{status_name(ended.status)}: {ended.message}"
         return ConnectionError(f"the dm_env_rpc server at {self.address} ended the "
-                               f"connection during {field}: {ended.message}")
+                               f"connection during {field}: {why}")
 
     def _check_usable(self) -> None:
         if self._closed:
