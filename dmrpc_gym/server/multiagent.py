@@ -41,7 +41,7 @@ from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import Factory, close_quietly
 from dmrpc_gym.server.interface import AgentInterface, probe_rgb, sequence_state
 from dmrpc_gym.server.properties import Property
-from dmrpc_gym.server.settings import SEED, check_seed, pop_seed, same_settings, unpack_settings
+from dmrpc_gym.server.settings import SEED, check_seed, pop_seed, unpack_settings, world_reset_settings
 from dmrpc_gym.server.worlds import log
 from dmrpc_gym.wire import pb
 
@@ -273,13 +273,9 @@ class ParallelWorld:
 
     def reset_world(self, settings: Mapping[str, pb.Tensor], caller: Any) -> None:
         """ResetWorld: new seed / settings for the next episode; the current one ends."""
-        kwargs = unpack_settings(settings, "world")
-        seed = pop_seed(kwargs, "world")
-        if kwargs:
-            self.factory.check(kwargs, "world")
-            recipe = {**self.kwargs, **kwargs}
-            if not same_settings(recipe, self.kwargs):
-                self._rebuild(recipe, seed)
+        recipe, seed = world_reset_settings(self, settings)
+        if recipe is not None:
+            self._rebuild(recipe, seed)
         if seed is not None:
             self.seed = seed
         if isinstance(caller, ParallelAgent) and caller.world is self:

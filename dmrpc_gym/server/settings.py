@@ -20,7 +20,7 @@ from dmrpc_gym import tensors
 from dmrpc_gym.server import status
 from dmrpc_gym.wire import pb
 
-__all__ = ["SEED", "unpack_settings", "pop_seed", "check_seed", "same_settings", "describe"]
+__all__ = ["SEED", "unpack_settings", "pop_seed", "check_seed", "same_settings", "describe", "world_reset_settings"]
 
 #: The setting (and property) that seeds ``reset``.
 SEED = "seed"
@@ -74,3 +74,19 @@ def describe(settings: Mapping[str, Any]) -> str:
     if not settings:
         return "no settings"
     return ", ".join(f"{k}={v!r:.40}" for k, v in settings.items())
+
+
+def world_reset_settings(world: Any, settings: Mapping[str, pb.Tensor]) -> tuple[dict[str, Any] | None, int | None]:
+    """A ResetWorld's settings for ``world`` (which has ``factory`` and ``kwargs``).
+
+    Returns the new factory keyword arguments when the settings change them
+    (else ``None``), and the seed (``None`` when not given).
+    """
+    kwargs = unpack_settings(settings, "world")
+    seed = pop_seed(kwargs, "world")
+    if kwargs:
+        world.factory.check(kwargs, "world")
+        recipe = {**world.kwargs, **kwargs}
+        if not same_settings(recipe, world.kwargs):
+            return recipe, seed
+    return None, seed

@@ -40,8 +40,8 @@ from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import Factory, close_quietly
 from dmrpc_gym.server.interface import AgentInterface, probe_rgb, sequence_state
 from dmrpc_gym.server.properties import Property
-from dmrpc_gym.server.settings import (SEED, check_seed, describe, pop_seed, same_settings,
-                                       unpack_settings)
+from dmrpc_gym.server.settings import (SEED, check_seed, describe, pop_seed, same_settings, unpack_settings,
+                                       world_reset_settings)
 from dmrpc_gym.wire import pb
 
 __all__ = ["WorldRegistry", "GymWorld", "GymAgent", "DEFAULT_WORLD"]
@@ -146,21 +146,17 @@ class GymWorld:
 
     def reset_world(self, settings: Mapping[str, pb.Tensor], caller: Any) -> None:
         """ResetWorld: new settings and seed for every agent's next sequence (never blocks)."""
-        kwargs = unpack_settings(settings, "world")
-        seed = pop_seed(kwargs, "world")
-        if kwargs:
-            self.factory.check(kwargs, "world")
-            recipe = {**self.kwargs, **kwargs}
-            if not same_settings(recipe, self.kwargs):
-                env = self._build(recipe)
-                try:
-                    interface = self._describe(env, seed)
-                except BaseException:
-                    close_quietly(env)
-                    raise
-                for spare in self._spares:
-                    close_quietly(spare)
-                self._spares, self.kwargs, self.interface = [env], recipe, interface
+        recipe, seed = world_reset_settings(self, settings)
+        if recipe is not None:
+            env = self._build(recipe)
+            try:
+                interface = self._describe(env, seed)
+            except BaseException:
+                close_quietly(env)
+                raise
+            for spare in self._spares:
+                close_quietly(spare)
+            self._spares, self.kwargs, self.interface = [env], recipe, interface
         if seed is not None:
             self.seed = seed
         for agent in self.agents.values():
