@@ -200,7 +200,7 @@ def add_demo(subparsers: Any) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed (default: %(default)s)")
     parser.add_argument("--out", default="catch_learning_curve.png",
                         help="where to save the learning curve (default: %(default)s)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar or messages")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (the measurements are still printed)")
     parser.set_defaults(run=run_demo)
 
 

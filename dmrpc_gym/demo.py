@@ -125,8 +125,10 @@ def _torch_threads(n: int) -> Iterator[None]:
 
 def run_demo(total_timesteps: int = 30_000, n_envs: int = 4, seed: int = 0,
              out: str | Path | None = "catch_learning_curve.png", progress: bool = True,
-             eval_episodes: int = 100) -> dict[str, Any]:
+             eval_episodes: int = 100, verbose: bool = True) -> dict[str, Any]:
     """Measure a random policy, train PPO on Catch, measure again, plot; returns the numbers.
+
+    ``progress`` shows SB3's progress bar; ``verbose`` prints the measurements as they come.
 
     Returns a dict with ``random_mean_reward``, ``trained_mean_reward``,
     ``total_timesteps``, ``n_envs``, ``train_episodes``, ``train_seconds`` and
@@ -134,7 +136,7 @@ def run_demo(total_timesteps: int = 30_000, n_envs: int = 4, seed: int = 0,
     """
     from stable_baselines3 import PPO
 
-    say = print if progress else (lambda *a, **k: None)
+    say = print if verbose else (lambda *a, **k: None)
     with _torch_threads(1):
         env = make_sb3_env(n_envs=n_envs, seed=seed)
         try:

@@ -17,7 +17,8 @@ pytest.importorskip("matplotlib")
 def test_quick_demo_run_writes_a_learning_curve(tmp_path, capsys):
     from dmrpc_gym.demo import run_demo
     out = tmp_path / "curve.png"
-    result = run_demo(total_timesteps=1024, n_envs=2, seed=1, out=out, progress=False, eval_episodes=10)
+    result = run_demo(total_timesteps=1024, n_envs=2, seed=1, out=out, progress=False, eval_episodes=10,
+                      verbose=False)
     assert result["plot"] == str(out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     import matplotlib.image
@@ -29,7 +30,7 @@ def test_quick_demo_run_writes_a_learning_curve(tmp_path, capsys):
     # 9-step episodes: about total_timesteps / 9 of them, minus those still running.
     assert 1024 // 9 - 2 <= result["train_episodes"] <= 1024 // 9 + 1
     assert result["train_seconds"] > 0
-    assert capsys.readouterr().out == ""          # progress=False prints nothing
+    assert capsys.readouterr().out == ""          # verbose=False prints nothing
 
 
 @pytest.fixture(scope="module")
