@@ -172,8 +172,8 @@ class RemoteAgent:
         # What to ask for every step: everything a callable might read, else what is used.
         wanted = set(names) if (self.reward.fn or self.discount.fn) else (
             set(chosen) | {self.reward.name, self.discount.name} - {None})
-        if render_name is not None:
-            wanted.discard(render_name)
+        if render_name is not None and render_name not in chosen:
+            wanted.discard(render_name)        # rendered only when asked for
             if o["render"]:
                 wanted.add(render_name)
         self._requested = sorted(self.specs.observation_uid(n) for n in wanted)

@@ -57,9 +57,11 @@ class _GrpcTransport:
     """grpcio's sync stream, for caller-supplied channels and TLS credentials."""
 
     def __init__(self, channel: grpc.Channel, metadata, connect_timeout: float | None, target: str):
+        ready = grpc.channel_ready_future(channel)
         try:
-            grpc.channel_ready_future(channel).result(timeout=connect_timeout)
+            ready.result(timeout=connect_timeout)
         except grpc.FutureTimeoutError:
+            ready.cancel()
             raise ConnectionError(
                 f"cannot reach a dm_env_rpc server at {target} within {connect_timeout} s") from None
         self.messages_sent = 0
@@ -169,7 +171,12 @@ class Connection:
             if channel is None:
                 channel = grpc.secure_channel(address, credentials)
                 self._own_channel = channel
-            self._transport = _GrpcTransport(channel, metadata, connect_timeout, self.address)
+            try:
+                self._transport = _GrpcTransport(channel, metadata, connect_timeout, self.address)
+            except BaseException:
+                if getattr(self, "_own_channel", None) is not None:
+                    self._own_channel.close()
+                raise
         self._pending: deque[list] = deque()  # [expected field, abandoned?]
         self._broken: str | None = None
         self._closed = False
@@ -210,18 +217,19 @@ class Connection:
     def receive(self) -> Any:
         """The answer to the oldest submitted request; raises ``DmRpcError`` for an error answer."""
         pending = self._pending
-        if not pending:
+        current = next((entry for entry in pending if not entry[1]), None)
+        if current is None:
             raise RuntimeError("receive() without a submitted request")
-        while pending[0][1]:         # answers to interrupted calls: read and drop
-            self._read_one(pending[0][0])
-            pending.popleft()
-        field = pending[0][0]
         try:
-            response = self._read_one(field)
+            while pending[0] is not current:   # answers to interrupted calls: read and drop
+                self._read_one(pending[0][0])
+                pending.popleft()
+            response = self._read_one(current[0])
         except BaseException:
-            pending[0][1] = True     # its answer, if it comes, is dropped later
+            current[1] = True        # its answer, if it comes, is dropped later too
             raise
         pending.popleft()
+        field = current[0]
         which = response.WhichOneof("payload")
         if which == field:
             return getattr(response, which)

@@ -1,15 +1,17 @@
 """``DmRpcEnv``: a dm_env_rpc world as a ``gymnasium.Env``."""
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping, Sequence
 
 import grpc
 import gymnasium as gym
 import numpy as np
 
-from dmrpc_gym.lifecycle import RemoteResource
 from dmrpc_gym.agent import RemoteAgent, RewardFn, State
 from dmrpc_gym.connection import Connection, settings_tensors
+from dmrpc_gym.errors import DmRpcError
+from dmrpc_gym.lifecycle import RemoteResource
 from dmrpc_gym.wire import pb
 
 __all__ = ["DmRpcEnv", "State", "open_world", "close_world"]
@@ -27,14 +29,26 @@ def open_world(connection: Connection, world_settings: Mapping[str, Any] | None,
 
 
 def close_world(connection: Connection, world_name: str, timeout: float = 2.0) -> None:
-    """DestroyWorld, best effort and bounded in time."""
+    """DestroyWorld, best effort and bounded in time.
+
+    A world is only destroyed once nobody is joined; right after agents left (or
+    their streams closed) the server may still be seeing them out, so a refusal
+    for that reason is retried briefly.
+    """
     if connection.closed:
         return
     connection.timeout = timeout if connection.timeout is None else min(timeout, connection.timeout)
-    try:
-        connection.send(pb.DestroyWorldRequest(world_name=world_name))
-    except Exception:
-        pass
+    deadline = time.monotonic() + min(timeout, 0.5)
+    while True:
+        try:
+            connection.send(pb.DestroyWorldRequest(world_name=world_name))
+            return
+        except DmRpcError as err:
+            if err.code_name != "FAILED_PRECONDITION" or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+        except Exception:
+            return
 
 
 class DmRpcEnv(RemoteResource, gym.Env):
@@ -78,8 +92,8 @@ class DmRpcEnv(RemoteResource, gym.Env):
         self._closed = False
         self._agent = None
         self.connection = Connection(address, channel=channel, credentials=credentials, metadata=metadata,
-                                     connect_timeout=connect_timeout, timeout=step_timeout)
-        try:
+                                     connect_timeout=connect_timeout, timeout=connect_timeout)
+        try:   # CreateWorld and JoinWorld are part of connecting: bounded by connect_timeout
             self.world_name, self._created = open_world(self.connection, world_settings, world_name)
             self._agent = RemoteAgent(
                 self.connection, self.world_name, join_settings, observations=observations,
@@ -88,6 +102,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
         except BaseException:
             self.close()
             raise
+        self.connection.timeout = step_timeout
         if render_mode is not None and self._agent.render_name is None:
             self.close()
             raise ValueError(f"render_mode={render_mode!r} needs a render observation; pass "

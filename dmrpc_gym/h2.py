@@ -26,7 +26,7 @@ from collections import deque
 import hpack
 
 __all__ = ["GrpcStream", "StreamEnded", "MessageSplitter", "frame", "grpc_frame", "parse_settings",
-           "header_fragment"]
+           "header_fragment", "decode_headers", "U32"]
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 5, 6, 7, 8, 9
@@ -37,7 +37,8 @@ MAX_WINDOW = 2**31 - 1
 _OUR_FRAME = 2**24 - 1           # largest frame we accept
 _RECV_CHUNK = 1 << 18
 HEADER = struct.Struct(">BHBBL")  # length (24 bits as 8+16), type, flags, stream id
-_U32 = struct.Struct(">L")
+U32 = struct.Struct(">L")          # a big-endian 32-bit field
+
 
 
 class StreamEnded(Exception):
@@ -59,7 +60,7 @@ def grpc_frame(message: bytes, stream: int) -> bytes:
     """One gRPC message (length-prefixed, uncompressed) in one DATA frame."""
     n = len(message) + 5
     return (HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream)
-            + b"\x00" + _U32.pack(len(message)) + message)
+            + b"\x00" + U32.pack(len(message)) + message)
 
 
 def parse_settings(payload: bytes) -> list[tuple[int, int]]:
@@ -76,6 +77,12 @@ def header_fragment(flags: int, payload: bytes) -> bytes:
     return payload
 
 
+def decode_headers(decoder: hpack.Decoder, block: bytes) -> dict[str, str]:
+    """A complete header block as ``{name: value}`` (text)."""
+    return {k if isinstance(k, str) else k.decode(): v if isinstance(v, str) else v.decode()
+            for k, v in decoder.decode(bytes(block))}
+
+
 class MessageSplitter:
     """Cuts DATA payloads into gRPC messages (which may span frames, or share one)."""
 
@@ -89,7 +96,7 @@ class MessageSplitter:
         data = self._data
         data += payload
         while len(data) >= 5:
-            size = _U32.unpack_from(data, 1)[0]
+            size = U32.unpack_from(data, 1)[0]
             if len(data) < 5 + size:
                 break
             if data[0]:
@@ -143,7 +150,7 @@ class GrpcStream:
             (SETTING_PUSH, 0), (SETTING_WINDOW, MAX_WINDOW), (SETTING_FRAME, _OUR_FRAME)))
         self._sock.sendall(
             PREFACE + frame(SETTINGS, 0, 0, settings)
-            + frame(WINDOW_UPDATE, 0, 0, _U32.pack(MAX_WINDOW - 65535))
+            + frame(WINDOW_UPDATE, 0, 0, U32.pack(MAX_WINDOW - 65535))
             + frame(HEADERS, END_HEADERS, _STREAM, block))
 
     # -- public ----------------------------------------------------------------
@@ -169,7 +176,7 @@ class GrpcStream:
             self._send_conn -= n
             self._send(grpc_frame(message, _STREAM), message=True)
             return
-        data = memoryview(b"\x00" + _U32.pack(len(message)) + message)
+        data = memoryview(b"\x00" + U32.pack(len(message)) + message)
         self.broken = True               # until the last frame of this message is committed
         self.messages_sent += 1
         while data:
@@ -186,7 +193,7 @@ class GrpcStream:
 
     def _send(self, data: bytes, message: bool = False) -> None:
         """Send ``data`` after any bytes an interrupted send left behind."""
-        pending = self._unsent + data
+        pending = self._unsent + data if self._unsent else data
         # One straight-line step (no call, no loop): an interrupt lands before or after it.
         self._unsent, self.messages_sent = pending, self.messages_sent + message
         sent = 0
@@ -240,7 +247,7 @@ class GrpcStream:
             self._fill(end)
         stream &= 0x7FFFFFFF
         if kind == WINDOW_UPDATE:          # grpcio servers send two with every answer: read in place
-            increment = _U32.unpack_from(buf, 9)[0] & 0x7FFFFFFF
+            increment = U32.unpack_from(buf, 9)[0] & 0x7FFFFFFF
             del buf[:end]
             if stream == 0:
                 self._send_conn += increment
@@ -260,7 +267,7 @@ class GrpcStream:
             if not flags & ACK:
                 self._send(frame(PING, ACK, 0, payload))
         elif kind == RST_STREAM and stream == _STREAM:
-            code = _U32.unpack(payload)[0]
+            code = U32.unpack(payload)[0]
             self._end(None, f"the server reset the stream (HTTP/2 error code {code})")
         elif kind == GOAWAY:
             last, code = struct.unpack_from(">LL", payload)
@@ -290,7 +297,7 @@ class GrpcStream:
             payload = payload[1:len(payload) - payload[0]]
         self._splitter.feed(payload, self._messages)
         if self._received > MAX_WINDOW // 2:
-            update = _U32.pack(self._received)
+            update = U32.pack(self._received)
             self._send(frame(WINDOW_UPDATE, 0, 0, update) + frame(WINDOW_UPDATE, 0, _STREAM, update))
             self._received = 0
         if flags & END_STREAM:
@@ -304,8 +311,7 @@ class GrpcStream:
             self._header_block += payload
         if not flags & END_HEADERS:
             return
-        headers = {k if isinstance(k, str) else k.decode(): v if isinstance(v, str) else v.decode()
-                   for k, v in self._decoder.decode(bytes(self._header_block))}
+        headers = decode_headers(self._decoder, self._header_block)
         if headers.get(":status", "200") != "200":
             self._end(None, f"the server answered HTTP status {headers[':status']}")
         elif self._header_flags & END_STREAM:

@@ -48,11 +48,11 @@ import grpc
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from dmrpc_gym.lifecycle import RemoteResource
 from dmrpc_gym.agent import RemoteAgent, RewardFn, State
 from dmrpc_gym.connection import Connection, settings_tensors
 from dmrpc_gym.env import close_world, open_world
 from dmrpc_gym.errors import DmRpcError
+from dmrpc_gym.lifecycle import RemoteResource
 from dmrpc_gym.wire import pb
 
 __all__ = ["DmRpcParallelEnv", "parallel_env", "tag_env", "join_settings"]

@@ -48,7 +48,8 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 from dmrpc_gym.env import DmRpcEnv
 from dmrpc_gym.errors import DmRpcError
 
-__all__ = ["Batch", "Restart", "RESTART", "DmRpcVectorEnv", "DmRpcSB3VecEnv", "batch_observations", "merge_infos"]
+# DmRpcSB3VecEnv is reached by attribute (built on first use), so `import *` never pulls in SB3.
+__all__ = ["Batch", "Restart", "RESTART", "DmRpcVectorEnv", "batch_observations", "merge_infos"]
 
 #: One sub-env's ``(observation, reward, terminated, truncated, info)``.
 StepResult = tuple[Any, float, bool, bool, dict]

@@ -278,3 +278,16 @@ def test_connects_inside_a_running_event_loop(server):
             return tensors.unpack(step(conn, np.int8(4)).observations[1])
 
     assert asyncio.run(inside_loop()) == 4
+
+
+def test_two_timeouts_in_a_row_keep_answers_matched(server):
+    """The second timeout strikes while the first late answer is being dropped."""
+    with Connection(server.address, timeout=0.2) as conn:
+        server.hold.set()
+        for _ in range(2):
+            with pytest.raises(TimeoutError):
+                step(conn, np.int32(1))
+        server.hold.clear()
+        server.release.set()
+        assert conn.send(pb.CreateWorldRequest()).world_name == "w"   # not a late step answer
+        assert tensors.unpack(step(conn, np.int32(9)).observations[1]) == 9

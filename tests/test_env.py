@@ -366,3 +366,12 @@ def test_megabyte_payloads_both_ways():
                 np.testing.assert_array_equal(obs, action)
         finally:
             env.close()
+
+
+def test_render_observation_chosen_as_an_observation(server):
+    env = make(server, observations=["pos", "RGB"], render_observation="RGB")
+    try:
+        obs, _ = env.reset(seed=0)
+        assert obs["RGB"].shape == (4, 6, 3) and obs["RGB"].dtype == np.uint8
+    finally:
+        env.close()

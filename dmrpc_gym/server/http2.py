@@ -22,7 +22,7 @@ from typing import Awaitable, Callable, Protocol
 import hpack
 
 from dmrpc_gym import h2
-from dmrpc_gym.h2 import (ACK, CONTINUATION, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADER, HEADERS, MAX_WINDOW,
+from dmrpc_gym.h2 import (U32, ACK, CONTINUATION, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADER, HEADERS, MAX_WINDOW,
                           PADDED, PING, PREFACE, RST_STREAM, SETTING_FRAME, SETTING_HEADER_TABLE,
                           SETTING_WINDOW, SETTINGS, WINDOW_UPDATE, MessageSplitter, frame, parse_settings)
 from dmrpc_gym.wire import METHOD_PATH
@@ -31,7 +31,6 @@ __all__ = ["StreamHandler", "GrpcProtocol"]
 
 log = logging.getLogger("dmrpc_gym.server")
 
-_U32 = struct.Struct(">L")
 _OUR_FRAME = 1 << 20             # largest frame we accept (we advertise it)
 _CHUNK = 1 << 18                 # largest DATA frame we write in one go
 _UNIMPLEMENTED, _INTERNAL = 12, 13
@@ -46,11 +45,12 @@ class StreamHandler(Protocol):
 
 
 class _Stream:
-    __slots__ = ("id", "window", "splitter", "inbox", "wake", "task", "open", "replied")
+    __slots__ = ("id", "window", "received", "splitter", "inbox", "wake", "task", "open", "replied")
 
     def __init__(self, stream_id: int, window: int):
         self.id = stream_id
         self.window = window
+        self.received = 0                # bytes taken in since our last WINDOW_UPDATE for it
         self.splitter = MessageSplitter()
         self.inbox: deque = deque()      # requests, then None once the client is done writing
         self.wake = asyncio.Event()
@@ -98,7 +98,7 @@ class GrpcProtocol(asyncio.Protocol):
         settings = b"".join(struct.pack(">HL", k, v) for k, v in (
             (SETTING_WINDOW, MAX_WINDOW), (SETTING_FRAME, _OUR_FRAME)))
         transport.write(frame(SETTINGS, 0, 0, settings)
-                        + frame(WINDOW_UPDATE, 0, 0, _U32.pack(MAX_WINDOW - 65535)))
+                        + frame(WINDOW_UPDATE, 0, 0, U32.pack(MAX_WINDOW - 65535)))
 
     def data_received(self, data: bytes) -> None:
         buf = self._buf
@@ -160,7 +160,7 @@ class GrpcProtocol(asyncio.Protocol):
             if not flags & ACK:
                 self._write(frame(PING, ACK, 0, payload))
         elif kind == WINDOW_UPDATE:
-            increment = _U32.unpack(payload)[0] & 0x7FFFFFFF
+            increment = U32.unpack(payload)[0] & 0x7FFFFFFF
             if sid == 0:
                 self._conn_window += increment
             elif sid in self._streams:
@@ -183,8 +183,7 @@ class GrpcProtocol(asyncio.Protocol):
         if not flags & END_HEADERS:
             return
         sid, flags = self._block_stream, self._block_flags
-        headers = dict((k if isinstance(k, str) else k.decode(), v if isinstance(v, str) else v.decode())
-                       for k, v in self._decoder.decode(bytes(self._block)))
+        headers = h2.decode_headers(self._decoder, self._block)
         if sid in self._streams:          # trailers from the client: treat as end of its requests
             if flags & END_STREAM:
                 self._client_done(self._streams[sid])
@@ -206,15 +205,18 @@ class GrpcProtocol(asyncio.Protocol):
             self._client_done(stream)
 
     def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
+        # Windows start (and are topped up) at 2**31-1: give back what was used once half is.
         self._received += len(payload)
         if self._received > MAX_WINDOW // 2:
-            self._write(frame(WINDOW_UPDATE, 0, 0, _U32.pack(self._received)))
-            for stream in self._streams.values():
-                self._write(frame(WINDOW_UPDATE, 0, stream.id, _U32.pack(self._received)))
+            self._write(frame(WINDOW_UPDATE, 0, 0, U32.pack(self._received)))
             self._received = 0
         stream = self._streams.get(sid)
         if stream is None:
             return                       # a stream we already ended
+        stream.received += len(payload)
+        if stream.received > MAX_WINDOW // 2:
+            self._write(frame(WINDOW_UPDATE, 0, sid, U32.pack(stream.received)))
+            stream.received = 0
         if flags & PADDED:
             payload = payload[1:len(payload) - payload[0]]
         before = len(stream.inbox)
@@ -265,7 +267,7 @@ class GrpcProtocol(asyncio.Protocol):
         # A large message goes out in chunks, each written only while the socket keeps
         # up (pause_writing / resume_writing): asyncio's write buffer then stays small,
         # where one huge write would be moved down its buffer once per partial send.
-        data = memoryview(b"\x00" + _U32.pack(len(message)) + message)
+        data = memoryview(b"\x00" + U32.pack(len(message)) + message)
         while data:
             while min(stream.window, self._conn_window) <= 0 or not self._can_write.is_set():
                 if self._closed or not stream.open:
