@@ -23,11 +23,15 @@ from dmrpc_gym.connection import Connection, settings_tensors
 from dmrpc_gym.specs import SpecManager
 from dmrpc_gym.wire import pb
 
-__all__ = ["State", "RemoteAgent", "RewardFn", "select"]
+__all__ = ["State", "RemoteAgent", "RewardFn", "select", "reset_settings"]
 
 
 class State(enum.IntEnum):
-    """dm_env_rpc's ``EnvironmentStateType``, as handed to reward functions and ``info``."""
+    """dm_env_rpc's ``EnvironmentStateType``, as handed to reward functions and ``info``.
+
+    >>> State(pb.TERMINATED), State.INTERRUPTED == pb.INTERRUPTED
+    (<State.TERMINATED: 2>, True)
+    """
 
     INVALID = pb.INVALID_ENVIRONMENT_STATE
     RUNNING = pb.RUNNING
@@ -51,6 +55,16 @@ def select(names: Sequence[str], wanted: str | Sequence[str] | None, kind: str) 
     if unknown:
         raise ValueError(f"unknown {kind} {unknown}; the server offers {sorted(names)}")
     return chosen, isinstance(wanted, str)
+
+
+def reset_settings(base: Mapping[str, Any], options: Mapping[str, Any], seed: int | None,
+                   seed_setting: str | None) -> dict[str, Any]:
+    """A ResetRequest's settings: ``base``, then ``options["settings"]``, then the seed
+    under ``seed_setting`` (when both are given)."""
+    settings = {**base, **(options.get("settings") or {})}
+    if seed is not None and seed_setting is not None:
+        settings[seed_setting] = int(seed)
+    return settings
 
 
 def _arity(fn: Callable) -> int:
@@ -116,6 +130,15 @@ class RemoteAgent:
         render_observation: the observation ``render()`` shows (default: ``"RGB"`` if offered).
         render: request the render observation every step.
         agent: this agent's name, passed to 3-argument reward/discount callables.
+
+    >>> from dmrpc_gym.server import Server
+    >>> from dmrpc_gym.worlds.catch import Catch
+    >>> with Server(Catch) as server, Connection(server.address) as conn:
+    ...     agent = RemoteAgent(conn, conn.send(pb.CreateWorldRequest()).world_name)
+    ...     obs, info = agent.reset({"seed": 1})
+    ...     obs, reward, terminated, truncated, info = agent.step(np.int8(0))
+    ...     agent.action_space, obs.shape, info["state"]
+    (Discrete(3, start=-1, dtype=int8), (10, 10), <State.RUNNING: 1>)
     """
 
     def __init__(self, connection: Connection, world_name: str, join_settings: Mapping[str, Any] | None = None, *,

@@ -6,14 +6,6 @@ Requests may be pipelined: ``submit`` several, then ``receive`` their answers
 in order. Insecure addresses use :mod:`dmrpc_gym.h2` (one thread, one socket,
 the fastest path); a ``grpc.Channel`` or ``grpc.ChannelCredentials`` of the
 caller's uses grpcio's own stream.
-
->>> from dmrpc_gym.server import Server
->>> from dmrpc_gym.worlds.catch import Catch
->>> with Server(Catch) as server, Connection(server.address) as conn:
-...     world = conn.send(pb.CreateWorldRequest()).world_name
-...     specs = conn.send(pb.JoinWorldRequest(world_name=world)).specs
-...     sorted(spec.name for spec in specs.actions.values())
-['paddle']
 """
 from __future__ import annotations
 
@@ -152,6 +144,14 @@ class Connection:
         metadata: call metadata, a sequence of ``(key, value)`` pairs.
         connect_timeout: seconds to wait for the server; then ``ConnectionError``.
         timeout: seconds to wait for each answer (``None``: no limit); then ``TimeoutError``.
+
+    >>> from dmrpc_gym.server import Server
+    >>> from dmrpc_gym.worlds.catch import Catch
+    >>> with Server(Catch) as server, Connection(server.address) as conn:
+    ...     world = conn.send(pb.CreateWorldRequest()).world_name
+    ...     specs = conn.send(pb.JoinWorldRequest(world_name=world)).specs
+    ...     sorted(spec.name for spec in specs.actions.values())
+    ['paddle']
     """
 
     def __init__(self, address: str | None = None, *, channel: grpc.Channel | None = None,

@@ -8,7 +8,7 @@ import grpc
 import gymnasium as gym
 import numpy as np
 
-from dmrpc_gym.agent import RemoteAgent, RewardFn, State
+from dmrpc_gym.agent import RemoteAgent, RewardFn, State, reset_settings
 from dmrpc_gym.connection import Connection, settings_tensors
 from dmrpc_gym.errors import DmRpcError
 from dmrpc_gym.lifecycle import RemoteResource
@@ -134,10 +134,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
             self.connection.send(pb.ResetWorldRequest(
                 world_name=self.world_name, settings=settings_tensors(options["world_settings"])))
             self._agent.state = State.INTERRUPTED
-        settings = {**self.reset_settings, **(options.get("settings") or {})}
-        if seed is not None and self.seed_setting is not None:
-            settings[self.seed_setting] = int(seed)
-        return settings
+        return reset_settings(self.reset_settings, options, seed, self.seed_setting)
 
     def step(self, action: Any):
         """Send ``action`` (checked against the action space first) and return the 5-tuple."""

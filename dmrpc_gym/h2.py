@@ -42,7 +42,11 @@ U32 = struct.Struct(">L")          # a big-endian 32-bit field
 
 
 class StreamEnded(Exception):
-    """The server ended the stream; ``status``/``message`` are its gRPC trailers."""
+    """The server ended the stream; ``status``/``message`` are its gRPC trailers.
+
+    >>> StreamEnded(12, "unknown method").status
+    12
+    """
 
     def __init__(self, status: int | None, message: str):
         self.status = status
@@ -84,7 +88,15 @@ def decode_headers(decoder: hpack.Decoder, block: bytes) -> dict[str, str]:
 
 
 class MessageSplitter:
-    """Cuts DATA payloads into gRPC messages (which may span frames, or share one)."""
+    """Cuts DATA payloads into gRPC messages (which may span frames, or share one).
+
+    >>> splitter, out = MessageSplitter(), []
+    >>> framed = grpc_frame(b"ab", 1)[9:] + grpc_frame(b"cde", 1)[9:]
+    >>> splitter.feed(framed[:4], out), out
+    (None, [])
+    >>> splitter.feed(framed[4:], out), out
+    (None, [b'ab', b'cde'])
+    """
 
     __slots__ = ("_data",)
 

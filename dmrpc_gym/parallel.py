@@ -48,7 +48,7 @@ import grpc
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from dmrpc_gym.agent import RemoteAgent, RewardFn, State
+from dmrpc_gym.agent import RemoteAgent, RewardFn, State, reset_settings
 from dmrpc_gym.connection import Connection, settings_tensors
 from dmrpc_gym.env import close_world, open_world
 from dmrpc_gym.errors import DmRpcError
@@ -334,9 +334,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         """
         self._check_usable()
         options = dict(options or {})
-        settings = {**self.reset_settings, **(options.get("settings") or {})}
-        if seed is not None and self.seed_setting is not None:
-            settings[self.seed_setting] = int(seed)
+        settings = reset_settings(self.reset_settings, options, seed, self.seed_setting)
         names = self.possible_agents
         self._exchange("reset", {name: (lambda a=self.remote[name]: a.submit_reset(settings),
                                         self.remote[name].receive_reset) for name in names})

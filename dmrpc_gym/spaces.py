@@ -66,7 +66,14 @@ _WIDEN = {np.dtype(np.float16): np.dtype(np.float32),
 
 
 class UnsupportedSpec(ValueError):
-    """A TensorSpec with no faithful gymnasium space; ``str()`` is the reason."""
+    """A TensorSpec with no faithful gymnasium space; ``str()`` is the reason.
+
+    >>> try:
+    ...     space_from_spec(pb.TensorSpec(name="points", dtype=pb.FLOAT, shape=[-1, 2]))
+    ... except UnsupportedSpec as why:
+    ...     print("no space:", "variable-size" in str(why))
+    no space: True
+    """
 
 
 # -- Text ------------------------------------------------------------------------

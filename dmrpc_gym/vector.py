@@ -352,6 +352,9 @@ class Restart:
     """A :meth:`Batch.submit` job: start the sub-env's next sequence.
 
     ``settings`` are the ResetRequest settings (``None``: the sub-env's ``reset_settings``).
+
+    >>> Restart({"seed": 3}).settings
+    {'seed': 3}
     """
 
     __slots__ = ("settings",)

@@ -50,6 +50,12 @@ class Catch(gym.Env):
         render_mode: None or ``"rgb_array"`` (a ``rows*10 x columns*10 x 3`` uint8 frame).
 
     ``info`` has ``ball`` (row, column) and ``paddle`` (column).
+
+    >>> env = Catch()
+    >>> obs, info = env.reset(seed=0)
+    >>> obs["board"].shape, obs["board"].sum(), env.action_space
+    ((10, 10), np.float32(2.0), Dict('paddle': Discrete(3, start=-1, dtype=int8)))
+    >>> obs, reward, terminated, truncated, info = env.step({"paddle": np.int8(1)})
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}

@@ -68,7 +68,14 @@ def _setting(value: Any, name: str, low: int) -> int:
 
 
 class Tag(ParallelEnv):
-    """Pursuers chase evaders on a grid; see the module docstring for the rules."""
+    """Pursuers chase evaders on a grid; see the module docstring for the rules.
+
+    >>> env = Tag(size=5, pursuers=1, evaders=1)
+    >>> observations, infos = env.reset(seed=0)
+    >>> env.agents
+    ['pursuer_0', 'evader_0']
+    >>> observations, rewards, terminations, truncations, infos = env.step({a: 0 for a in env.agents})
+    """
 
     metadata = {"render_modes": ["rgb_array"], "name": "tag_v0", "render_fps": 5, "is_parallelizable": True}
 
