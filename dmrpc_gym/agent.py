@@ -323,7 +323,7 @@ class RemoteAgent:
         if not self.joined or self.connection.closed:
             return
         self.joined = False
-        self.connection.timeout = timeout if self.connection.timeout is None else min(timeout, self.connection.timeout)
+        self.connection.shorten_timeout(timeout)
         try:
             self.connection.send(pb.LeaveWorldRequest())
         except Exception:

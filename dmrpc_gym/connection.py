@@ -261,6 +261,10 @@ class Connection:
         self.submit_extension(payload)
         return self.receive()
 
+    def shorten_timeout(self, seconds: float) -> None:
+        """Wait at most ``seconds`` for each answer from now on (never lengthens the limit)."""
+        self.timeout = seconds if self.timeout is None else min(seconds, self.timeout)
+
     # -- state -----------------------------------------------------------------
     def _ended_error(self, ended: StreamEnded, field: str) -> Exception:
         """The stream is over: a status the server chose is a ``DmRpcError``; a server

@@ -37,7 +37,7 @@ def close_world(connection: Connection, world_name: str, timeout: float = 2.0) -
     """
     if connection.closed:
         return
-    connection.timeout = timeout if connection.timeout is None else min(timeout, connection.timeout)
+    connection.shorten_timeout(timeout)
     deadline = time.monotonic() + min(timeout, 0.5)
     while True:
         try:

@@ -113,10 +113,6 @@ def _per_agent(value: Any, agent: str) -> Any:
     return value
 
 
-def _shorter(a: float | None, b: float) -> float:
-    return b if a is None else min(a, b)
-
-
 def _named(err: BaseException, agent: str, what: str, note: str = "") -> BaseException:
     """The same kind of error, saying which agent it came from (``.agent`` holds the name)."""
     if isinstance(err, DmRpcError):
@@ -295,7 +291,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
             connection = self.connections[name]
             saved = connection.timeout
             if failures:
-                connection.timeout = _shorter(saved, self.abandon_timeout)
+                connection.shorten_timeout(self.abandon_timeout)
             try:
                 results[name] = calls[name][1]()
             except BaseException as err:
