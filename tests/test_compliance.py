@@ -92,13 +92,13 @@ class _WithWorld(_Connected):
         return self._world
 
 
-class _Joined(_WithWorld):
-    """Mixin: joined to the test's world (the Step suite's precondition)."""
+class _Joins:
+    """Mixin: joined to ``join_name`` for each test (the Step suite's precondition)."""
 
     def setUp(self) -> None:
         super().setUp()
         self._specs = self.connection.send(
-            dpb.JoinWorldRequest(world_name=self._world, settings=self.join_settings)).specs
+            dpb.JoinWorldRequest(world_name=self.join_name, settings=self.join_settings)).specs
 
     def tearDown(self) -> None:
         self.connection.send(dpb.LeaveWorldRequest())
@@ -107,6 +107,14 @@ class _Joined(_WithWorld):
     @property
     def specs(self):
         return self._specs
+
+
+class _Joined(_Joins, _WithWorld):
+    """Mixin: joined to the world created for the test."""
+
+    @property
+    def join_name(self) -> str:
+        return self.world_name
 
 
 # -- CartPole-v1, served as `dmrpc-gym serve CartPole-v1` serves it -------------------------
@@ -179,20 +187,10 @@ class TestCatchStep(_Joined, compliance.Step):
     world_settings = {"seed": servers.tensor(11)}
 
 
-class TestCatchStepDefaultWorld(_Connected, compliance.Step):
+class TestCatchStepDefaultWorld(_Joins, _Connected, compliance.Step):
     """The Step suite on the default world (joined by the empty name, never created)."""
 
-    def setUp(self) -> None:
-        super().setUp()
-        self._specs = self.connection.send(dpb.JoinWorldRequest(world_name="")).specs
-
-    def tearDown(self) -> None:
-        self.connection.send(dpb.LeaveWorldRequest())
-        super().tearDown()
-
-    @property
-    def specs(self):
-        return self._specs
+    join_name = ""
 
 
 # -- a factory with a required argument -----------------------------------------------------------
