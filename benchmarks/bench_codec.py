@@ -1,4 +1,4 @@
-"""Tensor codec: dmrpc_gym.tensors against dm_env_rpc.v1.tensor_utils, side by side.
+"""Tensor codec: dmrpc_gym.protocol.tensors against dm_env_rpc.v1.tensor_utils, side by side.
 
     python benchmarks/bench_codec.py [--repeats N]
 
@@ -35,8 +35,8 @@ import numpy as np
 from dm_env_rpc.v1 import dm_env_rpc_pb2 as official_pb
 from dm_env_rpc.v1 import tensor_utils
 
-from dmrpc_gym import tensors
-from dmrpc_gym.wire import pb
+from dmrpc_gym.protocol import tensors
+from dmrpc_gym.protocol.wire import pb
 
 #: The cases the project's issue asks for first; the 10x target applies to these.
 TARGET_CASES = ("f32 1e5", "u8 84x84x3")

@@ -89,7 +89,7 @@ class Single(Case):
     """``DmRpcEnv.step``."""
 
     def open(self):
-        from dmrpc_gym.env import DmRpcEnv
+        from dmrpc_gym.client.env import DmRpcEnv
         self.env = DmRpcEnv(self.address)
         self.env.reset()
 
@@ -110,7 +110,7 @@ class Turns(Case):
         self.per_call = n
 
     def open(self):
-        from dmrpc_gym.env import DmRpcEnv
+        from dmrpc_gym.client.env import DmRpcEnv
         self.envs = [DmRpcEnv(self.address) for _ in range(self.per_call)]
         for env in self.envs:
             env.reset()
@@ -165,8 +165,8 @@ class RawAio(Case):
     async def _open(self):
         import grpc
 
-        from dmrpc_gym import tensors
-        from dmrpc_gym.wire import METHOD_PATH, pb
+        from dmrpc_gym.protocol import tensors
+        from dmrpc_gym.protocol.wire import METHOD_PATH, pb
         self.channel = grpc.aio.insecure_channel(self.address)
         self.call = self.channel.stream_stream(METHOD_PATH, request_serializer=None,
                                                response_deserializer=None)()

@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> list[tuple]:
     parser.add_argument("--save", action="store_true", help="write the table into README.md")
     args = parser.parse_args(argv)
 
-    from dmrpc_gym.env import DmRpcEnv
-    from dmrpc_gym.vector import DmRpcVectorEnv
+    from dmrpc_gym.client.env import DmRpcEnv
+    from dmrpc_gym.client.vector import DmRpcVectorEnv
 
     proc, address = servers.spawn("ours")
     rows = []

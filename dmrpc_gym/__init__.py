@@ -1,31 +1,38 @@
 """dmrpc_gym: dm_env_rpc worlds as gymnasium / PettingZoo environments, and back.
 
 Importing the package registers the ``dmrpc`` gymnasium namespace
-(``dmrpc/Remote-v0``, ``dmrpc/Catch-v0``).
+(``dmrpc/Remote-v0``, ``dmrpc/Catch-v0``). The layers, bottom up:
+``protocol`` (the wire), ``transport`` (gRPC over HTTP/2), ``spaces``
+(TensorSpec <-> gymnasium), then ``client`` and ``server`` side by side,
+``integrations`` (SB3, RLlib, Godot) and ``app`` (the command line).
 """
+from dmrpc_gym import _compat
 from dmrpc_gym._version import __version__
-from dmrpc_gym.errors import DmRpcError
+from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.registration import register_envs
 
+_compat.install()
 register_envs()
 
-
-def __getattr__(name):
-    # The env classes pull in gymnasium/pettingzoo machinery: load them on first use.
-    if name in ("DmRpcEnv", "State"):
-        from dmrpc_gym import env
-        return getattr(env, name)
-    if name in ("DmRpcParallelEnv", "parallel_env"):
-        from dmrpc_gym import parallel
-        return getattr(parallel, name)
-    if name == "DmRpcVectorEnv":
-        from dmrpc_gym.vector import DmRpcVectorEnv
-        return DmRpcVectorEnv
-    if name == "Connection":
-        from dmrpc_gym.connection import Connection
-        return Connection
-    raise AttributeError(f"module 'dmrpc_gym' has no attribute {name!r}")
+# Public name -> the module that holds it, imported on first use (they pull in
+# gymnasium / PettingZoo machinery that a bare ``import dmrpc_gym`` does not need).
+_LAZY = {
+    "DmRpcEnv": "dmrpc_gym.client.env",
+    "State": "dmrpc_gym.client.agent",
+    "DmRpcParallelEnv": "dmrpc_gym.client.parallel",
+    "parallel_env": "dmrpc_gym.app.embedded",
+    "DmRpcVectorEnv": "dmrpc_gym.client.vector",
+    "Connection": "dmrpc_gym.client.connection",
+    "tag_env": "dmrpc_gym.app.embedded",
+}
 
 
-__all__ = ["__version__", "DmRpcError", "DmRpcEnv", "State", "DmRpcParallelEnv", "parallel_env",
-           "DmRpcVectorEnv", "Connection", "register_envs"]
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dmrpc_gym' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = ["__version__", "DmRpcError", "register_envs", *_LAZY]

@@ -1,5 +1,5 @@
 """``python -m dmrpc_gym``: the ``dmrpc-gym`` command."""
-from dmrpc_gym.cli import main
+from dmrpc_gym.app.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -11,14 +11,14 @@ def register_envs() -> None:
     if "dmrpc/Remote-v0" not in gym.registry:
         gym.register(
             id="dmrpc/Remote-v0",
-            entry_point="dmrpc_gym.env:DmRpcEnv",
-            vector_entry_point="dmrpc_gym.vector:DmRpcVectorEnv",
+            entry_point="dmrpc_gym.client.env:DmRpcEnv",
+            vector_entry_point="dmrpc_gym.client.vector:DmRpcVectorEnv",
             # Without seed_setting the seed seeds only the client's RNG.
             nondeterministic=True,
         )
     if "dmrpc/Catch-v0" not in gym.registry:
         gym.register(
             id="dmrpc/Catch-v0",
-            entry_point="dmrpc_gym.embedded:make_catch_env",
-            vector_entry_point="dmrpc_gym.embedded:make_catch_vector_env",
+            entry_point="dmrpc_gym.app.embedded:make_catch_env",
+            vector_entry_point="dmrpc_gym.app.embedded:make_catch_vector_env",
         )

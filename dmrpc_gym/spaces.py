@@ -44,9 +44,9 @@ import numpy as np
 from gymnasium import spaces as gs
 from gymnasium.spaces.space import Space
 
-from dmrpc_gym import tensors
-from dmrpc_gym.specs import SpecChecker, cast_exact
-from dmrpc_gym.wire import pb
+from dmrpc_gym.protocol import tensors
+from dmrpc_gym.protocol.specs import SpecChecker, cast_exact
+from dmrpc_gym.protocol.wire import pb
 
 __all__ = [
     "UnsupportedSpec", "PrintableText", "TEXT_MAX_LENGTH",
@@ -478,7 +478,7 @@ def flatten_value(space: Space, value: Any, name: str = "") -> dict[str, np.ndar
     """``value`` of ``space`` as ``{spec name: array in the spec dtype}`` (names as in :func:`specs_from_space`).
 
     Does not validate: a value its spec dtype cannot hold exactly is passed on
-    uncast, for :func:`dmrpc_gym.specs.check_value` to report.
+    uncast, for :func:`dmrpc_gym.protocol.specs.check_value` to report.
     """
     return value_codec(space, name).flatten(value)
 

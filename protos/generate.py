@@ -1,4 +1,4 @@
-"""Regenerate dmrpc_gym/_proto/*_pb2.py from the .proto files beside this script.
+"""Regenerate dmrpc_gym/protocol/_proto/*_pb2.py from the .proto files beside this script.
 
     python protos/generate.py            # write into the package
     python protos/generate.py --out DIR  # write elsewhere (the freshness test)
@@ -13,7 +13,7 @@ import pathlib
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
-PROTOS = sorted(HERE.glob("dmrpc_gym/_proto/*.proto"))
+PROTOS = sorted(HERE.glob("dmrpc_gym/protocol/_proto/*.proto"))
 
 
 def generate(out: pathlib.Path) -> list[pathlib.Path]:
@@ -27,7 +27,7 @@ def generate(out: pathlib.Path) -> list[pathlib.Path]:
     args += [str(p.relative_to(HERE)) for p in PROTOS]
     if protoc.main(args) != 0:
         raise RuntimeError(f"protoc failed on {PROTOS}")
-    return sorted(out.glob("dmrpc_gym/_proto/*_pb2.py"))
+    return sorted(out.glob("dmrpc_gym/protocol/_proto/*_pb2.py"))
 
 
 def main(argv: list[str] | None = None) -> int:

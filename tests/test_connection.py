@@ -12,10 +12,10 @@ import grpc
 import numpy as np
 import pytest
 
-from dmrpc_gym import tensors
-from dmrpc_gym.connection import Connection, parse_address
-from dmrpc_gym.errors import DmRpcError
-from dmrpc_gym.wire import METHOD, SERVICE, pb
+from dmrpc_gym.protocol import tensors
+from dmrpc_gym.client.connection import Connection, parse_address
+from dmrpc_gym.protocol.errors import DmRpcError
+from dmrpc_gym.protocol.wire import METHOD, SERVICE, pb
 
 
 class ScriptedServer:

@@ -6,7 +6,7 @@ import socket
 import numpy as np
 import pytest
 
-from dmrpc_gym.bench import bench
+from dmrpc_gym.app.bench import bench
 from dmrpc_gym.server import Server
 from dmrpc_gym.worlds.catch import Catch
 
@@ -15,7 +15,7 @@ pytest.importorskip("matplotlib")
 
 
 def test_quick_demo_run_writes_a_learning_curve(tmp_path, capsys):
-    from dmrpc_gym.demo import run_demo
+    from dmrpc_gym.app.demo import run_demo
     out = tmp_path / "curve.png"
     result = run_demo(total_timesteps=1024, n_envs=2, seed=1, out=out, progress=False, eval_episodes=10,
                       verbose=False)
@@ -68,14 +68,14 @@ def test_bench_unreachable_address_is_a_connection_error_naming_it():
 
 
 def test_cli_bench_prints_one_line(catch_address, capsys):
-    from dmrpc_gym import cli
+    from dmrpc_gym.app import cli
     assert cli.main(["bench", catch_address, "--steps", "50", "--num-envs", "2"]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.startswith(f"{catch_address}: DmRpcEnv ")
 
 
 def test_cli_bench_refused_setting_is_one_line_and_status_1(catch_address, capsys):
-    from dmrpc_gym import cli
+    from dmrpc_gym.app import cli
     assert cli.main(["bench", catch_address, "--setting", "bogus=1"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("dmrpc-gym bench: error: ") and "bogus" in err and err.count("\n") == 1

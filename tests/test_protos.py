@@ -14,11 +14,11 @@ from dm_env_rpc.v1.extensions import properties_pb2 as official_props
 from google.protobuf import any_pb2
 from google.protobuf.descriptor import FieldDescriptor
 
-from dmrpc_gym import wire
-from dmrpc_gym.wire import pb, props_pb
+from dmrpc_gym.protocol import wire
+from dmrpc_gym.protocol.wire import pb, props_pb
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-GENERATED = sorted((ROOT / "dmrpc_gym" / "_proto").glob("*_pb2.py"))
+GENERATED = sorted((ROOT / "dmrpc_gym" / "protocol" / "_proto").glob("*_pb2.py"))
 
 # (ours, official) top-level messages: everything on the wire is reachable from these.
 PAIRS = [
@@ -46,13 +46,13 @@ def test_generated_modules_match_the_protos(tmp_path):
 # -- (b) both packages in one process ----------------------------------------------
 
 OFFICIAL_IMPORTS = "import dm_env_rpc.v1.dm_env_rpc_pb2, dm_env_rpc.v1.extensions.properties_pb2"
-OUR_IMPORTS = ("import dmrpc_gym, dmrpc_gym._proto.dm_env_rpc_pb2, dmrpc_gym._proto.properties_pb2, "
-               "dmrpc_gym.wire, dmrpc_gym.tensors")
+OUR_IMPORTS = ("import dmrpc_gym, dmrpc_gym.protocol._proto.dm_env_rpc_pb2, dmrpc_gym.protocol._proto.properties_pb2, "
+               "dmrpc_gym.protocol.wire, dmrpc_gym.protocol.tensors")
 USE_BOTH = """
 from google.protobuf import descriptor_pool
 from dm_env_rpc.v1 import dm_env_rpc_pb2 as o
-from dmrpc_gym.wire import pb
-from dmrpc_gym import tensors
+from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.protocol import tensors
 pool = descriptor_pool.Default()
 assert pool.FindMessageTypeByName("dm_env_rpc.v1.Tensor") is o.Tensor.DESCRIPTOR
 assert pool.FindMessageTypeByName("dmrpc_gym.v1.Tensor") is pb.Tensor.DESCRIPTOR

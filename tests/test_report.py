@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from dmrpc_gym.connection import Connection
-from dmrpc_gym.properties import Properties
-from dmrpc_gym.report import format_report, inspect_world
+from dmrpc_gym.client.connection import Connection
+from dmrpc_gym.client.properties import Properties
+from dmrpc_gym.app.report import format_report, inspect_world
 from dmrpc_gym.server import Server
-from dmrpc_gym.wire import pb
+from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.worlds.catch import Catch
 
 from official_servers import UNUSUAL_SPECS, start_official_server
@@ -131,14 +131,14 @@ def test_world_settings_and_world_name_together_are_refused(official):
 
 
 def test_cli_inspect_prints_the_table(catch_server, capsys):
-    from dmrpc_gym import cli
+    from dmrpc_gym.app import cli
     assert cli.main(["inspect", catch_server.address, "--setting", "rows=5", "-s", "columns=3"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("World ") and "(5, 3)" in _row(out, "Observations", "1")
 
 
 def test_cli_inspect_unreachable_is_one_line_and_status_1(capsys):
-    from dmrpc_gym import cli
+    from dmrpc_gym.app import cli
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{sock.getsockname()[1]}"

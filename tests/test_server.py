@@ -13,11 +13,11 @@ from dm_env_rpc.v1 import error as dm_error
 from dm_env_rpc.v1.extensions import properties as dm_properties
 
 import servers
-from dmrpc_gym import tensors
-from dmrpc_gym.connection import Connection
-from dmrpc_gym.errors import DmRpcError
+from dmrpc_gym.protocol import tensors
+from dmrpc_gym.client.connection import Connection
+from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.server import Server, serve
-from dmrpc_gym.wire import pb
+from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.worlds.catch import Catch
 
 INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, FAILED_PRECONDITION = 3, 5, 7, 9

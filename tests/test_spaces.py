@@ -11,13 +11,13 @@ from gymnasium import spaces as gs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dmrpc_gym import tensors
+from dmrpc_gym.protocol import tensors
 from dmrpc_gym.spaces import (
     TEXT_MAX_LENGTH, PrintableText, UnsupportedSpec, dict_space, flatten_value, space_from_spec,
     specs_from_space, unflatten_value, value_codec,
 )
-from dmrpc_gym.specs import check_value
-from dmrpc_gym.wire import pb
+from dmrpc_gym.protocol.specs import check_value
+from dmrpc_gym.protocol.wire import pb
 
 
 def make_spec(name, dtype, shape=(), min=None, max=None, bound_dtype=None):

@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from dmrpc_gym import tensors
+from dmrpc_gym.protocol import tensors
 from dmrpc_gym.spaces import UnsupportedSpec, dict_space, flatten_value, space_from_spec, unflatten_value
-from dmrpc_gym.specs import SpecChecker, SpecManager, cast_exact, check_value, validate_spec
-from dmrpc_gym.wire import pb
+from dmrpc_gym.protocol.specs import SpecChecker, SpecManager, cast_exact, check_value, validate_spec
+from dmrpc_gym.protocol.wire import pb
 from official_servers import UNUSUAL_SPECS, default_value, start_official_server
 from test_spaces import make_spec
 
@@ -457,7 +457,7 @@ def test_official_observations_pass_our_checks(official):
 
 
 def test_default_values_fit_their_specs():
-    from dmrpc_gym.wire import pb as ours_pb
+    from dmrpc_gym.protocol.wire import pb as ours_pb
     from official_servers import official_specs
 
     actions, observations = official_specs(UNUSUAL_SPECS)

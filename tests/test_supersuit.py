@@ -8,7 +8,7 @@ from supersuit import concat_vec_envs_v1, pettingzoo_env_to_vec_env_v1
 from stable_baselines3 import PPO
 from stable_baselines3.common.utils import set_random_seed
 
-from dmrpc_gym.parallel import tag_env
+from dmrpc_gym import tag_env
 from dmrpc_gym.worlds.tag import Tag
 
 # SuperSuit's vector env wants every agent to share spaces and to finish together.

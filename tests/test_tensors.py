@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from dmrpc_gym import tensors
-from dmrpc_gym.wire import pb, props_pb
+from dmrpc_gym.protocol import tensors
+from dmrpc_gym.protocol.wire import pb, props_pb
 
 NUMERIC = ["float32", "float64", "int8", "int32", "int64", "uint8", "uint32", "uint64", "bool"]
 DATA_TYPES = {  # numpy dtype name -> DataType

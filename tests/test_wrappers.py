@@ -9,7 +9,7 @@ import pytest
 from gymnasium import spaces
 
 import dmrpc_gym  # noqa: F401  (registers dmrpc/Catch-v0)
-from dmrpc_gym.wrappers import SB3Compat, sb3_action_transform, sb3_observation_transform, sb3_spaces
+from dmrpc_gym.integrations.sb3.flat_spaces import SB3Compat, sb3_action_transform, sb3_observation_transform, sb3_spaces
 
 
 def obs_t(space):
@@ -318,7 +318,7 @@ def nested_server():
 
 
 def test_sb3_compat_over_dm_env_rpc_rescales_actions_and_flattens_observations(nested_server):
-    from dmrpc_gym.env import DmRpcEnv
+    from dmrpc_gym.client.env import DmRpcEnv
     with pytest.warns(UserWarning, match="'label'"):
         env = SB3Compat(DmRpcEnv(nested_server.address, nested=True))
     try:
@@ -336,7 +336,7 @@ def test_sb3_compat_over_dm_env_rpc_rescales_actions_and_flattens_observations(n
 
 def test_sb3_check_env_passes_over_dm_env_rpc_with_nested_spaces(nested_server):
     from stable_baselines3.common.env_checker import check_env
-    from dmrpc_gym.env import DmRpcEnv
+    from dmrpc_gym.client.env import DmRpcEnv
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         env = SB3Compat(DmRpcEnv(nested_server.address, nested=True))

@@ -3,8 +3,8 @@
 ``Server(factory)`` puts an env factory (a gymnasium env id, ``"module:factory"``
 or a callable) behind the dm_env_rpc protocol on a gRPC port; ``serve(...)``
 starts one in a line. Gymnasium worlds give every joined connection its own
-env (:mod:`~dmrpc_gym.server.worlds`); a PettingZoo ``ParallelEnv`` is one
-world whose agents are joined connections (:mod:`~dmrpc_gym.server.multiagent`).
+env (:mod:`~dmrpc_gym.server.gym_world`); a PettingZoo ``ParallelEnv`` is one
+world whose agents are joined connections (:mod:`~dmrpc_gym.server.parallel_world`).
 
 What clients see: actions and observations named as
 :func:`dmrpc_gym.spaces.specs_from_space` names the env's spaces (a bare space is
@@ -12,10 +12,10 @@ What clients see: actions and observations named as
 ``discount`` (0 on termination, else 1), and ``RGB`` (uint8 HxWx3, rendered only
 when requested) for envs that render ``rgb_array``; the properties extension
 (:mod:`~dmrpc_gym.server.properties`); errors as ``google.rpc.Status`` answers
-that leave the stream open (:mod:`~dmrpc_gym.server.service`).
+that leave the stream open (:mod:`~dmrpc_gym.server.session`).
 
->>> from dmrpc_gym.connection import Connection
->>> from dmrpc_gym.wire import pb
+>>> from dmrpc_gym.client.connection import Connection
+>>> from dmrpc_gym.protocol.wire import pb
 >>> with Server("CartPole-v1") as server, Connection(server.address) as conn:
 ...     world = conn.send(pb.CreateWorldRequest()).world_name
 ...     specs = conn.send(pb.JoinWorldRequest(world_name=world)).specs

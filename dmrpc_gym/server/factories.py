@@ -23,7 +23,7 @@ with it so that clients can request the ``RGB`` observation.
 >>> factory.check({"speed": 2}, "world")
 Traceback (most recent call last):
 ...
-dmrpc_gym.errors.DmRpcError: INVALID_ARGUMENT: unknown world setting 'speed' for dmrpc_gym.worlds.catch:Catch (accepted: columns, rows, seed)
+dmrpc_gym.protocol.errors.DmRpcError: INVALID_ARGUMENT: unknown world setting 'speed' for dmrpc_gym.worlds.catch:Catch (accepted: columns, rows, seed)
 """
 from __future__ import annotations
 

@@ -25,18 +25,22 @@ take a default: zero, moved into the action's bounds (``""`` for text).
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Mapping
 
 import numpy as np
 from gymnasium import spaces as gym_spaces
 from gymnasium.spaces import Space
 
-from dmrpc_gym import spaces, tensors
+from dmrpc_gym import spaces
+from dmrpc_gym.protocol import tensors
 from dmrpc_gym.server import status
-from dmrpc_gym.specs import SpecChecker, dtype_label
-from dmrpc_gym.wire import pb
+from dmrpc_gym.protocol.specs import SpecChecker, dtype_label
+from dmrpc_gym.protocol.wire import pb
 
-__all__ = ["sequence_state", "AgentInterface", "probe_rgb", "OBSERVATION", "ACTION", "REWARD", "DISCOUNT", "RGB"]
+log = logging.getLogger("dmrpc_gym.server")
+
+__all__ = ["sequence_state", "AgentInterface", "probe_rgb", "probe_render", "rgb_render", "OBSERVATION", "ACTION", "REWARD", "DISCOUNT", "RGB"]
 
 #: Spec name of a bare (non-Dict) observation space, and of a bare action space.
 OBSERVATION, ACTION = "observation", "action"
@@ -66,6 +70,32 @@ def _default(checker: SpecChecker) -> np.ndarray:
     if checker.maximum is not None:
         value = np.minimum(value, checker.maximum).astype(checker.dtype)
     return value
+
+
+def rgb_render(env: Any) -> Callable[[], Any] | None:
+    """The env's ``render`` when it renders ``rgb_array`` frames, else None."""
+    return env.render if getattr(env, "render_mode", None) == "rgb_array" else None
+
+
+def probe_render(factory: Any, env: Any, seed: int | None,
+                 render: Callable[[], Any] | None) -> tuple[int, int, int] | None:
+    """The ``RGB`` observation's shape for an env that renders, probed once after a reset.
+
+    A failed render is logged once per factory (``factory.render_failure``) and
+    the ``RGB`` observation left out (None); a failed reset is the answer.
+    """
+    if render is None or factory.render_failure is not None:
+        return None
+    try:
+        env.reset(seed=seed)
+    except Exception as exc:  # noqa: BLE001 - the env's error is the answer
+        raise status.internal(f"{factory.name}: reset raised {type(exc).__name__}: {exc}") from None
+    try:
+        return probe_rgb(render)
+    except Exception as exc:  # noqa: BLE001 - rendering is optional
+        factory.render_failure = f"{type(exc).__name__}: {exc}"
+        log.warning("%s: no RGB observation, rendering failed: %s", factory.name, factory.render_failure)
+        return None
 
 
 def probe_rgb(render: Callable[[], Any]) -> tuple[int, int, int]:

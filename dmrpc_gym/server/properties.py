@@ -2,7 +2,7 @@
 
 Requests and responses travel as ``google.protobuf.Any`` in the ``extension``
 slot of the envelopes, under the dm_env_rpc type URLs
-(:func:`dmrpc_gym.wire.pack_any` / :func:`~dmrpc_gym.wire.unpack_any`).
+(:func:`dmrpc_gym.protocol.wire.pack_any` / :func:`~dmrpc_gym.protocol.wire.unpack_any`).
 Answers follow the extension's conventions: an unknown key is ``NOT_FOUND``,
 reading a write-only or writing a read-only property ``PERMISSION_DENIED``, a
 value of the wrong type or range ``INVALID_ARGUMENT``.
@@ -24,9 +24,9 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from google.protobuf import any_pb2
 
-from dmrpc_gym import tensors
+from dmrpc_gym.protocol import tensors
 from dmrpc_gym.server import status
-from dmrpc_gym.wire import PROPERTY_REQUEST_URL, pack_any, pb, props_pb, unpack_any
+from dmrpc_gym.protocol.wire import PROPERTY_REQUEST_URL, pack_any, pb, props_pb, unpack_any
 
 __all__ = ["Property", "handle"]
 

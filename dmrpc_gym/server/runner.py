@@ -3,7 +3,7 @@
 All streams of a server share that one loop, so world state needs no locks and
 multi-agent waits are asyncio events with timeouts; an env's ``step`` runs on
 the loop itself (no thread hand-off per step). The transport is
-:mod:`dmrpc_gym.server.http2`: measured on a 2-core machine with a trivial
+:mod:`dmrpc_gym.transport.h2_server`: measured on a 2-core machine with a trivial
 env, about 120 us of server CPU per step against about 230 us for a
 ``grpc.aio`` server running the same sessions. Several servers in one process
 each have their own loop and thread.
@@ -17,9 +17,9 @@ import threading
 from typing import Any
 
 from dmrpc_gym.server.factories import Factory
-from dmrpc_gym.server.http2 import GrpcProtocol
-from dmrpc_gym.server.service import Session
-from dmrpc_gym.server.worlds import WorldRegistry
+from dmrpc_gym.transport.h2_server import GrpcProtocol
+from dmrpc_gym.server.session import Session
+from dmrpc_gym.server.registry import WorldRegistry
 
 __all__ = ["Server", "serve"]
 

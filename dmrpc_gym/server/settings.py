@@ -16,9 +16,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from dmrpc_gym import tensors
+from dmrpc_gym.protocol import tensors
 from dmrpc_gym.server import status
-from dmrpc_gym.wire import pb
+from dmrpc_gym.protocol.wire import pb
 
 __all__ = ["SEED", "unpack_settings", "pop_seed", "check_seed", "same_settings", "describe", "world_reset_settings"]
 

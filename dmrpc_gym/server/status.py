@@ -1,6 +1,6 @@
 """The status codes the server answers failed requests with, as raisable errors.
 
-Server code raises :class:`~dmrpc_gym.errors.DmRpcError`; the service turns it
+Server code raises :class:`~dmrpc_gym.protocol.errors.DmRpcError`; the service turns it
 into the ``error`` payload of the response (``google.rpc.Status``: the code and
 the message, verbatim) and keeps the stream open.
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import grpc
 
-from dmrpc_gym.errors import DmRpcError
+from dmrpc_gym.protocol.errors import DmRpcError
 
 __all__ = [
     "code", "invalid_argument", "not_found", "permission_denied", "failed_precondition",

@@ -1,0 +1,1 @@
+"""The application layer: the ``dmrpc-gym`` command, the demo, reports, benchmarks, embedded servers."""

@@ -1,0 +1,114 @@
+"""``dmrpc-gym bench ADDRESS``: steps per second of a dm_env_rpc world with random actions.
+
+Measures the client as users run it: :class:`~dmrpc_gym.client.env.DmRpcEnv` one step
+at a time, and with ``num_envs > 1`` also :class:`~dmrpc_gym.client.vector.DmRpcVectorEnv`
+(every sub-env's step in flight at once). Actions are sampled before the clock
+starts, so the numbers are the round trips, packing and unpacking.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Mapping
+
+from dmrpc_gym.client.env import DmRpcEnv
+
+__all__ = ["bench", "bench_env", "bench_vector_env", "format_bench"]
+
+
+def _timed(step, reset, actions: list, warmup: int) -> dict[str, Any]:
+    """Run ``step(action)`` over ``actions`` (after ``warmup`` untimed steps); ``reset()`` when done."""
+    episodes = 0
+    for action in actions[:warmup]:
+        if step(action):
+            reset()
+    start = time.perf_counter()
+    for action in actions[warmup:]:
+        if step(action):
+            episodes += 1
+            reset()
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "episodes": episodes}
+
+
+def bench_env(address: str, steps: int = 2000, *, seed: int = 0, warmup: int = 20,
+              **env_kwargs: Any) -> dict[str, Any]:
+    """``DmRpcEnv`` steps per second with random actions (``env_kwargs`` go to ``DmRpcEnv``)."""
+    env = DmRpcEnv(address, **env_kwargs)
+    try:
+        env.reset(seed=seed)
+        env.action_space.seed(seed)
+        actions = [env.action_space.sample() for _ in range(warmup + steps)]
+
+        def step(action) -> bool:
+            _, _, terminated, truncated, _ = env.step(action)
+            return terminated or truncated
+        result = _timed(step, env.reset, actions, warmup)
+    finally:
+        env.close()
+    return {"steps": steps, **result, "steps_per_second": steps / result["seconds"]}
+
+
+def bench_vector_env(address: str, num_envs: int, steps: int = 2000, *, seed: int = 0, warmup: int = 5,
+                     **env_kwargs: Any) -> dict[str, Any]:
+    """``DmRpcVectorEnv`` env-steps per second (``steps`` env-steps over ``num_envs`` sub-envs)."""
+    from dmrpc_gym.client.vector import DmRpcVectorEnv
+    envs = DmRpcVectorEnv(num_envs, address, **env_kwargs)
+    try:
+        envs.reset(seed=seed)
+        envs.action_space.seed(seed)
+        vector_steps = math.ceil(steps / num_envs)
+        actions = [envs.action_space.sample() for _ in range(warmup + vector_steps)]
+
+        def step(action) -> bool:   # NEXT_STEP autoreset: never reset by hand
+            _, _, terminated, truncated, _ = envs.step(action)
+            step.episodes += int(terminated.sum() + truncated.sum())
+            return False
+        step.episodes = 0
+        result = _timed(step, envs.reset, actions, warmup)
+    finally:
+        envs.close()
+    env_steps = vector_steps * num_envs
+    return {"num_envs": num_envs, "steps": env_steps, "seconds": result["seconds"],
+            "episodes": step.episodes, "steps_per_second": env_steps / result["seconds"]}
+
+
+def format_bench(result: Mapping[str, Any]) -> str:
+    """The one-line summary :func:`bench` prints."""
+    env = result["env"]
+    line = (f"{result['address']}: DmRpcEnv {env['steps_per_second']:,.0f} steps/s "
+            f"({env['steps']} steps, {env['episodes']} episodes)")
+    vector = result.get("vector")
+    if vector is not None:
+        line += (f"; DmRpcVectorEnv x{vector['num_envs']} {vector['steps_per_second']:,.0f} env-steps/s "
+                 f"({vector['steps_per_second'] / env['steps_per_second']:.1f}x)")
+    return line
+
+
+def bench(address: str, steps: int = 2000, world_settings: Mapping[str, Any] | None = None, *,
+          world_name: str | None = None, join_settings: Mapping[str, Any] | None = None,
+          num_envs: int = 1, seed: int = 0, connect_timeout: float = 5.0, step_timeout: float | None = 10.0,
+          quiet: bool = False) -> dict[str, Any]:
+    """Measure steps/s of the world at ``address`` with random actions; prints a one-line summary.
+
+    Creates a world with ``world_settings`` (or joins ``world_name``) for each
+    env. With ``num_envs > 1`` a ``DmRpcVectorEnv`` of that many sub-envs is
+    measured too. An unreachable address raises ``ConnectionError`` naming it.
+
+    Returns ``{"address", "env": {steps, seconds, episodes, steps_per_second},
+    "vector": {num_envs, steps, seconds, episodes, steps_per_second} or None}``.
+
+    >>> from dmrpc_gym.app.embedded import embedded_server
+    >>> result = bench(embedded_server("catch").address, steps=50, quiet=True)
+    >>> result["env"]["steps"], result["env"]["steps_per_second"] > 0
+    (50, True)
+    """
+    kwargs = dict(world_settings=world_settings, world_name=world_name, join_settings=join_settings,
+                  connect_timeout=connect_timeout, step_timeout=step_timeout)
+    result: dict[str, Any] = {"address": address, "env": bench_env(address, steps, seed=seed, **kwargs),
+                              "vector": None}
+    if num_envs > 1:
+        result["vector"] = bench_vector_env(address, num_envs, steps, seed=seed, **kwargs)
+    if not quiet:
+        print(format_bench(result), flush=True)
+    return result

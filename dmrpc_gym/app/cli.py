@@ -1,0 +1,243 @@
+"""The ``dmrpc-gym`` command (also ``python -m dmrpc_gym``).
+
+Each subcommand is two functions: ``add_<name>(subparsers)`` declares its
+arguments and sets ``run=<function>``; the run function takes the parsed
+arguments and returns the exit status. Add a subcommand by appending its
+``add_`` function to :data:`COMMANDS`.
+
+- ``serve TARGET``: serve a gymnasium env id, ``module:factory`` (a gymnasium or
+  PettingZoo factory) or a PettingZoo env module over dm_env_rpc until
+  interrupted; prints the address it listens on.
+- ``inspect ADDRESS``: a world's actions, observations and properties as a table.
+- ``bench ADDRESS``: steps/s of a world with random actions.
+- ``demo``: PPO learns Catch over dm_env_rpc; saves a learning curve.
+
+>>> build_parser().parse_args(["serve", "CartPole-v1", "--port", "0"]).port
+0
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import os
+import sys
+import threading
+from typing import Any, Callable
+
+__all__ = ["main", "build_parser", "COMMANDS", "add_serve", "run_serve", "start_server",
+           "add_inspect", "run_inspect", "add_bench", "run_bench", "add_demo", "run_demo"]
+
+
+def _fail(command: str, message: Any) -> int:
+    print(f"dmrpc-gym {command}: error: {message}", file=sys.stderr)
+    return 1
+
+
+# -- serve ------------------------------------------------------------------------------
+
+def add_serve(subparsers: Any) -> None:
+    """Declare ``dmrpc-gym serve``."""
+    parser = subparsers.add_parser(
+        "serve", help="serve a gymnasium or PettingZoo env over dm_env_rpc",
+        description="Serve a gymnasium or PettingZoo env over dm_env_rpc (gRPC) until interrupted. "
+                    "CreateWorld settings become the factory's keyword arguments; 'seed' seeds reset.")
+    parser.add_argument("target", help="a gymnasium env id (CartPole-v1), module:factory "
+                                       "(e.g. dmrpc_gym.worlds:Catch) or a PettingZoo env module "
+                                       "(module:name with a parallel_env function)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="interface to listen on (default: %(default)s; 0.0.0.0 for every interface)")
+    parser.add_argument("--port", type=int, default=10000,
+                        help="port to listen on; 0 picks a free one (default: %(default)s)")
+    parser.add_argument("--kind", choices=("gym", "pettingzoo"), default=None,
+                        help="what the factory makes (default: told by the envs it makes)")
+    parser.add_argument("--timeout", type=float, default=30.0,
+                        help="seconds a multi-agent wait may see no progress before it fails "
+                             "(default: %(default)s)")
+    parser.add_argument("--render", default="rgb_array", metavar="MODE",
+                        help="'rgb_array' offers the RGB observation of envs that can render it "
+                             "(default), 'none' offers none, another mode (e.g. 'human') is "
+                             "passed to the envs as is")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log every world and error")
+    parser.set_defaults(run=run_serve)
+
+
+def start_server(args: argparse.Namespace):
+    """The started :class:`~dmrpc_gym.server.Server` that ``dmrpc-gym serve`` runs for ``args``.
+
+    Raises ``ValueError`` / ``TypeError`` for a target that cannot be served,
+    ``OSError`` when the address is busy.
+    """
+    from dmrpc_gym.server import Server
+
+    render: bool | str = {"rgb_array": True, "none": False}.get(args.render, args.render)
+    return Server(args.target, kind=args.kind, address=f"{args.host}:{args.port}",
+                  render=render, timeout=args.timeout).start()
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Run ``dmrpc-gym serve``: returns 0 when interrupted, 1 when the target cannot be served."""
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    if not 0 <= args.port <= 65535:
+        return _fail("serve", f"--port must be within 0..65535, got {args.port}")
+    try:
+        server = start_server(args)
+    except (ValueError, TypeError, OSError) as exc:
+        return _fail("serve", exc)
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+    print(f"serving {server.factory.name} on {server.address}", flush=True)
+    try:
+        while not stop.wait(0.5) and not server.wait(0):
+            pass
+    finally:
+        server.stop(grace=1.0)
+    return 0
+
+
+# -- inspect / bench / demo: client-side tools ----------------------------------------------
+
+def _setting(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` -> ``(key, value)``; the value is a Python literal when it parses as one, else a str."""
+    import ast
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return key, value
+
+
+def _add_world_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("address", help="host:port of a dm_env_rpc server, or a bundled world "
+                                        "('catch', 'tag') served in-process")
+    parser.add_argument("--setting", "-s", type=_setting, action="append", default=[], metavar="KEY=VALUE",
+                        help="a CreateWorld setting (repeatable); VALUE is a Python literal or a string")
+    parser.add_argument("--world", metavar="NAME", help="join this existing world instead of creating one")
+    parser.add_argument("--join", type=_setting, action="append", default=[], metavar="KEY=VALUE",
+                        help="a JoinWorld setting (repeatable)")
+    parser.add_argument("--connect-timeout", type=float, default=5.0, metavar="SECONDS",
+                        help="seconds to wait for the server (default: %(default)s)")
+
+
+def _world_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    from dmrpc_gym.app.embedded import WORLDS, embedded_server
+    address = embedded_server(args.address).address if args.address in WORLDS else args.address
+    return dict(address=address, world_settings=dict(args.setting) or None, world_name=args.world,
+                join_settings=dict(args.join) or None, connect_timeout=args.connect_timeout)
+
+
+def _run_client(command: str, job: Callable[[], None]) -> int:
+    """Run ``job``; an unreachable server or a refused request is one line on stderr and status 1."""
+    from dmrpc_gym.protocol.errors import DmRpcError
+    try:
+        job()
+    except BrokenPipeError:                  # our own stdout closed (`| head`): handled by main()
+        raise
+    except (ConnectionError, TimeoutError, DmRpcError, ValueError) as exc:
+        return _fail(command, exc)
+    return 0
+
+
+def add_inspect(subparsers: Any) -> None:
+    """Declare ``dmrpc-gym inspect``."""
+    parser = subparsers.add_parser(
+        "inspect", help="show a world's actions, observations and properties",
+        description="Join a world and print every action and observation spec (UID, dtype, shape, bounds, "
+                    "the gymnasium space it becomes or why none) and its properties; then leave.")
+    _add_world_arguments(parser)
+    parser.set_defaults(run=run_inspect)
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    """Run ``dmrpc-gym inspect``."""
+    from dmrpc_gym.app.report import format_report, inspect_world
+
+    def job() -> None:
+        kwargs = _world_kwargs(args)
+        print(format_report(inspect_world(kwargs.pop("address"), **kwargs)))
+    return _run_client("inspect", job)
+
+
+def add_bench(subparsers: Any) -> None:
+    """Declare ``dmrpc-gym bench``."""
+    parser = subparsers.add_parser(
+        "bench", help="measure steps/s of a world with random actions",
+        description="Step a world with random actions and print the steps per second of DmRpcEnv "
+                    "(and of DmRpcVectorEnv with --num-envs > 1).")
+    _add_world_arguments(parser)
+    parser.add_argument("--steps", type=int, default=2000, help="steps to time (default: %(default)s)")
+    parser.add_argument("--num-envs", type=int, default=1, metavar="N",
+                        help="also measure a DmRpcVectorEnv of N sub-envs (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random actions (default: %(default)s)")
+    parser.set_defaults(run=run_bench)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """Run ``dmrpc-gym bench``."""
+    from dmrpc_gym.app.bench import bench
+    if args.steps < 1 or args.num_envs < 1:
+        return _fail("bench", "--steps and --num-envs must be at least 1")
+
+    def job() -> None:
+        kwargs = _world_kwargs(args)
+        bench(kwargs.pop("address"), steps=args.steps, num_envs=args.num_envs, seed=args.seed, **kwargs)
+    return _run_client("bench", job)
+
+
+def add_demo(subparsers: Any) -> None:
+    """Declare ``dmrpc-gym demo``."""
+    parser = subparsers.add_parser(
+        "demo", help="train PPO on Catch over dm_env_rpc and plot the learning curve",
+        description="Start the embedded Catch server, measure a random policy, train Stable-Baselines3 PPO "
+                    "(needs the sb3 extra), measure again and save a learning-curve PNG.")
+    parser.add_argument("--timesteps", type=int, default=30_000, help="training steps (default: %(default)s)")
+    parser.add_argument("--envs", type=int, default=4, help="parallel envs (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed (default: %(default)s)")
+    parser.add_argument("--out", default="catch_learning_curve.png",
+                        help="where to save the learning curve (default: %(default)s)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (the measurements are still printed)")
+    parser.set_defaults(run=run_demo)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Run ``dmrpc-gym demo``."""
+    try:
+        from dmrpc_gym.app.demo import run_demo as demo
+    except ImportError as exc:
+        return _fail("demo", f"{exc}; install the sb3 extra: pip install 'dmrpc_gym[sb3]'")
+    return _run_client("demo", lambda: demo(total_timesteps=args.timesteps, n_envs=args.envs, seed=args.seed,
+                                            out=args.out, progress=not args.no_progress))
+
+
+#: The ``add_`` functions of every subcommand, in the order ``--help`` lists them.
+COMMANDS: list[Callable[[Any], None]] = [add_serve, add_inspect, add_bench, add_demo]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``dmrpc-gym`` argument parser with every subcommand of :data:`COMMANDS`."""
+    parser = argparse.ArgumentParser(
+        prog="dmrpc-gym", description="dm_env_rpc worlds as gymnasium / PettingZoo envs, and back.")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in COMMANDS:
+        add(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``dmrpc-gym``: parse ``argv`` and run the subcommand; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run = getattr(args, "run", None)
+    if run is None:
+        parser.print_help()
+        return 2
+    try:
+        return run(args)
+    except BrokenPipeError:                  # `dmrpc-gym inspect catch | head`: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

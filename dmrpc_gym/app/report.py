@@ -1,0 +1,275 @@
+"""What a dm_env_rpc world offers, as a table: ``dmrpc-gym inspect ADDRESS``.
+
+:func:`inspect_world` joins a world (creating it with ``world_settings``, or
+joining ``world_name``), records every action and observation spec (name,
+UID, dtype, shape, bounds, the gymnasium space it becomes or why it has none)
+and the world's properties, then leaves (and destroys the world it created).
+:func:`format_report` renders the result as plain text.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from gymnasium.spaces import Space
+
+from dmrpc_gym.protocol import tensors
+from dmrpc_gym.client.connection import Connection, settings_tensors
+from dmrpc_gym.client.env import close_world, open_world
+from dmrpc_gym.protocol.errors import DmRpcError
+from dmrpc_gym.spaces import UnsupportedSpec, space_from_spec
+from dmrpc_gym.protocol.specs import dtype_label
+from dmrpc_gym.protocol.wire import pb
+
+__all__ = ["SpecRow", "PropertyRow", "WorldReport", "inspect_world", "format_report", "describe_spec", "bounds_text"]
+
+_MAX_VALUE_CHARS = 48
+
+
+@dataclasses.dataclass
+class SpecRow:
+    """One action or observation spec and the gymnasium space it becomes (``space``) or why not (``reason``)."""
+
+    uid: int
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    bounds: str
+    space: Space | None
+    reason: str | None
+    spec: pb.TensorSpec = dataclasses.field(repr=False, compare=False)
+
+
+@dataclasses.dataclass
+class PropertyRow:
+    """One property: its spec, access flags, and its value when readable (``error`` if reading failed)."""
+
+    key: str
+    dtype: str
+    shape: tuple[int, ...]
+    readable: bool
+    writable: bool
+    listable: bool
+    description: str
+    value: Any = None
+    error: str | None = None
+
+
+@dataclasses.dataclass
+class WorldReport:
+    """Everything :func:`inspect_world` found; ``properties`` is ``None`` when the server has none to list."""
+
+    address: str
+    world_name: str
+    created: bool
+    actions: list[SpecRow]
+    observations: list[SpecRow]
+    properties: list[PropertyRow] | None
+    properties_error: str | None = None
+
+
+# -- one spec ------------------------------------------------------------------------------
+def _dtype_text(dt: int) -> str:
+    try:
+        return dtype_label(tensors.np_dtype(dt))
+    except ValueError:
+        return tensors.data_type_name(dt)
+
+
+def _num(x: Any) -> str:
+    x = x.item() if isinstance(x, np.generic) else x
+    if isinstance(x, float):
+        return f"{x:g}"
+    return str(x)
+
+
+def _bound(value: pb.TensorSpec.Value) -> np.ndarray | None:
+    if value.WhichOneof("payload") is None:
+        return None
+    return tensors.unpack_flat(value)
+
+
+def _summary(low: np.ndarray | None, high: np.ndarray | None) -> str:
+    lo = "-inf" if low is None else _num(low.min())
+    hi = "+inf" if high is None else _num(high.max())
+    return f"[{lo} .. {hi}]"
+
+
+def bounds_text(spec: pb.TensorSpec) -> str:
+    """The spec's bounds, compact: ``[-1, 1]``, ``>= 0``, ``[-1 .. 2] per-element (6)``, or ``-``.
+
+    One number per side when the bound is a scalar (broadcast); per-element
+    bounds are summarized by their lowest minimum and highest maximum.
+
+    >>> spec = pb.TensorSpec(name="x", dtype=pb.INT32, shape=[3])
+    >>> spec.min.int32s.array.extend([-1, 0, 0]); spec.max.int32s.array.extend([1, 2, 2])
+    >>> bounds_text(spec)
+    '[-1 .. 2] per-element (3)'
+    """
+    low, high = _bound(spec.min), _bound(spec.max)
+    if low is None and high is None:
+        return "-"
+    sizes = [b.size for b in (low, high) if b is not None]
+    if max(sizes) > 1:
+        return f"{_summary(low, high)} per-element ({max(sizes)})"
+    if low is None:
+        return f"<= {_num(high[0])}"
+    if high is None:
+        return f">= {_num(low[0])}"
+    return f"[{_num(low[0])}, {_num(high[0])}]"
+
+
+def describe_spec(uid: int, spec: pb.TensorSpec) -> SpecRow:
+    """A :class:`SpecRow` for one spec: its gymnasium space, or the reason it has none."""
+    space = reason = None
+    try:
+        space = space_from_spec(spec)
+    except UnsupportedSpec as why:
+        reason = f"no gymnasium space: {why}"
+    except ValueError as why:
+        reason = f"invalid spec: {why}"
+    return SpecRow(uid=int(uid), name=spec.name, dtype=_dtype_text(spec.dtype), shape=tuple(spec.shape),
+                   bounds=bounds_text(spec), space=space, reason=reason, spec=spec)
+
+
+# -- properties ------------------------------------------------------------------------------
+def _properties(connection: Connection) -> list[PropertyRow]:
+    from dmrpc_gym.client.properties import Properties
+    props = Properties(connection)
+    rows: list[PropertyRow] = []
+    keys = [""]
+    seen = set()
+    while keys:   # breadth-first over listable properties
+        key = keys.pop(0)
+        for name, prop in sorted(props.specs(key).items()):
+            if name in seen:
+                continue
+            seen.add(name)
+            spec = prop.spec
+            row = PropertyRow(key=name, dtype=_dtype_text(spec.dtype) if spec.dtype else "-",
+                              shape=tuple(spec.shape), readable=prop.is_readable, writable=prop.is_writable,
+                              listable=prop.is_listable, description=prop.description)
+            if prop.is_readable:
+                try:
+                    row.value = props[name]
+                except (DmRpcError, KeyError, ValueError) as err:
+                    row.error = str(err)
+            rows.append(row)
+            if prop.is_listable:
+                keys.append(name)
+    return rows
+
+
+def inspect_world(address: str, *, world_settings: Mapping[str, Any] | None = None,
+                  world_name: str | None = None, join_settings: Mapping[str, Any] | None = None,
+                  connect_timeout: float = 5.0, timeout: float | None = 10.0) -> WorldReport:
+    """Join a world at ``address`` and report its specs and properties; leaves cleanly.
+
+    Creates a world with ``world_settings`` (destroyed afterwards), or joins the
+    existing ``world_name``. An unreachable address raises ``ConnectionError``
+    naming it; errors answered by the server raise ``DmRpcError``.
+
+    >>> from dmrpc_gym.app.embedded import embedded_server
+    >>> report = inspect_world(embedded_server("catch").address)
+    >>> [(row.name, str(row.space)) for row in report.actions]
+    [('paddle', 'Discrete(3, start=-1, dtype=int8)')]
+    """
+    connection = Connection(address, connect_timeout=connect_timeout, timeout=timeout)
+    created = joined = False
+    try:
+        name, created = open_world(connection, world_settings, world_name)
+        specs = connection.send(pb.JoinWorldRequest(world_name=name,
+                                                    settings=settings_tensors(join_settings))).specs
+        joined = True
+        actions = [describe_spec(uid, spec) for uid, spec in sorted(specs.actions.items())]
+        observations = [describe_spec(uid, spec) for uid, spec in sorted(specs.observations.items())]
+        properties, properties_error = None, None
+        try:
+            properties = _properties(connection)
+        except DmRpcError as err:
+            properties_error = str(err)
+        return WorldReport(address=address, world_name=name, created=created, actions=actions,
+                           observations=observations, properties=properties,
+                           properties_error=properties_error)
+    finally:
+        if joined and not connection.closed:
+            try:
+                connection.send(pb.LeaveWorldRequest())
+            except Exception:
+                pass
+        if created:
+            close_world(connection, name)
+        connection.close()
+
+
+# -- text ---------------------------------------------------------------------------------
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells):
+        return (indent + "  ".join(c.ljust(w) for c, w in zip(cells, widths))).rstrip()
+    return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "()" if not shape else "(" + ", ".join(map(str, shape)) + (",)" if len(shape) == 1 else ")")
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, np.ndarray):
+        text = np.array2string(value, threshold=8, separator=", ", max_line_width=10_000)
+    else:
+        text = repr(value)
+    text = _one_line(text)
+    return text if len(text) <= _MAX_VALUE_CHARS else text[:_MAX_VALUE_CHARS - 3] + "..."
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _spec_rows(rows: list[SpecRow]) -> list[list[str]]:
+    return [[str(r.uid), r.name, r.dtype, _shape_text(r.shape), r.bounds,
+             _one_line(str(r.space)) if r.space is not None else r.reason or ""] for r in rows]
+
+
+def format_report(report: WorldReport) -> str:
+    """The report as a plain-text table: actions, observations, properties.
+
+    >>> from dmrpc_gym.app.embedded import embedded_server
+    >>> print(format_report(inspect_world(embedded_server("catch").address)))  # doctest: +ELLIPSIS
+    World '...' at 127.0.0.1:... (created for this report, destroyed after)
+    <BLANKLINE>
+    Actions (1)
+      UID  name    dtype  shape  bounds   gymnasium space
+      ---  ------  -----  -----  -------  ---------------------------------
+      1    paddle  int8   ()     [-1, 1]  Discrete(3, start=-1, dtype=int8)
+    ...
+    """
+    how = "created for this report, destroyed after" if report.created else "joined, left after"
+    lines = [f"World {report.world_name!r} at {report.address} ({how})"]
+    headers = ["UID", "name", "dtype", "shape", "bounds", "gymnasium space"]
+    for title, rows in (("Actions", report.actions), ("Observations", report.observations)):
+        lines += ["", f"{title} ({len(rows)})"]
+        lines += _table(headers, _spec_rows(rows)) if rows else ["  (none)"]
+    special = [n for n in ("reward", "discount") if any(r.name == n for r in report.observations)]
+    if special:
+        lines += [f"  ({' and '.join(map(repr, special))}: DmRpcEnv's reward/discount by default, "
+                  "not part of its observation space)"]
+    lines += [""]
+    if report.properties is None:
+        lines += [f"Properties: none offered ({report.properties_error})"]
+    else:
+        lines += [f"Properties ({len(report.properties)})"]
+        if report.properties:
+            rows = [[p.key, p.dtype, _shape_text(p.shape),
+                     ("r" if p.readable else "-") + ("w" if p.writable else "-") + ("l" if p.listable else "-"),
+                     (f"error: {p.error}" if p.error else _value_text(p.value)) if p.readable else "",
+                     p.description] for p in report.properties]
+            lines += _table(["key", "dtype", "shape", "access", "value", "description"], rows)
+        else:
+            lines += ["  (none)"]
+    return "\n".join(lines)

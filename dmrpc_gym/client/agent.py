@@ -1,0 +1,330 @@
+"""One agent of a dm_env_rpc world, seen from the client: the piece every env shares.
+
+A ``RemoteAgent`` owns one joined connection. It turns the specs the server
+sent into gymnasium spaces, a space-shaped action into a StepRequest, and a
+StepResponse into ``(observation, reward, terminated, truncated, info)``.
+``DmRpcEnv`` holds one, ``DmRpcVectorEnv`` and ``DmRpcParallelEnv`` hold
+several and keep all their steps in flight at once through
+``submit_step`` / ``receive_step``.
+"""
+from __future__ import annotations
+
+import enum
+import inspect
+import warnings
+from typing import Any, Callable, Mapping, Sequence, Union
+
+import gymnasium as gym
+import numpy as np
+
+from dmrpc_gym import spaces as _spaces
+from dmrpc_gym.protocol import tensors
+from dmrpc_gym.client.connection import Connection, settings_tensors
+from dmrpc_gym.protocol.specs import SpecManager
+from dmrpc_gym.protocol.wire import pb
+
+__all__ = ["State", "RemoteAgent", "RewardFn", "select", "reset_settings"]
+
+
+class State(enum.IntEnum):
+    """dm_env_rpc's ``EnvironmentStateType``, as handed to reward functions and ``info``.
+
+    >>> State(pb.TERMINATED), State.INTERRUPTED == pb.INTERRUPTED
+    (<State.TERMINATED: 2>, True)
+    """
+
+    INVALID = pb.INVALID_ENVIRONMENT_STATE
+    RUNNING = pb.RUNNING
+    TERMINATED = pb.TERMINATED
+    INTERRUPTED = pb.INTERRUPTED
+
+
+#: An observation name, a callable ``(obs, state[, agent]) -> float``, or ``None``.
+RewardFn = Union[str, Callable[..., float], None]
+
+
+def select(names: Sequence[str], wanted: str | Sequence[str] | None, kind: str) -> tuple[list[str], bool]:
+    """The chosen names, and whether a bare (non-Dict) space was asked for.
+
+    ``None`` keeps every name; a ``str`` picks one bare space; a list a Dict subset.
+    """
+    if wanted is None:
+        return list(names), len(names) == 1
+    chosen = [wanted] if isinstance(wanted, str) else list(wanted)
+    unknown = [n for n in chosen if n not in names]
+    if unknown:
+        raise ValueError(f"unknown {kind} {unknown}; the server offers {sorted(names)}")
+    return chosen, isinstance(wanted, str)
+
+
+def reset_settings(base: Mapping[str, Any], options: Mapping[str, Any], seed: int | None,
+                   seed_setting: str | None) -> dict[str, Any]:
+    """A ResetRequest's settings: ``base``, then ``options["settings"]``, then the seed
+    under ``seed_setting`` (when both are given)."""
+    settings = {**base, **(options.get("settings") or {})}
+    if seed is not None and seed_setting is not None:
+        settings[seed_setting] = int(seed)
+    return settings
+
+
+def _arity(fn: Callable) -> int:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 2
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return 3
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+
+
+class _Scalar:
+    """Reward or discount: from an observation, a callable, or a constant."""
+
+    def __init__(self, source: RewardFn, kind: str, default: float, available: Sequence[str],
+                 agent: str | None):
+        self.kind, self.default, self.agent = kind, default, agent
+        self.name = self.fn = None
+        if callable(source):
+            self.fn = source
+            self.with_agent = agent is not None and _arity(source) >= 3
+        elif isinstance(source, str):
+            if source in available:
+                self.name = source
+            elif source != kind:   # a name the caller chose explicitly must exist
+                raise ValueError(f"{kind}={source!r} names no observation; the server offers {sorted(available)}")
+        elif source is not None:
+            raise TypeError(f"{kind} must be an observation name, a callable or None, not {source!r}")
+
+    def __call__(self, observations: Mapping[str, np.ndarray], state: State) -> float:
+        if self.fn is not None:
+            args = (observations, state, self.agent) if self.with_agent else (observations, state)
+            return float(self.fn(*args))
+        if self.name is None:
+            return self.default
+        value = observations.get(self.name)
+        if value is None:
+            return self.default
+        if value.size != 1:
+            raise ValueError(f"{self.kind} observation {self.name!r} has {value.size} elements; expected one")
+        return float(value.reshape(-1)[0])
+
+
+_STATES = {int(s): s for s in State}
+_MEMO = 256                  # remembered StepRequests per agent, for integer actions
+_MEMO_TYPES = (int, bool, np.integer, np.bool_)
+# Scalar reward/discount observations of these types are read straight from their Tensor.
+_QUICK_DTYPES = (pb.FLOAT, pb.DOUBLE, pb.INT32, pb.INT64, pb.UINT32, pb.UINT64)
+
+
+class RemoteAgent:
+    """A joined dm_env_rpc connection with gymnasium spaces and step/reset logic.
+
+    Args:
+        connection: an open :class:`Connection`.
+        world_name: the world to join.
+        join_settings: JoinWorld settings (Python values, arrays or Tensors).
+        observations / actions: ``None`` (all), a name (one bare space) or a list (Dict subset).
+        nested: turn dotted names into nested Dicts.
+        reward / discount: an observation name, a callable ``(obs, state)`` (multi-agent:
+            ``(obs, state, agent)``), or ``None`` (0.0 / 1.0).
+        render_observation: the observation ``render()`` shows (default: ``"RGB"`` if offered).
+        render: request the render observation every step.
+        agent: this agent's name, passed to 3-argument reward/discount callables.
+
+    >>> from dmrpc_gym.server import Server
+    >>> from dmrpc_gym.worlds.catch import Catch
+    >>> with Server(Catch) as server, Connection(server.address) as conn:
+    ...     agent = RemoteAgent(conn, conn.send(pb.CreateWorldRequest()).world_name)
+    ...     obs, info = agent.reset({"seed": 1})
+    ...     obs, reward, terminated, truncated, info = agent.step(np.int8(0))
+    ...     agent.action_space, obs.shape, info["state"]
+    (Discrete(3, start=-1, dtype=int8), (10, 10), <State.RUNNING: 1>)
+    """
+
+    def __init__(self, connection: Connection, world_name: str, join_settings: Mapping[str, Any] | None = None, *,
+                 observations: str | Sequence[str] | None = None,
+                 actions: str | Sequence[str] | None = None, nested: bool = False,
+                 reward: RewardFn = "reward", discount: RewardFn = "discount",
+                 render_observation: str | None = None, render: bool = False,
+                 agent: str | None = None):
+        self.connection = connection
+        self.world_name = world_name
+        self.agent = agent
+        self._options = dict(observations=observations, actions=actions, nested=nested, reward=reward,
+                             discount=discount, render_observation=render_observation, render=render)
+        response = connection.send(pb.JoinWorldRequest(world_name=world_name,
+                                                       settings=settings_tensors(join_settings)))
+        self.joined = True
+        self.state = State.INVALID
+        self.frame: np.ndarray | None = None
+        self.last_observations: dict[str, np.ndarray] = {}
+        self._specs_bytes = b""
+        self._apply_specs(response.specs)
+
+    # -- specs -> spaces ---------------------------------------------------------
+    def _apply_specs(self, specs: pb.ActionObservationSpecs) -> None:
+        raw = specs.SerializeToString(deterministic=True)
+        if raw == self._specs_bytes:
+            return
+        first = not self._specs_bytes
+        self._specs_bytes = raw
+        o = self._options
+        self.specs = SpecManager(specs.actions, specs.observations)
+        obs_specs = self.specs.observation_specs
+        names = list(obs_specs)
+        render_name = o["render_observation"]
+        if render_name is None and "RGB" in names and o["observations"] is None:
+            render_name = "RGB"
+        if render_name is not None and render_name not in names:
+            raise ValueError(f"render_observation={render_name!r} names no observation; "
+                             f"the server offers {sorted(names)}")
+        self.render_name = render_name
+        self.reward = _Scalar(o["reward"], "reward", 0.0, names, self.agent)
+        self.discount = _Scalar(o["discount"], "discount", 1.0, names, self.agent)
+        candidates = [n for n in names if n not in (self.reward.name, self.discount.name)
+                      and (n != render_name or o["observations"] is not None)]
+        chosen, bare = select(candidates, o["observations"], "observations")
+        self.observation_space, self._obs_names, self.extra_names = self._space(
+            {n: obs_specs[n] for n in chosen}, bare, o["nested"], "observation")
+        act_names, act_bare = select(list(self.specs.action_specs), o["actions"], "actions")
+        self.action_space, self._act_names, _ = self._space(
+            {n: self.specs.action_specs[n] for n in act_names}, act_bare, o["nested"], "action")
+        self._act_codec = _spaces.ValueCodec(self.action_space, self._bare_name(self.action_space, self._act_names))
+        self._obs_codec = _spaces.ValueCodec(self.observation_space,
+                                             self._bare_name(self.observation_space, self._obs_names))
+        # What to ask for every step: everything a callable might read, else what is used.
+        wanted = set(names) if (self.reward.fn or self.discount.fn) else (
+            set(chosen) | {self.reward.name, self.discount.name} - {None})
+        if render_name is not None and render_name not in chosen:
+            wanted.discard(render_name)        # rendered only when asked for
+            if o["render"]:
+                wanted.add(render_name)
+        self._requested = sorted(self.specs.observation_uid(n) for n in wanted)
+        self._requests: dict[tuple, pb.StepRequest] = {}
+        self._quick = {}
+        for source in (self.reward, self.discount):
+            spec = obs_specs.get(source.name) if source.fn is None and source.name else None
+            if spec is not None and not spec.shape and spec.dtype in _QUICK_DTYPES:
+                self._quick[self.specs.observation_uid(source.name)] = (source.name, tensors.np_dtype(spec.dtype))
+        if not first:
+            warnings.warn(f"the server changed the specs of {self.agent or 'the agent'}; spaces were rebuilt",
+                          stacklevel=3)
+
+    def _space(self, specs: Mapping[str, pb.TensorSpec], bare: bool, nested: bool, kind: str):
+        spaces: dict[str, gym.Space] = {}
+        left_out = []
+        for name, spec in specs.items():
+            try:
+                spaces[name] = _spaces.space_from_spec(spec)
+            except _spaces.UnsupportedSpec as why:
+                left_out.append(name)
+                where = "returned in info" if kind == "observation" else "not sendable through the action space"
+                warnings.warn(f"{kind} {name!r} has no faithful gymnasium space ({why}); its values are {where}",
+                              stacklevel=4)
+        names = list(spaces)
+        if bare and len(names) == 1:
+            return spaces[names[0]], names, left_out
+        return _spaces.dict_space(spaces, nested=nested), names, left_out
+
+    # -- actions ----------------------------------------------------------------
+    @staticmethod
+    def _bare_name(space: gym.Space, names: list[str]) -> str:
+        return "" if isinstance(space, gym.spaces.Dict) else names[0]
+
+    def _pack_actions(self, action: Any, request: pb.StepRequest) -> None:
+        """Check ``action`` against the action specs and pack it; ``ValueError`` naming what is wrong."""
+        self.specs.pack_actions(self._act_codec.flatten(action), request.actions)
+
+    # -- steps ------------------------------------------------------------------
+    def step_request(self, action: Any = None) -> pb.StepRequest:
+        """The StepRequest for ``action`` (``None``: no actions), checked but not sent.
+
+        Multi-connection envs build every request first, so that a bad action
+        for one agent is refused before anything is sent for any of them.
+        """
+        key = (type(action), action) if isinstance(action, _MEMO_TYPES) else None
+        request = self._requests.get(key) if key is not None else None
+        if request is not None:
+            return request                 # Discrete actions: built once, shared (never modified)
+        request = pb.StepRequest(requested_observations=self._requested)
+        if action is not None:
+            self._pack_actions(action, request)
+        if key is not None and len(self._requests) < _MEMO:
+            self._requests[key] = request
+        return request
+
+    def submit_step(self, action: Any = None) -> None:
+        """Send a StepRequest (``action=None`` sends no actions) without waiting."""
+        self.connection.submit(self.step_request(action))
+
+    def receive_step(self) -> tuple[Any, float, bool, bool, dict]:
+        """The answer to the oldest ``submit_step``: ``(obs, reward, terminated, truncated, info)``."""
+        response = self.connection.receive()
+        state = _STATES.get(response.state) or State(response.state)
+        self.state = state
+        observations = response.observations
+        quick = self._quick
+        if quick:                          # scalar reward/discount without the general unpacking
+            named, rest = {}, {}
+            for uid, tensor in observations.items():
+                found = quick.get(uid)
+                payload = tensor.WhichOneof("payload") if found is not None else None
+                values = getattr(tensor, payload).array if payload is not None else ()
+                if len(values) == 1:
+                    named[found[0]] = np.array(values[0], found[1])
+                else:
+                    rest[uid] = tensor
+            if rest:
+                named.update(self.specs.unpack_observations(rest))
+        else:
+            named = self.specs.unpack_observations(observations)
+        self.last_observations = named
+        return self._result(named, state)
+
+    def step(self, action: Any = None) -> tuple[Any, float, bool, bool, dict]:
+        self.submit_step(action)
+        return self.receive_step()
+
+    def _result(self, named: dict[str, np.ndarray], state: State):
+        if self.render_name is not None and self.render_name in named:
+            self.frame = named[self.render_name]
+        info: dict[str, Any] = {"discount": self.discount(named, state), "state": state}
+        for name in self.extra_names:
+            if name in named:
+                info[name] = named[name]
+        obs = self._obs_codec.unflatten(named)
+        return (obs, self.reward(named, state), state == State.TERMINATED,
+                state == State.INTERRUPTED, info)
+
+    # -- resets -----------------------------------------------------------------
+    def submit_reset(self, settings: Mapping[str, Any] | None = None) -> bool:
+        """Send a ResetRequest when one is needed (running, or settings to apply).
+
+        Returns whether one was sent (and so an answer must be received).
+        """
+        if self.state == State.RUNNING or settings:
+            self.connection.submit(pb.ResetRequest(settings=settings_tensors(settings)))
+            return True
+        return False
+
+    def receive_reset(self) -> None:
+        self._apply_specs(self.connection.receive().specs)
+        self.state = State.INTERRUPTED
+
+    def reset(self, settings: Mapping[str, Any] | None = None) -> tuple[Any, dict]:
+        """Start a new sequence and return its first ``(observation, info)``."""
+        if self.submit_reset(settings):
+            self.receive_reset()
+        obs, _, _, _, info = self.step(None)
+        return obs, info
+
+    def leave(self, timeout: float = 2.0) -> None:
+        """LeaveWorld, best effort and bounded in time."""
+        if not self.joined or self.connection.closed:
+            return
+        self.joined = False
+        self.connection.shorten_timeout(timeout)
+        try:
+            self.connection.send(pb.LeaveWorldRequest())
+        except Exception:
+            pass

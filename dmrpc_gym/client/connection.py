@@ -1,0 +1,220 @@
+"""One dm_env_rpc connection: a gRPC stream of requests and in-order answers.
+
+``Connection`` wraps each request in an ``EnvironmentRequest``, sends it, and
+turns each answer into the matching response message or a ``DmRpcError``.
+Requests may be pipelined: ``submit`` several, then ``receive`` their answers
+in order. The stream is a :class:`~dmrpc_gym.transport.base.Transport`: our own
+HTTP/2 client for an address (one thread, one socket, the fastest path), or
+grpcio's stream for a caller's ``grpc.Channel`` or ``grpc.ChannelCredentials``.
+"""
+from __future__ import annotations
+
+import socket
+from collections import deque
+from typing import Any, Iterable, Mapping
+
+import grpc
+
+from dmrpc_gym.protocol import tensors
+from dmrpc_gym.protocol.errors import DmRpcError, status_name
+from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.transport.base import StreamEnded, Transport, parse_address
+from dmrpc_gym.transport.grpcio_client import GrpcioTransport
+from dmrpc_gym.transport.h2_client import H2Transport
+
+__all__ = ["Connection", "parse_address", "settings_tensors"]
+
+# Request class -> (envelope field name, the envelope's tag bytes for that field).
+_FIELDS = {
+    pb.CreateWorldRequest: "create_world", pb.JoinWorldRequest: "join_world",
+    pb.StepRequest: "step", pb.ResetRequest: "reset", pb.ResetWorldRequest: "reset_world",
+    pb.LeaveWorldRequest: "leave_world", pb.DestroyWorldRequest: "destroy_world",
+}
+_EXTENSION = "extension"
+# Stream endings that mean the server went away rather than refused something.
+_GONE = (None, 0, grpc.StatusCode.UNAVAILABLE.value[0], grpc.StatusCode.CANCELLED.value[0])
+_TAGS = {name: bytes([(pb.EnvironmentRequest.DESCRIPTOR.fields_by_name[name].number << 3) | 2])
+         for name in (*_FIELDS.values(), _EXTENSION)}
+
+
+class Connection:
+    """A dm_env_rpc client connection (one gRPC stream).
+
+    Args:
+        address: ``"host:port"`` of the server (insecure).
+        channel: an existing ``grpc.Channel`` to use instead of ``address``.
+        credentials: ``grpc.ChannelCredentials`` for a secure channel to ``address``.
+        metadata: call metadata, a sequence of ``(key, value)`` pairs.
+        connect_timeout: seconds to wait for the server; then ``ConnectionError``.
+        timeout: seconds to wait for each answer (``None``: no limit); then ``TimeoutError``.
+
+    >>> from dmrpc_gym.server import Server
+    >>> from dmrpc_gym.worlds.catch import Catch
+    >>> with Server(Catch) as server, Connection(server.address) as conn:
+    ...     world = conn.send(pb.CreateWorldRequest()).world_name
+    ...     specs = conn.send(pb.JoinWorldRequest(world_name=world)).specs
+    ...     sorted(spec.name for spec in specs.actions.values())
+    ['paddle']
+    """
+
+    def __init__(self, address: str | None = None, *, channel: grpc.Channel | None = None,
+                 credentials: grpc.ChannelCredentials | None = None,
+                 metadata: Iterable[tuple[str, str]] | None = None,
+                 connect_timeout: float | None = 10.0, timeout: float | None = None):
+        if (address is None) == (channel is None):
+            raise ValueError("give exactly one of address= or channel=")
+        self.address = address if address is not None else getattr(channel, "_target", "<channel>")
+        if isinstance(self.address, bytes):
+            self.address = self.address.decode()
+        self.timeout = timeout
+        metadata = tuple(metadata or ())
+        if channel is None and credentials is None:
+            self._transport: Transport = H2Transport(address, metadata, connect_timeout)
+        else:
+            if channel is None:
+                channel = grpc.secure_channel(address, credentials)
+                self._own_channel = channel
+            try:
+                self._transport = GrpcioTransport(channel, metadata, connect_timeout, self.address)
+            except BaseException:
+                if getattr(self, "_own_channel", None) is not None:
+                    self._own_channel.close()
+                raise
+        self._pending: deque[list] = deque()  # [expected field, abandoned?]
+        self._broken: str | None = None
+        self._closed = False
+
+    # -- requests --------------------------------------------------------------
+    def submit(self, request: Any) -> None:
+        """Send ``request`` (e.g. ``pb.StepRequest``) without waiting for its answer."""
+        field = _FIELDS.get(type(request))
+        if field is None:
+            raise TypeError(f"{type(request).__name__} is not a dm_env_rpc request")
+        self._write(field, request.SerializeToString())
+
+    def submit_extension(self, payload: Any) -> None:
+        """Send a ``google.protobuf.Any`` in the envelope's ``extension`` slot."""
+        self._write(_EXTENSION, payload.SerializeToString())
+
+    def _write(self, field: str, body: bytes) -> None:
+        self._check_usable()
+        transport = self._transport
+        before = transport.messages_sent
+        try:
+            transport.write(_TAGS[field] + tensors.varint(len(body)) + body)
+        except StreamEnded as ended:
+            raise self._ended_error(ended, field) from None
+        except OSError as err:
+            self._broken = f"sending failed: {err}"
+            raise ConnectionError(f"lost the dm_env_rpc server at {self.address}: {err}") from None
+        except BaseException:
+            # Interrupted (Ctrl-C): a request already committed to the stream will be
+            # answered, and that answer is dropped when it comes.
+            if transport.broken:
+                self._broken = "a send was interrupted half-way through a message"
+            elif transport.messages_sent != before:
+                self._pending.append([field, True])
+            raise
+        self._pending.append([field, False])
+
+    def receive(self) -> Any:
+        """The answer to the oldest submitted request; raises ``DmRpcError`` for an error answer."""
+        pending = self._pending
+        current = next((entry for entry in pending if not entry[1]), None)
+        if current is None:
+            raise RuntimeError("receive() without a submitted request")
+        try:
+            while pending[0] is not current:   # answers to interrupted calls: read and drop
+                self._read_one(pending[0][0])
+                pending.popleft()
+            response = self._read_one(current[0])
+        except BaseException:
+            current[1] = True        # its answer, if it comes, is dropped later too
+            raise
+        pending.popleft()
+        field = current[0]
+        which = response.WhichOneof("payload")
+        if which == field:
+            return getattr(response, which)
+        if which == "error":
+            raise DmRpcError.from_status(response.error, request=field)
+        raise DmRpcError(13, f"the server answered a {field} request with {which!r}", request=field)
+
+    def _read_one(self, field: str) -> pb.EnvironmentResponse:
+        self._check_usable()
+        try:
+            return pb.EnvironmentResponse.FromString(self._transport.read(self.timeout))
+        except socket.timeout:
+            raise TimeoutError(f"no answer to {field} from the dm_env_rpc server at "
+                               f"{self.address} within {self.timeout} s") from None
+        except StreamEnded as ended:
+            raise self._ended_error(ended, field) from None
+        except OSError as err:
+            self._broken = f"the connection failed: {err}"
+            raise ConnectionError(f"lost the dm_env_rpc server at {self.address} "
+                                  f"during {field}: {err}") from None
+
+    def send(self, request: Any) -> Any:
+        """Send ``request`` and return its answer (e.g. a ``pb.StepResponse``)."""
+        self.submit(request)
+        return self.receive()
+
+    def send_extension(self, payload: Any) -> Any:
+        """Send an extension ``Any`` and return the ``Any`` answered."""
+        self.submit_extension(payload)
+        return self.receive()
+
+    def shorten_timeout(self, seconds: float) -> None:
+        """Wait at most ``seconds`` for each answer from now on (never lengthens the limit)."""
+        self.timeout = seconds if self.timeout is None else min(seconds, self.timeout)
+
+    # -- state -----------------------------------------------------------------
+    def _ended_error(self, ended: StreamEnded, field: str) -> Exception:
+        """The stream is over: a status the server chose is a ``DmRpcError``; a server
+        going away (no status, OK, UNAVAILABLE or CANCELLED) is a ``ConnectionError``."""
+        self._broken = ended.message
+        if ended.status not in _GONE:
+            return DmRpcError(ended.status, ended.message, request=field)
+        why = ended.message if ended.status in (None, 0) else f"{status_name(ended.status)}: {ended.message}"
+        return ConnectionError(f"the dm_env_rpc server at {self.address} ended the "
+                               f"connection during {field}: {why}")
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise ConnectionError(f"the connection to {self.address} is closed")
+        if self._broken:
+            raise ConnectionError(f"the connection to {self.address} is unusable: {self._broken}")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Close the stream. Idempotent; never blocks for long."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._transport.close()
+        finally:
+            channel = getattr(self, "_own_channel", None)
+            if channel is not None:
+                channel.close()
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def settings_tensors(settings: Mapping[str, Any] | None) -> dict[str, pb.Tensor]:
+    """World / join / reset settings (Python values or arrays) as Tensors."""
+    return {str(k): v if isinstance(v, pb.Tensor) else tensors.pack(v)
+            for k, v in (settings or {}).items()}

@@ -1,0 +1,173 @@
+"""``DmRpcEnv``: a dm_env_rpc world as a ``gymnasium.Env``."""
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping, Sequence
+
+import grpc
+import gymnasium as gym
+import numpy as np
+
+from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State, reset_settings
+from dmrpc_gym.client.connection import Connection, settings_tensors
+from dmrpc_gym.protocol.errors import DmRpcError
+from dmrpc_gym.client.lifecycle import RemoteResource
+from dmrpc_gym.protocol.wire import pb
+
+__all__ = ["DmRpcEnv", "State", "open_world", "close_world"]
+
+
+def open_world(connection: Connection, world_settings: Mapping[str, Any] | None,
+               world_name: str | None) -> tuple[str, bool]:
+    """Create a world (or take ``world_name`` to join one): ``(name, created)``."""
+    if world_name is not None:
+        if world_settings:
+            raise ValueError("give world_settings= to create a world, or world_name= to join one, not both")
+        return world_name, False
+    response = connection.send(pb.CreateWorldRequest(settings=settings_tensors(world_settings)))
+    return response.world_name, True
+
+
+def close_world(connection: Connection, world_name: str, timeout: float = 2.0) -> None:
+    """DestroyWorld, best effort and bounded in time.
+
+    A world is only destroyed once nobody is joined; right after agents left (or
+    their streams closed) the server may still be seeing them out, so a refusal
+    for that reason is retried briefly.
+    """
+    if connection.closed:
+        return
+    connection.shorten_timeout(timeout)
+    deadline = time.monotonic() + min(timeout, 0.5)
+    while True:
+        try:
+            connection.send(pb.DestroyWorldRequest(world_name=world_name))
+            return
+        except DmRpcError as err:
+            if err.code_name != "FAILED_PRECONDITION" or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+        except Exception:
+            return
+
+
+class DmRpcEnv(RemoteResource, gym.Env):
+    """A dm_env_rpc world as a gymnasium environment.
+
+    Creates a world (``world_settings``) or joins ``world_name``, joins it as one
+    agent, and maps its specs to spaces (see :mod:`dmrpc_gym.spaces`).
+    TERMINATED ends an episode with ``terminated=True``, INTERRUPTED with
+    ``truncated=True``. ``info`` carries ``discount``, ``state`` and the
+    observations that have no gymnasium space.
+
+    >>> import gymnasium as gym, dmrpc_gym
+    >>> env = gym.make("dmrpc/Catch-v0")
+    >>> obs, info = env.reset(seed=1)
+    >>> obs.shape, env.action_space
+    ((10, 10), Discrete(3, start=-1, dtype=int8))
+    >>> obs, reward, terminated, truncated, info = env.step(np.int8(0))
+    >>> env.close()
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, address: str | None = None, *, channel: grpc.Channel | None = None,
+                 world_settings: Mapping[str, Any] | None = None, world_name: str | None = None,
+                 join_settings: Mapping[str, Any] | None = None,
+                 reset_settings: Mapping[str, Any] | None = None,
+                 observations: str | Sequence[str] | None = None,
+                 actions: str | Sequence[str] | None = None, nested: bool = False,
+                 reward: RewardFn = "reward", discount: RewardFn = "discount",
+                 seed_setting: str | None = None, render_mode: str | None = None,
+                 render_observation: str | None = None, connect_timeout: float | None = 10.0,
+                 step_timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
+                 metadata: Sequence[tuple[str, str]] | None = None):
+        self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode={render_mode!r}; expected one of {self.metadata['render_modes']} "
+                             "('human' works through gymnasium.make)")
+        self.render_mode = render_mode
+        self.seed_setting = seed_setting
+        self.reset_settings = dict(reset_settings or {})
+        self._closed = False
+        self._agent = None
+        self.connection = Connection(address, channel=channel, credentials=credentials, metadata=metadata,
+                                     connect_timeout=connect_timeout, timeout=connect_timeout)
+        try:   # CreateWorld and JoinWorld are part of connecting: bounded by connect_timeout
+            self.world_name, self._created = open_world(self.connection, world_settings, world_name)
+            self._agent = RemoteAgent(
+                self.connection, self.world_name, join_settings, observations=observations,
+                actions=actions, nested=nested, reward=reward, discount=discount,
+                render_observation=render_observation, render=render_mode is not None)
+        except BaseException:
+            self.close()
+            raise
+        self.connection.timeout = step_timeout
+        if render_mode is not None and self._agent.render_name is None:
+            self.close()
+            raise ValueError(f"render_mode={render_mode!r} needs a render observation; pass "
+                             "render_observation= naming a uint8 HxWx3 observation")
+        self.observation_space = self._agent.observation_space
+        self.action_space = self._agent.action_space
+        self._properties = None
+
+    @property
+    def agent(self) -> RemoteAgent:
+        return self._agent
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start a new episode.
+
+        ``options["settings"]`` adds ResetRequest settings; ``options["world_settings"]``
+        first resets the whole world (ResetWorld). With ``seed_setting`` the seed
+        travels to the server as that reset setting.
+        """
+        return self._agent.reset(self.prepare_reset(seed, options))
+
+    def prepare_reset(self, seed: int | None = None, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The client side of ``reset``: seed the client RNG, reset the world when asked,
+        and return the ResetRequest settings. Vector envs call it, then pipeline the rest."""
+        super().reset(seed=seed)
+        self._check_open()
+        options = dict(options or {})
+        if "world_settings" in options:
+            self.connection.send(pb.ResetWorldRequest(
+                world_name=self.world_name, settings=settings_tensors(options["world_settings"])))
+            self._agent.state = State.INTERRUPTED
+        return reset_settings(self.reset_settings, options, seed, self.seed_setting)
+
+    def step(self, action: Any):
+        """Send ``action`` (checked against the action space first) and return the 5-tuple."""
+        self._check_open()
+        return self._agent.step(action)
+
+    def render(self) -> np.ndarray | None:
+        """The latest render observation (uint8 HxWx3) in ``rgb_array`` mode."""
+        if self.render_mode is None or self._agent.frame is None:
+            return None
+        return np.array(self._agent.frame, copy=True)
+
+    @property
+    def properties(self):
+        """The world's properties (dm_env_rpc properties extension), dict-like."""
+        if self._properties is None:
+            from dmrpc_gym.client.properties import Properties
+            self._properties = Properties(self.connection)
+        return self._properties
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this DmRpcEnv is closed")
+
+    def close(self) -> None:
+        """Leave the world (destroying it if this env created it). Idempotent; never hangs."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._agent is not None:
+                self._agent.leave()
+            if getattr(self, "_created", False):
+                close_world(self.connection, self.world_name)
+        finally:
+            self.connection.close()

@@ -1,0 +1,407 @@
+"""``DmRpcParallelEnv``: a multi-agent dm_env_rpc world as a PettingZoo ``ParallelEnv``.
+
+dm_env_rpc's multi-agent rule is one connection per agent, every agent joined
+to the same world, and a server may hold one agent's step until the others
+have stepped. So the env opens one :class:`~dmrpc_gym.client.connection.Connection`
+per agent, creates the world once (or joins ``world_name=``), joins all agents
+at once, and sends every agent's StepRequest before it waits for any answer.
+Agents finish independently: TERMINATED sets ``terminations[agent]``,
+INTERRUPTED sets ``truncations[agent]``, and the agent leaves ``agents``.
+
+>>> import dmrpc_gym
+>>> env = dmrpc_gym.tag_env(size=5)        # the bundled Tag world, served in-process
+>>> observations, infos = env.reset(seed=0)
+>>> env.agents
+['pursuer_0', 'pursuer_1', 'evader_0', 'evader_1']
+>>> env.observation_space("evader_0").shape, env.action_space("evader_0")
+((7,), Discrete(5))
+>>> observations, rewards, terminations, truncations, infos = env.step(
+...     {agent: env.action_space(agent).sample() for agent in env.agents})
+>>> env.close()
+
+Training with Stable-Baselines3 through SuperSuit: SuperSuit turns a parallel
+env into a vector env with one slot per agent, so every agent must have the
+same spaces and all agents must finish on the same step. The Tag world does
+both with ``homogeneous=True, evaders=1``. ``concat_vec_envs_v1`` copies the
+env by pickling it, which re-creates it from its constructor arguments (each
+copy gets its own connections and its own world); close the original.
+
+>>> import supersuit as ss
+>>> env = dmrpc_gym.tag_env(homogeneous=True, evaders=1, size=5)
+>>> venv = ss.pettingzoo_env_to_vec_env_v1(env)
+>>> venv = ss.concat_vec_envs_v1(venv, num_vec_envs=2, num_cpus=0, base_class="stable_baselines3")
+>>> env.close()
+>>> venv.num_envs                                   # 2 copies x 3 agents
+6
+>>> obs = venv.reset()
+>>> obs.shape
+(6, 10)
+>>> venv.close()
+"""
+from __future__ import annotations
+
+import concurrent.futures
+from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+
+import grpc
+import numpy as np
+from pettingzoo import ParallelEnv
+
+from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State, reset_settings
+from dmrpc_gym.client.connection import Connection, settings_tensors
+from dmrpc_gym.client.env import close_world, open_world
+from dmrpc_gym.protocol.errors import DmRpcError
+from dmrpc_gym.client.lifecycle import RemoteResource
+from dmrpc_gym.protocol.wire import pb
+
+__all__ = ["DmRpcParallelEnv", "join_settings"]
+
+#: ``agents=``: a count, a list of names, or a dict name -> join settings.
+AgentsArg = Union[int, Sequence[str], Mapping[str, Any], None]
+
+
+def join_settings(agents: AgentsArg) -> dict[str, dict[str, Any]]:
+    """Agent name -> the JoinWorld settings it sends, from ``agents=``.
+
+    - ``n`` (int): agents ``agent_0`` .. ``agent_{n-1}``, each sending ``{"agent": name}``;
+    - a list of names: each sends ``{"agent": name}``;
+    - a dict: name -> a dict of join settings (sent as given), ``None``
+      (``{"agent": name}``) or a str/int (``{"agent": value}``, the server's name
+      for the agent, e.g. ``{"red": "pursuer_0"}``).
+
+    >>> join_settings(2)
+    {'agent_0': {'agent': 'agent_0'}, 'agent_1': {'agent': 'agent_1'}}
+    >>> join_settings({"red": {"team": 0}, "blue": "b"})
+    {'red': {'team': 0}, 'blue': {'agent': 'b'}}
+    """
+    if isinstance(agents, bool) or agents is None:
+        raise TypeError(f"agents={agents!r}; expected a count, a list of names or a dict name -> join settings")
+    if isinstance(agents, (int, np.integer)):
+        if agents < 1:
+            raise ValueError(f"agents={agents}; expected at least one agent")
+        agents = [f"agent_{i}" for i in range(int(agents))]
+    if isinstance(agents, Mapping):
+        out = {}
+        for name, value in agents.items():
+            if value is None:
+                out[name] = {"agent": name}
+            elif isinstance(value, Mapping):
+                out[name] = dict(value)
+            elif isinstance(value, (str, int, np.integer)) and not isinstance(value, bool):
+                out[name] = {"agent": value}
+            else:
+                raise TypeError(f"agents[{name!r}]={value!r}; expected join settings (a dict), a name or None")
+    elif isinstance(agents, str):
+        raise TypeError(f"agents={agents!r}; give a list of names, not one string")
+    else:
+        out = {name: {"agent": name} for name in agents}
+        if len(out) != len(list(agents)):
+            raise ValueError(f"agents={list(agents)} has duplicate names")
+    if not out:
+        raise ValueError("agents is empty; expected at least one agent")
+    bad = [name for name in out if not isinstance(name, str)]
+    if bad:
+        raise TypeError(f"agent names must be strings, not {bad}")
+    return out
+
+
+def _per_agent(value: Any, agent: str) -> Any:
+    """A per-agent option: a Mapping keyed by agent name, or one value for all."""
+    if isinstance(value, Mapping):
+        return value.get(agent)
+    return value
+
+
+def _named(err: BaseException, agent: str, what: str, note: str = "") -> BaseException:
+    """The same kind of error, saying which agent it came from (``.agent`` holds the name)."""
+    if isinstance(err, DmRpcError):
+        request = f"{err.request or what} of agent {agent!r}"
+        new: BaseException = DmRpcError(err.code, err.message + note, err.details, request=request)
+    else:
+        message = f"agent {agent!r} failed during {what}: {err}{note}"
+        try:
+            new = type(err)(message)
+        except Exception:
+            new = RuntimeError(message)
+    new.agent = agent  # type: ignore[attr-defined]
+    return new
+
+
+class DmRpcParallelEnv(RemoteResource, ParallelEnv):
+    """A multi-agent dm_env_rpc world as a PettingZoo ``ParallelEnv``.
+
+    Args:
+        address: ``"host:port"`` of the server (insecure unless ``credentials``).
+        world_settings: CreateWorld settings (the world is created once, on the
+            first agent's connection, and destroyed by ``close``).
+        world_name: join this existing world instead of creating one.
+        agents: a count ``n`` (``agent_0``..), a list of names, or a dict name ->
+            join settings (see :func:`join_settings`).
+        reset_settings: ResetRequest settings every agent sends on ``reset``.
+        seed_setting: the reset setting carrying ``reset(seed=...)`` to the server.
+        reward / discount: an observation name, a callable ``(obs, state, agent)``
+            (or ``(obs, state)``), ``None``, or a dict agent -> one of those.
+        observations / actions: ``None`` (all), a name (one bare space), a list
+            (a Dict subset), or a dict agent -> one of those.
+        nested: dotted spec names become nested Dict spaces.
+        render_mode: ``"rgb_array"``: ``render()`` returns the render observation
+            (``render_observation``, default ``"RGB"``) of ``render_agent`` (default:
+            the first agent), the only agent that requests it; after that agent
+            has finished, its last frame.
+        connect_timeout: seconds to reach the server and to join, per agent.
+        step_timeout: seconds to wait for each answer (``None``: no limit).
+        credentials / metadata: gRPC channel credentials and call metadata.
+
+    Once an agent fails (its connection dies, or the server answers with an
+    error), the others' answers are awaited at most ``abandon_timeout`` seconds,
+    the error raised names the agent (``err.agent``), and the env only closes.
+    Answers are read in agent order, so a server that keeps holding agent A's
+    step for an agent B whose stream died (rather than ending A's sequence) is
+    bounded only by ``step_timeout``.
+
+    >>> from dmrpc_gym.app.embedded import embedded_server
+    >>> env = DmRpcParallelEnv(embedded_server("tag").address, world_settings={"evaders": 1},
+    ...                        agents=["pursuer_0", "pursuer_1", "evader_0"])
+    >>> observations, infos = env.reset(seed=3)
+    >>> sorted(observations), env.action_space("pursuer_0")
+    (['evader_0', 'pursuer_0', 'pursuer_1'], Discrete(5))
+    >>> env.close()
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "name": "dmrpc_parallel_v0", "render_fps": 10,
+                "is_parallelizable": True}
+    #: Seconds the other agents' answers are still awaited once one agent has failed.
+    abandon_timeout: float = 2.0
+
+    def __init__(self, address: str | None = None, *, world_settings: Mapping[str, Any] | None = None,
+                 world_name: str | None = None, agents: AgentsArg = 2,
+                 reset_settings: Mapping[str, Any] | None = None, seed_setting: str | None = None,
+                 reward: RewardFn | Mapping[str, RewardFn] = "reward",
+                 discount: RewardFn | Mapping[str, RewardFn] = "discount",
+                 observations: str | Sequence[str] | Mapping[str, Any] | None = None,
+                 actions: str | Sequence[str] | Mapping[str, Any] | None = None, nested: bool = False,
+                 render_mode: str | None = None, render_agent: str | None = None,
+                 render_observation: str | None = None, connect_timeout: float | None = 10.0,
+                 step_timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
+                 metadata: Iterable[tuple[str, str]] | None = None):
+        self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        self._closed = False
+        self._created = False
+        self._failure: str | None = None
+        self._unhealthy: set[str] = set()      # agents whose connection may owe or lose answers
+        self.connections: dict[str, Connection] = {}
+        self.remote: dict[str, RemoteAgent] = {}
+        join = join_settings(agents)
+        self.possible_agents: list[str] = list(join)
+        self.agents: list[str] = []
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode={render_mode!r}; expected None or one of {self.metadata['render_modes']}")
+        render_agent = self.possible_agents[0] if render_agent is None else render_agent
+        if render_agent not in join:
+            raise ValueError(f"render_agent={render_agent!r} is not one of the agents {self.possible_agents}")
+        if address is None:
+            raise ValueError("address= is required (dmrpc_gym.parallel_env() without one serves the bundled Tag world)")
+        self.render_mode, self.render_agent = render_mode, render_agent
+        self.seed_setting = seed_setting
+        self.reset_settings = dict(reset_settings or {})
+        self.step_timeout = step_timeout
+        self.world_name = world_name
+        try:
+            for name in self.possible_agents:
+                self.connections[name] = Connection(
+                    address, credentials=credentials, metadata=metadata,
+                    connect_timeout=connect_timeout, timeout=step_timeout)
+            self.world_name, self._created = open_world(
+                self.connections[self.possible_agents[0]], world_settings, world_name)
+            options = dict(reward=reward, discount=discount, observations=observations, actions=actions)
+            self._join_all(join, options, nested, render_observation, connect_timeout)
+            if render_mode is not None and self.remote[render_agent].render_name is None:
+                raise ValueError(f"render_mode={render_mode!r} needs a render observation of agent "
+                                 f"{render_agent!r}; pass render_observation= naming a uint8 HxWx3 observation")
+        except BaseException:
+            self.close()
+            raise
+        self._refresh_spaces()
+
+    # -- joining -------------------------------------------------------------------
+    def _join_all(self, join: dict[str, dict], options: dict, nested: bool,
+                  render_observation: str | None, timeout: float | None) -> None:
+        """Join every agent at once (a server may hold joins until all agents are there)."""
+        def join_one(name: str) -> RemoteAgent:
+            connection = self.connections[name]
+            connection.timeout = timeout
+            try:
+                per_agent = {k: _per_agent(v, name) for k, v in options.items()}
+                for key, default in (("reward", "reward"), ("discount", "discount")):
+                    if isinstance(options[key], Mapping) and name not in options[key]:
+                        per_agent[key] = default
+                renders = name == self.render_agent
+                return RemoteAgent(connection, self.world_name, join[name], nested=nested,
+                                   render_observation=render_observation if renders else None,
+                                   render=self.render_mode is not None and renders,
+                                   agent=name, **per_agent)
+            finally:
+                connection.timeout = self.step_timeout
+
+        names = self.possible_agents
+        with concurrent.futures.ThreadPoolExecutor(len(names), thread_name_prefix="dmrpc-join") as pool:
+            outcomes = {name: pool.submit(join_one, name) for name in names}
+        first = None
+        for name, outcome in outcomes.items():
+            err = outcome.exception()
+            if err is None:
+                self.remote[name] = outcome.result()
+            elif first is None:
+                first = (name, err)
+        if first is not None:
+            raise _named(first[1], first[0], "join_world") from first[1]
+
+    def _refresh_spaces(self) -> None:
+        self.observation_spaces = {name: agent.observation_space for name, agent in self.remote.items()}
+        self.action_spaces = {name: agent.action_space for name, agent in self.remote.items()}
+
+    def observation_space(self, agent: str):
+        """``agent``'s observation space (the same object on every call)."""
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str):
+        """``agent``'s action space (the same object on every call)."""
+        return self.action_spaces[agent]
+
+    # -- one exchange with every agent ----------------------------------------------
+    def _exchange(self, what: str, calls: Mapping[str, tuple[Callable[[], bool], Callable[[], Any]]]) -> dict:
+        """Send every agent's request, then collect every answer.
+
+        ``calls`` maps an agent to ``(submit, receive)``; ``submit`` returns whether
+        an answer is owed. If any agent fails, the others' answers are awaited at
+        most ``abandon_timeout`` seconds and the first failure is raised, naming
+        its agent; the env is then unusable (the world's agents are out of step).
+        """
+        failures: dict[str, BaseException] = {}
+        owed = []
+        for name, (submit, _) in calls.items():
+            try:
+                if submit():
+                    owed.append(name)
+            except BaseException as err:
+                failures[name] = err
+        results = {}
+        for name in owed:
+            connection = self.connections[name]
+            saved = connection.timeout
+            if failures:
+                connection.shorten_timeout(self.abandon_timeout)
+            try:
+                results[name] = calls[name][1]()
+            except BaseException as err:
+                failures[name] = err
+            finally:
+                connection.timeout = saved
+        if failures:
+            self._unhealthy.update(failures)
+            name, err = next(iter(failures.items()))
+            abandoned = [a for a, e in failures.items() if a != name and isinstance(e, TimeoutError)]
+            failed = [a for a in failures if a != name and a not in abandoned]
+            notes = ([f"the answers of {abandoned} were abandoned"] if abandoned else []) + \
+                ([f"{failed} failed too"] if failed else [])
+            note = f" ({'; '.join(notes)})" if notes else ""
+            self._failure = f"agent {name!r} failed during {what}: {err}{note}"
+            if not isinstance(err, Exception):      # KeyboardInterrupt and friends
+                raise err
+            raise _named(err, name, what, note) from err
+        return results
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise RuntimeError("this DmRpcParallelEnv is closed")
+        if self._failure is not None:
+            raise RuntimeError(f"this DmRpcParallelEnv is unusable since {self._failure}; close it and make a new one")
+
+    # -- PettingZoo API ----------------------------------------------------------------
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        """Start a new sequence for every agent: ``(observations, infos)``.
+
+        Running agents first send a ResetRequest (with ``reset_settings``,
+        ``options["settings"]`` and the seed under ``seed_setting``);
+        ``options["world_settings"]`` then resets the world (ResetWorld); then
+        every agent steps once to get its first observation. Without
+        ``seed_setting`` the seed is not sent (the world decides).
+        """
+        self._check_usable()
+        options = dict(options or {})
+        settings = reset_settings(self.reset_settings, options, seed, self.seed_setting)
+        names = self.possible_agents
+        self._exchange("reset", {name: (lambda a=self.remote[name]: a.submit_reset(settings),
+                                        self.remote[name].receive_reset) for name in names})
+        if "world_settings" in options:
+            request = pb.ResetWorldRequest(world_name=self.world_name,
+                                           settings=settings_tensors(options["world_settings"]))
+            connection = self.connections[names[0]]
+            self._exchange("reset_world", {names[0]: (lambda: connection.submit(request) or True,
+                                                      connection.receive)})
+            for agent in self.remote.values():
+                agent.state = State.INTERRUPTED
+        answers = self._exchange("reset", {name: (lambda a=self.remote[name]: a.submit_step(None) or True,
+                                                  self.remote[name].receive_step) for name in names})
+        self._refresh_spaces()
+        self.agents = [name for name in names if self.remote[name].state == State.RUNNING]
+        return {a: answers[a][0] for a in self.agents}, {a: answers[a][4] for a in self.agents}
+
+    def step(self, actions: Mapping[str, Any]):
+        """Act for every live agent at once: ``(observations, rewards, terminations, truncations, infos)``.
+
+        ``actions`` needs an entry for each agent in ``agents`` (``None`` sends no
+        action); entries for finished agents are ignored. Every action is checked
+        against its space before anything is sent.
+        """
+        self._check_usable()
+        if not self.agents:
+            raise RuntimeError("no agent is playing; call reset()")
+        unknown = [a for a in actions if a not in self.remote]
+        if unknown:
+            raise ValueError(f"actions for unknown agents {unknown}; the agents are {self.possible_agents}")
+        live = list(self.agents)
+        missing = [a for a in live if a not in actions]
+        if missing:
+            raise ValueError(f"no action for agents {missing}; every agent in env.agents needs one (None sends none)")
+        requests = {}
+        for name in live:
+            try:
+                requests[name] = self.remote[name].step_request(actions[name])
+            except ValueError as err:
+                raise ValueError(f"agent {name!r}: {err}") from None
+        answers = self._exchange("step", {name: (lambda c=self.connections[name], r=requests[name]: c.submit(r) or True,
+                                                 self.remote[name].receive_step) for name in live})
+        observations, rewards, terminations, truncations, infos = {}, {}, {}, {}, {}
+        for name in live:
+            observations[name], rewards[name], terminations[name], truncations[name], infos[name] = answers[name]
+        self.agents = [a for a in live if not (terminations[a] or truncations[a])]
+        return observations, rewards, terminations, truncations, infos
+
+    def render(self) -> np.ndarray | None:
+        """``render_agent``'s latest render observation (uint8 HxWx3) in ``rgb_array`` mode."""
+        if self.render_mode is None:
+            return None
+        frame = self.remote[self.render_agent].frame
+        return None if frame is None else np.array(frame, copy=True)
+
+    def close(self) -> None:
+        """Leave every agent and destroy the world this env created. Idempotent; never hangs."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            # A connection that may still owe answers is closed rather than asked to leave.
+            for name in self._unhealthy:
+                if name in self.connections:
+                    self.connections[name].close()
+            for name, agent in self.remote.items():
+                if name not in self._unhealthy:
+                    agent.leave()
+            if self._created:
+                spare = [c for n, c in self.connections.items() if n not in self._unhealthy and not c.closed]
+                if spare:
+                    close_world(spare[0], self.world_name)
+        finally:
+            for connection in self.connections.values():
+                connection.close()

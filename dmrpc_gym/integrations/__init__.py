@@ -1,0 +1,1 @@
+"""Bridges to other RL libraries and engines: Stable-Baselines3, Ray RLlib, Godot."""

@@ -1,0 +1,14 @@
+"""Stable-Baselines3: the flat-spaces view SB3 trains on, and a ``VecEnv`` without subprocesses.
+
+``SB3Compat`` needs only gymnasium; ``DmRpcSB3VecEnv`` imports SB3 when first used.
+"""
+from dmrpc_gym.integrations.sb3.flat_spaces import SB3Compat, sb3_action_transform, sb3_observation_transform, sb3_spaces
+
+__all__ = ["SB3Compat", "DmRpcSB3VecEnv", "sb3_spaces", "sb3_action_transform", "sb3_observation_transform"]
+
+
+def __getattr__(name: str):
+    if name == "DmRpcSB3VecEnv":
+        from dmrpc_gym.integrations.sb3.vec_env import DmRpcSB3VecEnv
+        return DmRpcSB3VecEnv
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

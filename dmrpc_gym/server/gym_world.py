@@ -1,0 +1,281 @@
+"""Gymnasium worlds: every joined agent owns an env built from the world's recipe.
+
+A **gym world** is a recipe: factory keyword arguments (the CreateWorld
+settings) and a seed. Every connection that joins it is one agent with its
+own env built from the recipe, so one world serves any number of agents
+independently (a vectorised client joins one world N times, or makes N
+worlds). Agent ``k`` (the lowest free slot, 0 for the first agent) starts from
+``seed + k`` when the world has a seed. Envs of agents that leave are kept for
+the next agent to join.
+
+Per agent (the dm_env_rpc state machine):
+
+- the first step, and any step after TERMINATED / INTERRUPTED or a Reset,
+  ignores its actions and starts a new sequence with ``env.reset`` (seeded by
+  the pending seed, if any, else continuing the env's random stream);
+- a running step checks and applies the actions (``env.step``):
+  ``terminated`` -> TERMINATED (discount 0), ``truncated`` -> INTERRUPTED
+  (discount 1), else RUNNING;
+- Reset (settings: ``seed``, and any world setting as an override for this
+  agent, which rebuilds its env) makes the next step start a new sequence;
+- ResetWorld (settings: ``seed``, world settings) applies to every agent's next
+  sequence; agents other than the caller that are running get INTERRUPTED on
+  their next step (their actions ignored), then start over. ResetWorld never
+  blocks. When new world settings change an agent's specs, its next sequence
+  start fails with FAILED_PRECONDITION until it sends Reset (which returns
+  the new specs) or joins again.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Mapping
+
+import numpy as np
+
+from dmrpc_gym.server import status
+from dmrpc_gym.server.factories import Factory, close_quietly
+from dmrpc_gym.server.interface import AgentInterface, probe_render, rgb_render, sequence_state
+from dmrpc_gym.server.properties import Property
+from dmrpc_gym.server.settings import (SEED, check_seed, pop_seed, same_settings, unpack_settings,
+                                       world_reset_settings)
+from dmrpc_gym.protocol.wire import pb
+
+__all__ = ["GymWorld", "GymAgent"]
+
+_RUNNING, _INTERRUPTED = pb.RUNNING, pb.INTERRUPTED
+
+
+class GymWorld:
+    """A world of independent gymnasium agents built from one recipe (see the module doc)."""
+
+    kind = "gym"
+
+    def __init__(self, name: str, factory: Factory, kwargs: dict[str, Any], seed: int | None, env: Any):
+        self.name, self.factory, self.kwargs, self.seed = name, factory, kwargs, seed
+        self.interface = self._describe(env, seed)
+        self._spares = [env]
+        self.agents: dict[int, GymAgent] = {}
+
+    def _describe(self, env: Any, seed: int | None) -> AgentInterface:
+        rgb = probe_render(self.factory, env, seed, rgb_render(env))
+        return AgentInterface(env.observation_space, env.action_space, rgb, who=self.factory.name)
+
+    def _build(self, kwargs: Mapping[str, Any]) -> Any:
+        env, kind = self.factory.make(kwargs)
+        if kind != self.kind:
+            close_quietly(env)
+            raise status.failed_precondition(f"{self.factory.name} returned a {kind} env in a gym world")
+        return env
+
+    def take_env(self, kwargs: Mapping[str, Any], seed: int | None) -> tuple[Any, AgentInterface]:
+        """An env built with ``kwargs`` and its interface (a spare one when ``kwargs`` is the recipe)."""
+        if same_settings(kwargs, self.kwargs):
+            env = self._spares.pop() if self._spares else self._build(kwargs)
+            return env, self.interface
+        env = self._build(kwargs)
+        try:
+            return env, self._describe(env, seed)
+        except BaseException:
+            close_quietly(env)
+            raise
+
+    def give_back(self, env: Any, kwargs: Mapping[str, Any], reusable: bool = True) -> None:
+        """Keep ``env`` for the next agent when it follows the recipe, else close it."""
+        if reusable and same_settings(kwargs, self.kwargs):
+            self._spares.append(env)
+        else:
+            close_quietly(env)
+
+    # -- protocol ----------------------------------------------------------------
+
+    def join(self, settings: Mapping[str, pb.Tensor]) -> "GymAgent":
+        """A new agent (JoinWorld). Join settings: ``seed`` only."""
+        kwargs = unpack_settings(settings, "join")
+        seed = pop_seed(kwargs, "join")
+        if kwargs:
+            raise status.invalid_argument(
+                f"unknown join setting{'s' if len(kwargs) > 1 else ''} "
+                f"{', '.join(repr(k) for k in sorted(kwargs))} for world {self.name!r} (accepted: {SEED})")
+        slot = next(i for i in itertools.count() if i not in self.agents)
+        if seed is None and self.seed is not None:
+            seed = self.seed + slot
+        env, interface = self.take_env(self.kwargs, seed)
+        agent = GymAgent(self, slot, env, interface, dict(self.kwargs), seed)
+        self.agents[slot] = agent
+        return agent
+
+    def release(self, agent: "GymAgent") -> None:
+        """The agent left: free its slot, keep or close its env."""
+        if self.agents.get(agent.slot) is agent:
+            del self.agents[agent.slot]
+            self.give_back(agent.env, agent.env_kwargs, reusable=not agent.broken)
+
+    def reset_world(self, settings: Mapping[str, pb.Tensor], caller: Any) -> None:
+        """ResetWorld: new settings and seed for every agent's next sequence (never blocks)."""
+        recipe, seed = world_reset_settings(self, settings)
+        if recipe is not None:
+            env = self._build(recipe)
+            try:
+                interface = self._describe(env, seed)
+            except BaseException:
+                close_quietly(env)
+                raise
+            for spare in self._spares:
+                close_quietly(spare)
+            self._spares, self.kwargs, self.interface = [env], recipe, interface
+        if seed is not None:
+            self.seed = seed
+        for agent in self.agents.values():
+            agent.world_reset(None if seed is None else seed + agent.slot, caller is agent)
+
+    def properties(self) -> list[Property]:
+        """World properties (none beyond the agent's for gym worlds)."""
+        return []
+
+    def close(self) -> None:
+        """Destroy: close every env (agents must have left)."""
+        for env in self._spares:
+            close_quietly(env)
+        self._spares = []
+        for agent in list(self.agents.values()):
+            close_quietly(agent.env)
+        self.agents.clear()
+
+
+class GymAgent:
+    """One joined connection of a gym world, with its own env (see the module doc)."""
+
+    asynchronous = False
+
+    def __init__(self, world: GymWorld, slot: int, env: Any, interface: AgentInterface,
+                 env_kwargs: dict[str, Any], seed: int | None):
+        self.world, self.slot = world, slot
+        self.env, self.interface, self.env_kwargs = env, interface, env_kwargs
+        self._render = rgb_render(env) if interface.rgb_shape else None
+        self.overrides: dict[str, Any] = {}
+        self.next_seed = seed
+        self.sequence_seed: int | None = None
+        self.running = False
+        self.interrupt = False   # another connection reset the world while this one ran
+        self.stale = False       # new world settings changed the specs the client holds
+        self.broken = False      # the env raised: do not hand it to another agent
+        self.episode_step = 0
+        self.episode_return = 0.0
+        self._obs: Any = None
+
+    @property
+    def specs(self) -> pb.ActionObservationSpecs:
+        return self.interface.specs
+
+    def _recipe(self) -> dict[str, Any]:
+        return {**self.world.kwargs, **self.overrides}
+
+    def _rebuild(self, recipe: dict[str, Any], seed: int | None) -> bool:
+        """Swap in an env built with ``recipe``; True when the specs changed."""
+        env, interface = self.world.take_env(recipe, seed)
+        self.world.give_back(self.env, self.env_kwargs, reusable=not self.broken)
+        changed = interface.specs != self.interface.specs
+        self.env, self.interface, self.env_kwargs, self.broken = env, interface, recipe, False
+        self._render = rgb_render(env) if interface.rgb_shape else None
+        return changed
+
+    def _start(self) -> None:
+        """Begin a sequence: ``env.reset`` with the pending seed."""
+        if self.stale:
+            raise status.failed_precondition(
+                f"the settings of world {self.world.name!r} changed this agent's specs; send a "
+                f"ResetRequest (its response carries the new specs) or join again")
+        seed = self.next_seed
+        recipe = self._recipe()
+        if not same_settings(recipe, self.env_kwargs) and self._rebuild(recipe, seed):
+            self.stale = True
+            return self._start()  # raises: the client must fetch the new specs first
+        try:
+            obs, _ = self.env.reset(seed=seed)
+        except Exception as exc:  # noqa: BLE001 - the env's error is the answer
+            self.broken = True
+            raise status.internal(f"{self.world.factory.name}: reset raised {type(exc).__name__}: {exc}") from None
+        self.next_seed, self.sequence_seed = None, seed
+        self.running, self.interrupt = True, False
+        self.episode_step, self.episode_return = 0, 0.0
+        self._obs = obs
+
+    def step(self, request: pb.StepRequest, out: pb.StepResponse) -> None:
+        """Answer one StepRequest into ``out``."""
+        plan = self.interface.plan(request.requested_observations)
+        reward, discount = 0.0, 1.0
+        if not self.running:
+            self._start()
+            out.state = _RUNNING
+        elif self.interrupt:
+            self.running = self.interrupt = False
+            out.state = _INTERRUPTED
+        else:
+            action = self.interface.actions(request.actions)
+            try:
+                obs, reward, terminated, truncated, _ = self.env.step(action)
+            except Exception as exc:  # noqa: BLE001 - the env's error is the answer
+                self.running, self.broken = False, True
+                raise status.internal(
+                    f"{self.world.factory.name}: step raised {type(exc).__name__}: {exc}; "
+                    f"the next step starts a new sequence") from None
+            reward = float(reward)
+            self._obs = obs
+            self.episode_step += 1
+            self.episode_return += reward
+            out.state, discount = sequence_state(terminated, truncated)
+            self.running = out.state == _RUNNING
+        if plan.items:
+            self.interface.encode(plan, out.observations, self._obs, reward, discount, self._render)
+
+    def reset(self, settings: Mapping[str, pb.Tensor]) -> pb.ActionObservationSpecs:
+        """ResetRequest: settings for the next sequence (``seed``, world-setting overrides)."""
+        kwargs = unpack_settings(settings, "reset")
+        seed = pop_seed(kwargs, "reset")
+        overrides = self.overrides
+        if kwargs:
+            self.world.factory.check(kwargs, "reset")
+            overrides = {**overrides, **kwargs}
+        recipe = {**self.world.kwargs, **overrides}
+        if not same_settings(recipe, self.env_kwargs):
+            self._rebuild(recipe, seed)
+        self.overrides = overrides
+        if seed is not None:
+            self.next_seed = seed
+        self.running = self.interrupt = self.stale = False
+        return self.interface.specs
+
+    def world_reset(self, seed: int | None, caller: bool) -> None:
+        """The world was reset (by ``caller`` or another connection)."""
+        if seed is not None:
+            self.next_seed = seed
+        if caller:
+            self.running = self.interrupt = False
+        elif self.running:
+            self.interrupt = True
+
+    def leave(self) -> None:
+        self.world.release(self)
+
+    # -- properties ------------------------------------------------------------------
+
+    def _write_seed(self, value: np.ndarray) -> None:
+        self.next_seed = check_seed(value.item(), "property")
+
+    def _read_seed(self) -> int:
+        seed = self.next_seed if self.next_seed is not None else self.sequence_seed
+        return -1 if seed is None else seed
+
+    def properties(self) -> list[Property]:
+        return [
+            Property("world_name", pb.STRING, "the world this connection is joined to",
+                     read=lambda: self.world.name),
+            Property(SEED, pb.INT64,
+                     "the seed of the next sequence when one is pending, else of the current one "
+                     "(-1: unseeded); writing it seeds the next sequence",
+                     read=self._read_seed, write=self._write_seed),
+            Property("episode_step", pb.INT64, "steps taken in the current sequence",
+                     read=lambda: self.episode_step),
+            Property("episode_return", pb.DOUBLE, "sum of the rewards of the current sequence",
+                     read=lambda: self.episode_return),
+        ]

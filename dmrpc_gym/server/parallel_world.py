@@ -1,0 +1,412 @@
+"""PettingZoo worlds: one ``ParallelEnv`` shared by the agents that join it.
+
+CreateWorld builds the env (settings -> factory keyword arguments; ``seed``
+seeds the first ``reset``). Each JoinWorld claims one agent: the join setting
+``agent`` names it (a string, or an index into ``possible_agents``), otherwise
+the first free one is taken; a taken or unknown agent is refused. Each agent's
+specs come from ``observation_space(agent)`` / ``action_space(agent)``.
+
+Semantics (all waits end with DEADLINE_EXCEEDED when the world makes no
+progress for the server's ``timeout``, default 30 s; none can hang):
+
+- **Episodes start** when a non-running agent steps and no episode is in
+  progress: the step waits until every agent of ``possible_agents`` is joined,
+  then ``env.reset`` runs and every agent's first step returns its first
+  observation (RUNNING).
+- **Rounds**: a running agent's step submits its action and waits until every
+  agent still in ``env.agents`` has submitted; then ``env.step`` runs with all
+  of them and each step returns that agent's result: ``terminated`` ->
+  TERMINATED (discount 0), ``truncated`` -> INTERRUPTED, else RUNNING.
+- **Finished agents do not block others**: an agent that left ``env.agents``
+  is not waited for. Its next step (which starts a new sequence) waits until it
+  is back in ``env.agents``, normally when the episode has ended (no agents
+  left) and the next one starts.
+- **Aborts**: when a running agent leaves (or disconnects), sends Reset, or
+  anyone sends ResetWorld, the episode ends for everyone: agents still
+  running get INTERRUPTED on their next (or pending) step, and the next
+  episode starts as above. If ``env.step`` raises, every agent waiting on that
+  round gets the error (INTERNAL) and the episode ends.
+- **Seeds** are the world's: the ``seed`` of CreateWorld, ResetWorld, Reset or
+  a write of the ``seed`` property seeds the next ``env.reset``.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from dmrpc_gym.protocol.errors import DmRpcError
+from dmrpc_gym.server import status
+from dmrpc_gym.server.factories import Factory, close_quietly
+from dmrpc_gym.server.interface import AgentInterface, probe_render, rgb_render, sequence_state
+from dmrpc_gym.server.properties import Property
+from dmrpc_gym.server.settings import SEED, check_seed, pop_seed, unpack_settings, world_reset_settings
+from dmrpc_gym.protocol.wire import pb
+
+__all__ = ["ParallelWorld", "ParallelAgent", "AGENT"]
+
+log = logging.getLogger("dmrpc_gym.server")
+
+#: The join setting naming the agent to play.
+AGENT = "agent"
+
+_RUNNING, _INTERRUPTED = pb.RUNNING, pb.INTERRUPTED
+
+
+def _names(agents: Any) -> str:
+    return ", ".join(repr(a) for a in agents) or "none"
+
+
+class ParallelWorld:
+    """A PettingZoo ``ParallelEnv`` whose agents are joined connections (see the module doc).
+
+    >>> from dmrpc_gym.worlds.tag import Tag
+    >>> world = ParallelWorld("demo", Factory(Tag), {}, 0, Tag(evaders=1), timeout=5.0)
+    >>> agents = [world.join({}) for _ in world.possible]
+    >>> [agent.name for agent in agents]
+    ['pursuer_0', 'pursuer_1', 'evader_0']
+    >>> async def first_steps():
+    ...     outs = [pb.StepResponse() for _ in agents]
+    ...     await asyncio.gather(*(a.step(pb.StepRequest(), o) for a, o in zip(agents, outs)))
+    ...     return [pb.EnvironmentStateType.Name(o.state) for o in outs]
+    >>> asyncio.run(first_steps())
+    ['RUNNING', 'RUNNING', 'RUNNING']
+    """
+
+    kind = "pettingzoo"
+
+    def __init__(self, name: str, factory: Factory, kwargs: dict[str, Any], seed: int | None,
+                 env: Any, timeout: float):
+        self.name, self.factory, self.kwargs, self.timeout = name, factory, kwargs, timeout
+        self.env = env
+        self.seed = seed                # seeds the next env.reset
+        self.episode_seed: int | None = None
+        self.interfaces = self._describe(env, seed)
+        self.possible = list(self.interfaces)
+        self.agents: dict[str, ParallelAgent] = {}
+        self.episode = 0                # number of the current (or last) episode
+        self.running = False            # an episode is in progress
+        self.live: set[str] = set()     # env.agents of the running episode
+        self.obs: dict[str, Any] = {}   # each agent's latest observation
+        self.pending: dict[str, Any] = {}
+        self.rounds = 0                 # env.step calls in the current episode
+        self.failure: tuple[int, str] | None = None   # (episode, message) when env.step raised
+        self._changed = asyncio.Event()
+
+    def _describe(self, env: Any, seed: int | None) -> dict[str, AgentInterface]:
+        possible = list(getattr(env, "possible_agents", []) or [])
+        if not possible:
+            raise status.failed_precondition(f"{self.factory.name} has no possible_agents")
+        rgb = probe_render(self.factory, env, seed, rgb_render(env))
+        return {agent: AgentInterface(env.observation_space(agent), env.action_space(agent), rgb,
+                                      who=f"{self.factory.name} agent {agent!r}")
+                for agent in possible}
+
+    # -- waiting ---------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        """Wake every waiter: something changed (a round, a join, a leave, an abort)."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _wait(self, what: Callable[[], str]) -> None:
+        """Wait for the next change; DEADLINE_EXCEEDED (saying ``what()`` was awaited) after ``timeout`` s without one."""
+        changed = self._changed
+        try:
+            await asyncio.wait_for(changed.wait(), self.timeout)
+        except asyncio.TimeoutError:
+            raise status.deadline_exceeded(
+                f"world {self.name!r}: waited {self.timeout:g} s for {what()} with no progress") from None
+
+    def _missing(self) -> str:
+        missing = [a for a in self.possible if a not in self.agents]
+        return f"agent{'s' if len(missing) > 1 else ''} {_names(missing)} to join"
+
+    def _late(self) -> str:
+        late = sorted(self.live - self.pending.keys())
+        return f"agent{'s' if len(late) > 1 else ''} {_names(late)} to step"
+
+    # -- episodes ---------------------------------------------------------------------
+
+    def abort(self) -> None:
+        """End the episode in progress: running agents get INTERRUPTED on their next step."""
+        if self.running:
+            self.running = False
+            self.live = set()
+            self.pending.clear()
+            self._notify()
+
+    def _reset_env(self) -> None:
+        seed, self.seed = self.seed, None
+        try:
+            obs, _ = self.env.reset(seed=seed)
+        except Exception as exc:  # noqa: BLE001 - the env's error is the answer
+            raise status.internal(f"{self.factory.name}: reset raised {type(exc).__name__}: {exc}") from None
+        self.episode += 1
+        self.episode_seed = seed
+        self.live = set(self.env.agents)
+        self.running = bool(self.live)
+        self.obs = dict(obs)
+        self.pending.clear()
+        self.rounds = 0
+        self._notify()
+        if not self.running:
+            raise status.internal(f"{self.factory.name}: reset left no agents in env.agents")
+
+    async def start_sequence(self, agent: "ParallelAgent") -> None:
+        """Wait until ``agent`` is in a running episode (starting one when everyone is joined)."""
+        while True:
+            if self.running and agent.name in self.live:
+                agent.begin(self.episode)
+                return
+            if self.agents.get(agent.name) is not agent:
+                raise status.failed_precondition(f"agent {agent.name!r} is no longer joined to {self.name!r}")
+            if not self.running:
+                if all(a in self.agents for a in self.possible):
+                    self._reset_env()
+                    continue
+                await self._wait(self._missing)
+            else:
+                await self._wait(lambda: f"the episode to end (agent {agent.name!r} has finished it)")
+
+    async def act(self, agent: "ParallelAgent", action: Any) -> tuple | None:
+        """Submit ``agent``'s action and wait for the round; None when the episode was aborted."""
+        episode = self.episode
+        self.pending[agent.name] = action
+        agent.result = None
+        if self.live <= self.pending.keys():
+            self._round()
+        try:
+            while agent.result is None:
+                if self.failure is not None and self.failure[0] == episode:
+                    raise status.internal(self.failure[1])
+                if not self.running or self.episode != episode:
+                    return None
+                await self._wait(self._late)
+        except BaseException:
+            if self.pending.get(agent.name) is action:
+                del self.pending[agent.name]
+            raise
+        result, agent.result = agent.result, None
+        return result
+
+    def _round(self) -> None:
+        """Every live agent has acted: ``env.step`` and hand out the results."""
+        actions = {name: self.pending[name] for name in self.live}
+        self.pending.clear()
+        try:
+            obs, rewards, terminations, truncations, _ = self.env.step(actions)
+        except Exception as exc:  # noqa: BLE001 - the env's error is the answer
+            self.failure = (self.episode, f"{self.factory.name}: step raised {type(exc).__name__}: {exc}; "
+                                          f"the episode ended")
+            self.running, self.live = False, set()
+            self._notify()
+            raise status.internal(self.failure[1]) from None
+        self.rounds += 1
+        for name in actions:
+            if name in obs:
+                self.obs[name] = obs[name]
+            joined = self.agents.get(name)
+            if joined is not None:
+                joined.result = (self.obs.get(name), float(rewards.get(name, 0.0)),
+                                 bool(terminations.get(name, False)), bool(truncations.get(name, False)))
+        self.live = set(self.env.agents)
+        for name in self.live:
+            if name in obs:
+                self.obs[name] = obs[name]
+        if not self.live:
+            self.running = False
+        self._notify()
+
+    # -- protocol ----------------------------------------------------------------------
+
+    def join(self, settings: Mapping[str, pb.Tensor]) -> "ParallelAgent":
+        """Claim an agent (JoinWorld): the ``agent`` setting, or the first free one."""
+        kwargs = unpack_settings(settings, "join")
+        wanted = kwargs.pop(AGENT, None)
+        if kwargs:
+            raise status.invalid_argument(
+                f"unknown join setting{'s' if len(kwargs) > 1 else ''} {_names(sorted(kwargs))} "
+                f"for world {self.name!r} (accepted: {AGENT})")
+        free = [a for a in self.possible if a not in self.agents]
+        if wanted is None:
+            if not free:
+                raise status.failed_precondition(
+                    f"every agent of world {self.name!r} is taken ({_names(self.possible)})")
+            name = free[0]
+        else:
+            if isinstance(wanted, (int, np.integer)) and not isinstance(wanted, bool) \
+                    and 0 <= wanted < len(self.possible):
+                name = self.possible[int(wanted)]
+            elif isinstance(wanted, str) and wanted in self.interfaces:
+                name = wanted
+            else:
+                raise status.invalid_argument(
+                    f"world {self.name!r} has no agent {wanted!r} (agents: {_names(self.possible)})")
+            if name in self.agents:
+                raise status.failed_precondition(
+                    f"agent {name!r} of world {self.name!r} is taken (free: {_names(free)})")
+        agent = ParallelAgent(self, name, self.interfaces[name])
+        self.agents[name] = agent
+        self._notify()
+        return agent
+
+    def release(self, agent: "ParallelAgent") -> None:
+        """The agent left (or disconnected): free it; a running episode it plays in ends."""
+        if self.agents.get(agent.name) is not agent:
+            return
+        del self.agents[agent.name]
+        if self.running and agent.name in self.live:
+            self.abort()
+        self._notify()
+
+    def reset_world(self, settings: Mapping[str, pb.Tensor], caller: Any) -> None:
+        """ResetWorld: new seed / settings for the next episode; the current one ends."""
+        recipe, seed = world_reset_settings(self, settings)
+        if recipe is not None:
+            self._rebuild(recipe, seed)
+        if seed is not None:
+            self.seed = seed
+        if isinstance(caller, ParallelAgent) and caller.world is self:
+            caller.running = False
+        self.abort()
+
+    def _rebuild(self, recipe: dict[str, Any], seed: int | None) -> None:
+        env, kind = self.factory.make(recipe)
+        try:
+            if kind != self.kind:
+                raise status.failed_precondition(f"{self.factory.name} returned a {kind} env")
+            interfaces = self._describe(env, seed)
+            if list(interfaces) != self.possible or any(
+                    interfaces[a].specs != self.interfaces[a].specs for a in self.agents):
+                raise status.failed_precondition(
+                    f"these settings change the agents of world {self.name!r} or their specs; "
+                    f"create a new world instead")
+        except BaseException:
+            close_quietly(env)
+            raise
+        self.abort()
+        close_quietly(self.env)
+        self.env, self.kwargs, self.interfaces = env, recipe, interfaces
+        for agent in self.agents.values():
+            agent.interface = interfaces[agent.name]
+
+    def properties(self) -> list[Property]:
+        return [
+            Property(SEED, pb.INT64,
+                     "the seed of the next episode when one is pending, else of the current one "
+                     "(-1: unseeded); writing it seeds the next episode",
+                     read=self._read_seed, write=self._write_seed),
+            Property("episode_step", pb.INT64, "env.step calls in the current episode",
+                     read=lambda: self.rounds),
+        ]
+
+    def _read_seed(self) -> int:
+        seed = self.seed if self.seed is not None else self.episode_seed
+        return -1 if seed is None else seed
+
+    def _write_seed(self, value: np.ndarray) -> None:
+        self.seed = check_seed(value.item(), "property")
+
+    def close(self) -> None:
+        """Destroy: end the episode and close the env."""
+        self.abort()
+        self.agents.clear()
+        close_quietly(self.env)
+
+
+class ParallelAgent:
+    """One joined connection of a PettingZoo world: one agent of its env."""
+
+    asynchronous = True
+
+    def __init__(self, world: ParallelWorld, name: str, interface: AgentInterface):
+        self.world, self.name, self.interface = world, name, interface
+        self.running = False
+        self.episode = 0
+        self.result: tuple | None = None
+        self.episode_return = 0.0
+        self._obs: Any = None
+        self._render = self._frame if interface.rgb_shape else None
+
+    @property
+    def specs(self) -> pb.ActionObservationSpecs:
+        return self.interface.specs
+
+    def _frame(self) -> Any:
+        return self.world.env.render()
+
+    def begin(self, episode: int) -> None:
+        """Start this agent's sequence in ``episode``."""
+        self.running, self.episode, self.episode_return = True, episode, 0.0
+        self._obs = self.world.obs.get(self.name)
+
+    async def step(self, request: pb.StepRequest, out: pb.StepResponse) -> None:
+        """Answer one StepRequest into ``out`` (may wait for the other agents)."""
+        plan = self.interface.plan(request.requested_observations)
+        world = self.world
+        reward, discount = 0.0, 1.0
+        if not self.running:
+            await world.start_sequence(self)
+            out.state = _RUNNING
+        elif not world.running or world.episode != self.episode or self.name not in world.live:
+            self.running = False
+            out.state = _INTERRUPTED
+        else:
+            action = self.interface.actions(request.actions)
+            try:
+                result = await world.act(self, action)
+            except DmRpcError:
+                if not (world.running and world.episode == self.episode):
+                    self.running = False
+                raise
+            if result is None:
+                self.running = False
+                out.state = _INTERRUPTED
+            else:
+                self._obs, reward, terminated, truncated = result
+                self.episode_return += reward
+                out.state, discount = sequence_state(terminated, truncated or self.name not in world.live)
+                self.running = out.state == _RUNNING
+        if plan.items:
+            self.interface.encode(plan, out.observations, self._obs, reward, discount, self._render)
+
+    def reset(self, settings: Mapping[str, pb.Tensor]) -> pb.ActionObservationSpecs:
+        """ResetRequest: settings ``seed`` only; a running agent ends the episode for everyone."""
+        kwargs = unpack_settings(settings, "reset")
+        seed = pop_seed(kwargs, "reset")
+        if kwargs:
+            raise status.invalid_argument(
+                f"unknown reset setting{'s' if len(kwargs) > 1 else ''} {_names(sorted(kwargs))} "
+                f"for an agent of world {self.world.name!r} (accepted: {SEED})")
+        world = self.world
+        in_current = world.running and world.episode == self.episode and self.name in world.live
+        joins_current = world.running and self.name in world.live and not in_current
+        if seed is not None:
+            if joins_current and seed == world.episode_seed:
+                pass  # the episode this agent is about to start already used this seed
+            elif joins_current:
+                world.seed = seed
+                world.abort()
+            else:
+                world.seed = seed
+        if self.running:
+            self.running = False
+            if in_current:
+                world.abort()
+        return self.interface.specs
+
+    def leave(self) -> None:
+        self.world.release(self)
+
+    def properties(self) -> list[Property]:
+        return [
+            Property("world_name", pb.STRING, "the world this connection is joined to",
+                     read=lambda: self.world.name),
+            Property(AGENT, pb.STRING, "the agent this connection plays", read=lambda: self.name),
+            Property("episode_return", pb.DOUBLE, "sum of this agent's rewards in its current sequence",
+                     read=lambda: self.episode_return),
+            *self.world.properties(),
+        ]

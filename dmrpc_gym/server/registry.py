@@ -1,0 +1,116 @@
+"""The worlds of one server, by name: CreateWorld, lookup, DestroyWorld.
+
+The **default world** (world name ``""``) is created on first use with no
+settings, so that clients may join without CreateWorld.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any, Mapping
+
+from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.server import status
+from dmrpc_gym.server.factories import Factory, close_quietly
+from dmrpc_gym.server.gym_world import GymWorld
+from dmrpc_gym.server.parallel_world import ParallelWorld
+from dmrpc_gym.server.settings import describe, pop_seed, unpack_settings
+
+__all__ = ["WorldRegistry", "DEFAULT_WORLD"]
+
+log = logging.getLogger("dmrpc_gym.server")
+
+#: The name of the world clients join without creating one.
+DEFAULT_WORLD = ""
+
+
+class WorldRegistry:
+    """The worlds of one server, by name: CreateWorld, lookup, DestroyWorld.
+
+    Args:
+        factory: the resolved env factory.
+        default_world: whether world name ``""`` names a world created on first use.
+        timeout: seconds a multi-agent wait may see no progress before it fails.
+
+    >>> from dmrpc_gym import tensors
+    >>> from dmrpc_gym.worlds.catch import Catch
+    >>> registry = WorldRegistry(Factory(Catch))
+    >>> name = registry.create({"rows": tensors.pack(4), "seed": tensors.pack(1)})
+    >>> agent = registry.get(name).join({})
+    >>> out = pb.StepResponse()
+    >>> agent.step(pb.StepRequest(), out)   # the first step starts a sequence
+    >>> pb.EnvironmentStateType.Name(out.state), agent.episode_step
+    ('RUNNING', 0)
+    >>> agent.leave(); registry.destroy(name, joined=None); registry.names()
+    []
+    """
+
+    def __init__(self, factory: Factory, default_world: bool = True, timeout: float = 30.0):
+        self.factory = factory
+        self.default_world = default_world
+        self.timeout = timeout
+        self._worlds: dict[str, Any] = {}
+        self._numbers = itertools.count(1)
+
+    def names(self) -> list[str]:
+        return list(self._worlds)
+
+    def _make(self, name: str, kwargs: dict[str, Any], seed: int | None) -> Any:
+        self.factory.check(kwargs, "world")
+        env, kind = self.factory.make(kwargs)
+        try:
+            if kind == "gym":
+                world: Any = GymWorld(name, self.factory, kwargs, seed, env)
+            else:
+                world = ParallelWorld(name, self.factory, kwargs, seed, env, self.timeout)
+        except BaseException:
+            close_quietly(env)
+            raise
+        self._worlds[name] = world
+        log.debug("created world %r (%s) with %s", name, kind, describe(kwargs))
+        return world
+
+    def create(self, settings: Mapping[str, pb.Tensor]) -> str:
+        """CreateWorld: build a world from the settings; returns its unique name."""
+        kwargs = unpack_settings(settings, "world")
+        seed = pop_seed(kwargs, "world")
+        name = f"world-{next(self._numbers)}"
+        self._make(name, kwargs, seed)
+        return name
+
+    def get(self, name: str) -> Any:
+        """The world named ``name`` (the default world is created here on first use)."""
+        world = self._worlds.get(name)
+        if world is not None:
+            return world
+        if name == DEFAULT_WORLD and self.default_world:
+            return self._make(name, {}, None)
+        if name == DEFAULT_WORLD:
+            raise status.not_found("this server has no default world: create one with "
+                                   "CreateWorld and join it by its name")
+        known = ", ".join(repr(n) for n in self._worlds) or "none"
+        raise status.not_found(f"no world named {name!r} (worlds: {known})")
+
+    def destroy(self, name: str, joined: Any) -> None:
+        """DestroyWorld: refused while any connection (``joined`` is the caller's world) is joined."""
+        world = self._worlds.get(name)
+        if world is None:
+            known = ", ".join(repr(n) for n in self._worlds) or "none"
+            raise status.not_found(f"no world named {name!r} to destroy (worlds: {known})")
+        if world is joined:
+            raise status.failed_precondition(
+                f"cannot destroy world {name!r}: this connection is joined to it; send LeaveWorld first")
+        if world.agents:
+            raise status.failed_precondition(
+                f"cannot destroy world {name!r}: {len(world.agents)} agent(s) are joined to it")
+        del self._worlds[name]
+        world.close()
+
+    def close(self) -> None:
+        """Close every world (the server is stopping)."""
+        worlds, self._worlds = list(self._worlds.values()), {}
+        for world in worlds:
+            try:
+                world.close()
+            except Exception:  # noqa: BLE001 - stopping is best effort
+                log.exception("closing a world failed")

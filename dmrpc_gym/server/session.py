@@ -1,0 +1,167 @@
+"""The per-stream state machine behind the dm_env_rpc method.
+
+Every stream is one :class:`Session`: not joined, or joined to one world as
+one agent. Requests arrive as bytes and are parsed here, so bytes that
+are no ``EnvironmentRequest`` get an error
+response like any other bad request. Every failure is answered with a
+``google.rpc.Status`` (code and a message naming what was wrong) and leaves
+the stream open and the session's state unchanged: only the client ends a
+stream. A stream that ends for any reason (the client closes it, cancels it
+or disappears) leaves its world.
+
+Requests, by state:
+
+- CreateWorld, ResetWorld, DestroyWorld, extension (properties): any time.
+  DestroyWorld is refused for the world the caller is joined to, and for a
+  world other connections are joined to.
+- JoinWorld: only when not joined (else FAILED_PRECONDITION).
+- Step, Reset: only when joined (else FAILED_PRECONDITION).
+- LeaveWorld: a no-op when not joined.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+import numpy as np
+
+from dmrpc_gym.protocol.errors import DmRpcError
+from dmrpc_gym.server import properties, status
+from dmrpc_gym.server.properties import Property
+from dmrpc_gym.server.registry import WorldRegistry
+from dmrpc_gym.protocol.wire import pb
+
+__all__ = ["Session"]
+
+log = logging.getLogger("dmrpc_gym.server")
+
+_parse = pb.EnvironmentRequest.FromString
+
+
+def error_response(code: int, message: str) -> bytes:
+    """A serialized ``EnvironmentResponse`` carrying only ``error``."""
+    response = pb.EnvironmentResponse()
+    response.error.code = code
+    response.error.message = message
+    return response.SerializeToString()
+
+
+class Session:
+    """One connection's state (joined agent or not) and the handling of its requests.
+
+    >>> from dmrpc_gym.server.factories import Factory
+    >>> from dmrpc_gym.worlds.catch import Catch
+    >>> import asyncio
+    >>> session = Session(WorldRegistry(Factory(Catch)))
+    >>> raw = pb.EnvironmentRequest(step=pb.StepRequest()).SerializeToString()
+    >>> pb.EnvironmentResponse.FromString(asyncio.run(session.handle(raw))).error.message
+    'step needs a joined world: send JoinWorldRequest first'
+    """
+
+    def __init__(self, registry: WorldRegistry):
+        self.registry = registry
+        self.agent: Any = None
+        self._handlers = {
+            "create_world": self._create_world, "join_world": self._join_world,
+            "reset": self._reset, "reset_world": self._reset_world,
+            "leave_world": self._leave_world, "destroy_world": self._destroy_world,
+            "extension": self._extension,
+        }
+
+    async def handle(self, raw: bytes) -> bytes:
+        """Answer one serialized request with one serialized response."""
+        try:
+            request = _parse(raw)
+        except Exception as exc:  # noqa: BLE001 - any parse failure is the client's
+            return error_response(status.code(grpc.StatusCode.INVALID_ARGUMENT),
+                                  f"the request is not a valid EnvironmentRequest ({len(raw)} bytes): {exc}")
+        which = request.WhichOneof("payload")
+        response = pb.EnvironmentResponse()
+        try:
+            if which == "step":
+                agent = self.agent
+                if agent is None:
+                    raise status.failed_precondition("step needs a joined world: send JoinWorldRequest first")
+                if agent.asynchronous:
+                    await agent.step(request.step, response.step)
+                else:
+                    agent.step(request.step, response.step)
+            else:
+                handler = self._handlers.get(which)
+                if handler is None:
+                    if raw:
+                        raise status.unimplemented("the request's payload is not one this server knows "
+                                                   "(dm_env_rpc v1 requests and the properties extension)")
+                    raise status.invalid_argument("the request is empty (no payload is set)")
+                handler(getattr(request, which), response)
+        except DmRpcError as exc:
+            return error_response(exc.code, exc.message)
+        except Exception as exc:  # noqa: BLE001 - a server bug must not end the stream
+            log.exception("%s request failed", which)
+            return error_response(status.code(grpc.StatusCode.INTERNAL),
+                                  f"{which} failed: {type(exc).__name__}: {exc}")
+        return response.SerializeToString()
+
+    def _joined(self, what: str) -> Any:
+        if self.agent is None:
+            raise status.failed_precondition(f"{what} needs a joined world: send JoinWorldRequest first")
+        return self.agent
+
+    def _create_world(self, request: pb.CreateWorldRequest, response: pb.EnvironmentResponse) -> None:
+        response.create_world.world_name = self.registry.create(request.settings)
+
+    def _join_world(self, request: pb.JoinWorldRequest, response: pb.EnvironmentResponse) -> None:
+        if self.agent is not None:
+            raise status.failed_precondition(
+                f"this connection is already joined to world {self.agent.world.name!r}; "
+                f"send LeaveWorld first (one world per connection)")
+        world = self.registry.get(request.world_name)
+        self.agent = world.join(request.settings)
+        response.join_world.specs.CopyFrom(self.agent.specs)
+
+    def _reset(self, request: pb.ResetRequest, response: pb.EnvironmentResponse) -> None:
+        specs = self._joined("reset").reset(request.settings)
+        response.reset.specs.CopyFrom(specs)
+
+    def _reset_world(self, request: pb.ResetWorldRequest, response: pb.EnvironmentResponse) -> None:
+        self.registry.get(request.world_name).reset_world(request.settings, self.agent)
+        response.reset_world.SetInParent()
+
+    def _leave_world(self, request: pb.LeaveWorldRequest, response: pb.EnvironmentResponse) -> None:
+        self.leave()
+        response.leave_world.SetInParent()
+
+    def _destroy_world(self, request: pb.DestroyWorldRequest, response: pb.EnvironmentResponse) -> None:
+        self.registry.destroy(request.world_name, None if self.agent is None else self.agent.world)
+        response.destroy_world.SetInParent()
+
+    def _extension(self, request: Any, response: pb.EnvironmentResponse) -> None:
+        table = {prop.key: prop for prop in self.properties()}
+        response.extension.CopyFrom(properties.handle(request, table))
+
+    def properties(self) -> list[Property]:
+        """The server's properties, plus the joined agent's and its world's."""
+        registry = self.registry
+        props = [
+            Property("env_id", pb.STRING, "what the server builds worlds from (an env id or module:factory)",
+                     read=lambda: registry.factory.name),
+            Property("worlds", pb.STRING, "the names of the server's worlds",
+                     read=lambda: np.array(registry.names(), dtype=np.str_), shape=(-1,)),
+        ]
+        if self.agent is not None:
+            props.extend(self.agent.properties())
+        return props
+
+    def leave(self) -> None:
+        """Leave the joined world, if any."""
+        agent, self.agent = self.agent, None
+        if agent is not None:
+            agent.leave()
+
+    def close(self) -> None:
+        """The stream ended: leave (never raises)."""
+        try:
+            self.leave()
+        except Exception:  # noqa: BLE001 - a closing stream has no one to answer
+            log.exception("leaving the world of a closed stream failed")
