@@ -15,7 +15,8 @@ from gymnasium.vector.utils import batch_space
 from dmrpc_gym import DmRpcError, State
 from dmrpc_gym.app.embedded import embedded_server
 from dmrpc_gym.server import Server
-from dmrpc_gym.client.vector import Batch, DmRpcVectorEnv, batch_observations, merge_infos
+from dmrpc_gym.client.fanout import Batch
+from dmrpc_gym.client.vector import DmRpcVectorEnv, batch_observations, merge_infos
 
 
 class Countdown(gym.Env):
@@ -349,7 +350,8 @@ def test_interpreter_exits_promptly_with_vector_envs_left_open():
     code = textwrap.dedent("""
         import numpy as np
         from dmrpc_gym.app.embedded import embedded_server
-        from dmrpc_gym.client.vector import Batch, DmRpcVectorEnv
+        from dmrpc_gym.client.fanout import Batch
+        from dmrpc_gym.client.vector import DmRpcVectorEnv
         envs = DmRpcVectorEnv(3, embedded_server("catch").address)
         envs.reset()
         batch = Batch(2, embedded_server("catch").address)
@@ -423,7 +425,7 @@ def test_addresses_are_used_in_turn(countdown, catch_address):
 # -- Stable-Baselines3 -----------------------------------------------------------------------
 def test_sb3_vec_env_resets_within_the_step_with_terminal_observation(countdown):
     from stable_baselines3.common.vec_env import VecEnv
-    from dmrpc_gym.client.vector import DmRpcSB3VecEnv
+    from dmrpc_gym.integrations.sb3 import DmRpcSB3VecEnv
 
     venv = DmRpcSB3VecEnv(2, countdown.address, world_settings={"length": 2})
     try:
@@ -447,7 +449,7 @@ def test_sb3_vec_env_resets_within_the_step_with_terminal_observation(countdown)
 
 
 def test_sb3_vec_env_truncation_flag_and_vec_env_methods(countdown):
-    from dmrpc_gym.client.vector import DmRpcSB3VecEnv
+    from dmrpc_gym.integrations.sb3 import DmRpcSB3VecEnv
 
     venv = DmRpcSB3VecEnv(3, countdown.address, world_settings={"length": 1, "ending": "truncate"})
     try:
@@ -465,7 +467,7 @@ def test_sb3_vec_env_truncation_flag_and_vec_env_methods(countdown):
 
 
 def test_sb3_seeds_reach_the_server_and_render_tiles_frames(catch_address):
-    from dmrpc_gym.client.vector import DmRpcSB3VecEnv
+    from dmrpc_gym.integrations.sb3 import DmRpcSB3VecEnv
 
     venv = DmRpcSB3VecEnv(3, catch_address, seed_setting="seed", render_mode="rgb_array")
     envs = DmRpcVectorEnv(3, catch_address, seed_setting="seed")
@@ -483,7 +485,7 @@ def test_sb3_seeds_reach_the_server_and_render_tiles_frames(catch_address):
 def test_ppo_trains_on_catch_through_the_sb3_vec_env(catch_address):
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecMonitor
-    from dmrpc_gym.client.vector import DmRpcSB3VecEnv
+    from dmrpc_gym.integrations.sb3 import DmRpcSB3VecEnv
 
     venv = VecMonitor(DmRpcSB3VecEnv(4, catch_address, seed_setting="seed", sb3_compat=True))
     try:

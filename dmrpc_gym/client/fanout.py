@@ -1,0 +1,274 @@
+"""The fan-out engine: N joined agents stepped together, every request sent before any answer is read.
+
+:class:`Batch` owns N :class:`~dmrpc_gym.client.env.DmRpcEnv` sub-envs (one
+connection, one world and one agent each). A batched step checks every action
+first, then sends every sub-env's request before it reads any answer, so N
+sub-envs cost about one round trip of latency and the server works on all of
+them at once. Both vector envs (gymnasium's and SB3's) stand on it.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from dmrpc_gym.client.env import DmRpcEnv
+from dmrpc_gym.protocol.errors import DmRpcError
+
+__all__ = ["Batch", "Restart", "RESTART", "StepResult"]
+
+#: One sub-env's ``(observation, reward, terminated, truncated, info)``.
+StepResult = tuple[Any, float, bool, bool, dict]
+
+
+def _with_index(err: Exception, index: int) -> Exception:
+    """The same kind of error, saying which sub-env it came from."""
+    if isinstance(err, DmRpcError):
+        request = f"{err.request} of sub-env {index}" if err.request else f"sub-env {index}"
+        return DmRpcError(err.code, err.message, err.details, request=request)
+    if isinstance(err, (ConnectionError, TimeoutError)):
+        return type(err)(f"sub-env {index}: {err}")
+    return err
+
+
+class Batch:
+    """N ``DmRpcEnv`` sub-envs stepped together: the machinery both vector envs share.
+
+    Args:
+        num_envs: how many sub-envs (default: one per address).
+        address: the server every sub-env connects to, or
+        addresses: a list of servers, used in turn (sub-env ``i`` uses ``addresses[i % len]``).
+        max_episode_steps: truncate an episode on the client after this many steps.
+        **env_kwargs: :class:`~dmrpc_gym.client.env.DmRpcEnv` arguments, the same for every sub-env.
+
+    Requests are pipelined: :meth:`submit` sends every sub-env's request, and
+    :meth:`receive` reads every answer. Answers left unread by an error or an
+    interrupt are read (and dropped) before the next submit, so every
+    connection stays in step.
+
+    >>> from dmrpc_gym.app.embedded import embedded_server
+    >>> batch = Batch(2, embedded_server("catch").address)
+    >>> [obs.shape for obs, info in batch.reset([0, 1], seeds=[None, None])]
+    [(10, 10), (10, 10)]
+    >>> batch.close()
+    """
+
+    def __init__(self, num_envs: int | None = None, address: str | None = None, *,
+                 addresses: Sequence[str] | None = None, max_episode_steps: int | None = None,
+                 **env_kwargs: Any):
+        if address is not None and addresses is not None:
+            raise ValueError("give address= or addresses=, not both")
+        if addresses is not None:
+            targets = [str(a) for a in addresses]
+            if not targets:
+                raise ValueError("addresses= is empty; expected at least one 'host:port'")
+        else:
+            targets = [address]
+        if num_envs is None:
+            num_envs = len(targets)
+        if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, not {num_envs!r}")
+        if max_episode_steps is not None and max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be None or a positive int, not {max_episode_steps!r}")
+        self.num_envs = int(num_envs)
+        self.max_episode_steps = max_episode_steps
+        self.env_kwargs = dict(env_kwargs)
+        self.envs: list[DmRpcEnv] = []
+        self.closed = False
+        # Per sub-env: the kinds ("reset"/"step") of submitted requests not yet read.
+        self._owed: list[deque] = [deque() for _ in range(self.num_envs)]
+        self._elapsed = [0] * self.num_envs
+        self._unsettled = False     # answers may be left unread: read them before the next exchange
+        try:
+            for i in range(self.num_envs):
+                self.envs.append(DmRpcEnv(targets[i % len(targets)], **env_kwargs))
+        except BaseException:
+            self.close()
+            raise
+        first = self.envs[0]
+        self.observation_space = first.observation_space
+        self.action_space = first.action_space
+        for i, env in enumerate(self.envs[1:], 1):
+            for kind, ours, theirs in (("observation", env.observation_space, self.observation_space),
+                                       ("action", env.action_space, self.action_space)):
+                if ours != theirs:
+                    self.close()
+                    raise RuntimeError(f"sub-env {i} ({env.connection.address}) has {kind} space {ours}; "
+                                       f"sub-env 0 ({first.connection.address}) has {theirs}")
+
+    # -- pipelined exchanges -------------------------------------------------------
+    def submit(self, jobs: Mapping[int, Any]) -> dict[int, bool]:
+        """Send one step per sub-env in ``jobs`` (index -> action, or a :class:`Restart`).
+
+        Every action is checked before anything is sent (a ``ValueError`` names
+        the sub-env). A ``Restart`` starts a new sequence: a ResetRequest when the
+        sub-env is running or has reset settings, then a step with no actions.
+        Returns the plan :meth:`receive` needs (index -> restarted?).
+        """
+        self._check_open()
+        if self._unsettled:
+            self._settle()
+        self._unsettled = True
+        requests = {}
+        for i, action in jobs.items():
+            agent = self.envs[i].agent
+            try:
+                requests[i] = agent.step_request(None if isinstance(action, Restart) else action)
+            except ValueError as err:
+                raise ValueError(f"sub-env {i}: {err}") from None
+        for i, request in requests.items():
+            env, owed = self.envs[i], self._owed[i]
+            try:
+                job = jobs[i]
+                if isinstance(job, Restart) and env.agent.submit_reset(
+                        env.reset_settings if job.settings is None else job.settings):
+                    owed.append("reset")
+                env.connection.submit(request)
+            except Exception as err:
+                raise _with_index(err, i) from None
+            owed.append("step")
+        return {i: isinstance(jobs[i], Restart) for i in requests}
+
+    def receive(self, plan: Mapping[int, bool]) -> dict[int, StepResult]:
+        """Read the answers to :meth:`submit`'s requests: index -> 5-tuple.
+
+        A restarted sub-env answers with its first observation, reward 0.0 and
+        both flags False. Every answer is read even when one fails; then the
+        first error is raised (naming its sub-env).
+        """
+        results: dict[int, StepResult] = {}
+        error = None
+        for i, restarted in plan.items():
+            try:
+                result = self._read(i)
+            except Exception as err:
+                error = error or _with_index(err, i)
+                continue
+            if restarted:
+                self._elapsed[i] = 0
+                obs, _, _, _, info = result
+                result = (obs, 0.0, False, False, info)
+            else:
+                self._elapsed[i] += 1
+                if self.max_episode_steps is not None and self._elapsed[i] >= self.max_episode_steps \
+                        and not result[2]:
+                    result = result[:3] + (True,) + result[4:]
+            results[i] = result
+        if error is not None:
+            raise error
+        self._unsettled = any(self._owed)
+        return results
+
+    def step(self, jobs: Mapping[int, Any]) -> dict[int, StepResult]:
+        """:meth:`submit` then :meth:`receive`."""
+        return self.receive(self.submit(jobs))
+
+    def reset(self, indices: Iterable[int], seeds: Sequence[int | None],
+              options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None
+              ) -> list[tuple[Any, dict]]:
+        """Reset the sub-envs ``indices`` (``seeds[i]`` each), pipelined: ``[(obs, info)]``.
+
+        Same semantics as ``DmRpcEnv.reset``: ``options["settings"]`` adds reset
+        settings, ``options["world_settings"]`` first resets the world, and the
+        seed travels as the ``seed_setting`` reset setting when one is named.
+        ``options`` is one mapping for all, or a sequence of one per sub-env.
+        """
+        self._check_open()
+        if self._unsettled:
+            self._settle()
+        indices = list(indices)
+        jobs = {}
+        for i in indices:
+            env = self.envs[i]
+            opts = (options[i] if isinstance(options, (list, tuple)) else options) or {}
+            try:
+                settings = env.prepare_reset(seeds[i], opts)
+            except Exception as err:
+                raise _with_index(err, i) from None
+            jobs[i] = Restart(settings)
+        results = self.step(jobs)
+        return [(results[i][0], results[i][4]) for i in indices]
+
+    def _read(self, i: int) -> StepResult:
+        """Read sub-env ``i``'s owed answers; the last is its step."""
+        agent, owed = self.envs[i].agent, self._owed[i]
+        while owed:
+            kind = owed.popleft()
+            if kind == "reset":
+                agent.receive_reset()
+            elif not owed:
+                return agent.receive_step()
+            else:
+                agent.receive_step()
+        raise RuntimeError(f"sub-env {i} has no step in flight")
+
+    def _settle(self) -> None:
+        """Read and drop answers a failed or interrupted exchange left behind."""
+        try:
+            for i, owed in enumerate(self._owed):
+                agent = self.envs[i].agent
+                while owed:
+                    kind = owed.popleft()
+                    try:
+                        if kind == "reset":
+                            agent.receive_reset()
+                        else:
+                            agent.receive_step()
+                    except DmRpcError:
+                        pass
+                    except Exception as err:
+                        owed.clear()
+                        raise _with_index(err, i) from None
+        finally:
+            self._unsettled = any(self._owed)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("this vector env is closed")
+
+    # -- the rest ------------------------------------------------------------------
+    def render(self) -> tuple:
+        """Every sub-env's latest frame (``None`` without ``render_mode``)."""
+        return tuple(env.render() for env in self.envs)
+
+    def close(self) -> None:
+        """Close every sub-env at once (each bounded in time). Idempotent; never hangs."""
+        if self.closed:
+            return
+        self.closed = True
+        envs = list(self.envs)
+        # A hung server costs each sub-env a bounded wait; closing in parallel keeps it one
+        # wait. At interpreter exit no thread can start (Thread.start would block): close in turn.
+        if len(envs) <= 1 or not threading.main_thread().is_alive():
+            for env in envs:
+                env.close()
+            return
+        threads = [threading.Thread(target=env.close, name="dmrpc-close", daemon=True) for env in envs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10.0)
+
+
+class Restart:
+    """A :meth:`Batch.submit` job: start the sub-env's next sequence.
+
+    ``settings`` are the ResetRequest settings (``None``: the sub-env's ``reset_settings``).
+
+    >>> Restart({"seed": 3}).settings
+    {'seed': 3}
+    """
+
+    __slots__ = ("settings",)
+
+    def __init__(self, settings: Mapping[str, Any] | None = None):
+        self.settings = settings
+
+    def __repr__(self) -> str:
+        return f"Restart({self.settings!r})"
+
+
+#: Restart with the sub-env's own ``reset_settings`` (what autoreset does).
+RESTART = Restart()

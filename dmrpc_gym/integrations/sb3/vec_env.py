@@ -1,0 +1,136 @@
+"""``DmRpcSB3VecEnv``: N dm_env_rpc connections as a Stable-Baselines3 ``VecEnv``, no subprocesses.
+
+SB3 resets within the step: every finished sub-env gets its restarting step
+right away (all in flight at once, through the fan-out engine
+:class:`~dmrpc_gym.client.fanout.Batch`) and its last observation goes to
+``info["terminal_observation"]``.
+
+>>> from dmrpc_gym.app.embedded import embedded_server
+>>> venv = DmRpcSB3VecEnv(2, embedded_server("catch").address, seed_setting="seed", sb3_compat=True)
+>>> venv.seed(5)
+[5, 6]
+>>> venv.reset().shape
+(2, 100)
+>>> obs, rewards, dones, infos = venv.step(np.array([0, 2]))
+>>> venv.close()
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from gymnasium.vector.utils import batch_space, iterate
+from stable_baselines3.common.vec_env import VecEnv
+
+from dmrpc_gym.client.env import DmRpcEnv
+from dmrpc_gym.client.fanout import RESTART, Batch
+from dmrpc_gym.client.vector import batch_observations
+from dmrpc_gym.integrations.sb3.flat_spaces import sb3_action_transform, sb3_observation_transform
+
+__all__ = ["DmRpcSB3VecEnv"]
+
+
+class DmRpcSB3VecEnv(VecEnv):
+    """N dm_env_rpc connections as a Stable-Baselines3 ``VecEnv``, without subprocesses.
+
+    Takes :class:`DmRpcVectorEnv`'s arguments, plus ``sb3_compat=True`` for
+    the spaces SB3 can train on (the transforms of :class:`dmrpc_gym.integrations.sb3.flat_spaces.SB3Compat`). A
+    finished sub-env restarts within the step (all restarts in flight at
+    once); its last observation is ``info["terminal_observation"]`` and
+    ``info["TimeLimit.truncated"]`` says whether it was cut short.
+    ``step_async`` sends the actions, ``step_wait`` reads the answers.
+    """
+
+    def __init__(self, num_envs: int | None = None, address: str | None = None, *,
+                 addresses: Sequence[str] | None = None, max_episode_steps: int | None = None,
+                 sb3_compat: bool = False, **env_kwargs: Any):
+        self._batch = Batch(num_envs, address, addresses=addresses,
+                            max_episode_steps=max_episode_steps, **env_kwargs)
+        self.envs = self._batch.envs
+        n = self._batch.num_envs
+        self._env_observation_space = self._batch.observation_space
+        self._env_actions = batch_space(self._batch.action_space, n)
+        obs_space, act_space = self._batch.observation_space, self._batch.action_space
+        self._to_sb3 = self._to_env = None
+        if sb3_compat:
+            obs_space, self._to_sb3 = sb3_observation_transform(obs_space)
+            act_space, self._to_env = sb3_action_transform(act_space)
+        self._plan: dict[int, bool] | None = None
+        super().__init__(n, obs_space, act_space)
+
+    # -- observations and actions through the optional SB3 transforms ---------
+    def _obs(self, obs: Any) -> Any:
+        """One sub-env's observation, or a batch of them, in SB3's form."""
+        return obs if self._to_sb3 is None else self._to_sb3(obs)
+
+    def _batched(self, items: Sequence[Any]) -> Any:
+        return self._obs(batch_observations(self._env_observation_space, items))
+
+    def reset(self):
+        indices = range(self.num_envs)
+        results = self._batch.reset(indices, self._seeds, self._options)
+        self.reset_infos = [info for _, info in results]
+        self._reset_seeds()
+        self._reset_options()
+        self._plan = None
+        return self._batched([obs for obs, _ in results])
+
+    def step_async(self, actions: np.ndarray) -> None:
+        if self._to_env is not None:
+            actions = self._to_env(np.asarray(actions))
+        items = list(iterate(self._env_actions, actions))
+        if len(items) != self.num_envs:
+            raise ValueError(f"{len(items)} actions given for {self.num_envs} sub-envs")
+        self._plan = self._batch.submit(dict(enumerate(items)))
+
+    def step_wait(self):
+        if self._plan is None:
+            raise RuntimeError("step_wait() without step_async()")
+        plan, self._plan = self._plan, None
+        results = self._batch.receive(plan)
+        obs = [results[i][0] for i in range(self.num_envs)]
+        rewards = np.array([results[i][1] for i in range(self.num_envs)], dtype=np.float32)
+        dones = np.zeros(self.num_envs, dtype=np.bool_)
+        infos = []
+        for i in range(self.num_envs):
+            _, _, terminated, truncated, info = results[i]
+            dones[i] = terminated or truncated
+            info["TimeLimit.truncated"] = bool(truncated and not terminated)
+            if dones[i]:
+                info["terminal_observation"] = self._obs(obs[i])
+            infos.append(info)
+        finished = np.flatnonzero(dones).tolist()
+        if finished:
+            restarted = self._batch.step({i: RESTART for i in finished})
+            for i in finished:
+                obs[i], self.reset_infos[i] = restarted[i][0], restarted[i][4]
+        return self._batched(obs), rewards, dones, infos
+
+    def close(self) -> None:
+        self._batch.close()
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        return list(self._batch.render())
+
+    def _targets(self, indices) -> list[DmRpcEnv]:
+        return [self.envs[i] for i in self._get_indices(indices)]
+
+    def get_attr(self, attr_name: str, indices=None) -> list[Any]:
+        return [getattr(env, attr_name) for env in self._targets(indices)]
+
+    def set_attr(self, attr_name: str, value: Any, indices=None) -> None:
+        for env in self._targets(indices):
+            setattr(env, attr_name, value)
+
+    def env_method(self, method_name: str, *method_args, indices=None, **method_kwargs) -> list[Any]:
+        return [getattr(env, method_name)(*method_args, **method_kwargs) for env in self._targets(indices)]
+
+    def env_is_wrapped(self, wrapper_class: type, indices=None) -> list[bool]:
+        # The sub-envs are bare DmRpcEnvs: wrapped by nothing.
+        return [isinstance(env, wrapper_class) for env in self._targets(indices)]
+
+    def __del__(self):
+        try:
+            self._batch.close()
+        except Exception:
+            pass
