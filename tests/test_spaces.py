@@ -437,7 +437,7 @@ def test_unflatten_missing_partial_and_bad_shape():
 def test_codec_is_cached_per_space_and_released_with_it():
     import gc
 
-    from dmrpc_gym import spaces as mod
+    from dmrpc_gym.spaces import codec as mod
 
     space = gs.Box(0, 1, (2,))
     codec = value_codec(space, "x")

@@ -1,42 +1,12 @@
-"""TensorSpec <-> gymnasium space, both directions, and values between the two forms.
+"""gymnasium space -> TensorSpecs (the server side), and a space's values <-> named wire arrays.
 
-From a spec (client side), the space admits exactly the values the spec
-admits, with the spec's dtype:
-
-- numeric with finite bounds (broadcast or per-element): ``Box(low, high, shape, dtype)``;
-- integer scalar with both bounds: ``Discrete(max - min + 1, start=min, dtype=dtype)``;
-- integer array with both bounds: ``MultiDiscrete(max - min + 1, start=min, dtype=dtype)``;
-  when a count ``max - min + 1`` does not fit the dtype (``uint8`` in ``[0, 255]``,
-  a full-range ``int64``), gymnasium cannot hold it and the same values are
-  given as a ``Box(min, max)`` of the dtype;
-- ``uint8`` images (``H x W x C`` with C in 1, 3, 4): ``Box`` over the bounds (default ``[0, 255]``);
-- numeric without bounds (or with one): ``Box`` over the dtype's range (±inf
-  for floats, ``iinfo`` for integers), keeping a bound that is given;
-- bool: ``MultiBinary(shape)`` (``MultiBinary(n)`` for a vector); a bool scalar: ``Discrete(2)``;
-- string scalar: :class:`PrintableText`; a -1 dimension, PROTO, string arrays:
-  :class:`UnsupportedSpec`.
-
-From a space (server side), :func:`specs_from_space` names one spec per leaf
-(``Dict`` keys and ``Tuple`` indices joined by dots: ``pos.x``, ``pair.0``).
-Round trip ``space_from_spec(specs_from_space(S))`` gives the same space except:
-an integer ``Box`` with small enough bounds comes back as ``Discrete`` /
-``MultiDiscrete`` (same values); float16 / int16 / uint16 widen to float32 /
-int32 / uint32 (:func:`unflatten_value` narrows values back); a ``Box`` of
-bools comes back as ``MultiBinary``; ``Text`` comes back as
-:class:`PrintableText` (a TensorSpec carries no length or charset); ``Dict`` /
-``Tuple`` come back as one space per dotted name (:func:`dict_space` rebuilds
-the nesting).
-
->>> import gymnasium as gym
->>> specs = specs_from_space(gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,)), "n": gym.spaces.Discrete(3)}))
->>> {name: space_from_spec(spec) for name, spec in specs.items()}
-{'n': Discrete(3), 'pos': Box(-1.0, 1.0, (2,), float32)}
+A :class:`ValueCodec` walks a space once and keeps one leaf per spec (``Dict``
+keys and ``Tuple`` indices joined by dots); both ends use it every step: the
+client to send actions and read observations, the server the other way round.
 """
 from __future__ import annotations
 
-import functools
 import math
-import unicodedata
 import weakref
 from typing import Any, Mapping
 
@@ -45,179 +15,16 @@ from gymnasium import spaces as gs
 from gymnasium.spaces.space import Space
 
 from dmrpc_gym.protocol import tensors
-from dmrpc_gym.protocol.specs import SpecChecker, cast_exact
+from dmrpc_gym.protocol.specs import cast_exact
 from dmrpc_gym.protocol.wire import pb
 
-__all__ = [
-    "UnsupportedSpec", "PrintableText", "TEXT_MAX_LENGTH",
-    "space_from_spec", "specs_from_space", "dict_space",
-    "ValueCodec", "value_codec", "flatten_value", "unflatten_value",
-]
-
-#: The ``max_length`` of the :class:`PrintableText` a STRING spec maps to. The
-#: wire sets no limit; this admits any realistic text (a multi-kilobyte JSON
-#: blob included) while ``sample()`` stays cheap.
-TEXT_MAX_LENGTH = 65536
+__all__ = ["ValueCodec", "value_codec", "specs_from_space", "flatten_value", "unflatten_value"]
 
 # Spec dtypes for numpy dtypes dm_env_rpc lacks.
 _WIDEN = {np.dtype(np.float16): np.dtype(np.float32),
           np.dtype(np.int16): np.dtype(np.int32),
           np.dtype(np.uint16): np.dtype(np.uint32)}
 
-
-class UnsupportedSpec(ValueError):
-    """A TensorSpec with no faithful gymnasium space; ``str()`` is the reason.
-
-    >>> try:
-    ...     space_from_spec(pb.TensorSpec(name="points", dtype=pb.FLOAT, shape=[-1, 2]))
-    ... except UnsupportedSpec as why:
-    ...     print("no space:", "variable-size" in str(why))
-    no space: True
-    """
-
-
-# -- Text ------------------------------------------------------------------------
-
-_WHITESPACE_CONTROLS = "\t\n\x0b\x0c\r"
-
-
-@functools.lru_cache(maxsize=None)
-def _printable_prototype() -> gs.Text:
-    """One ``Text`` over the printable charset; its lookup tables are shared by every PrintableText."""
-    chars = [c for c in map(chr, range(0x110000))
-             if c.isprintable() or c in _WHITESPACE_CONTROLS
-             or unicodedata.category(c) in ("Cf", "Zl", "Zp")]
-    return gs.Text(1, min_length=0, charset="".join(chars))
-
-
-class PrintableText(gs.Text):
-    """A ``Text`` admitting any printable text: the space of a STRING scalar spec.
-
-    Its charset is every assigned Unicode character except control characters
-    (tab, newline, carriage return, vertical tab and form feed are kept),
-    surrogates and private-use characters: ~150k characters, so that
-    ``contains()`` (which checks each character against the charset) accepts
-    real text in any script, emoji and joiners included. The lookup tables are
-    built once per process (a fraction of a second, on first use) and shared;
-    ``repr`` and pickles leave them out.
-
-    >>> space = PrintableText()
-    >>> space.contains("héllo wörld\\n✓ 🙂"), space.contains("\\x00"), space.contains("")
-    (True, False, True)
-    >>> space
-    PrintableText(0, 65536)
-    """
-
-    def __init__(self, max_length: int = TEXT_MAX_LENGTH, *, min_length: int = 0,
-                 seed: int | np.random.Generator | None = None):
-        super().__init__(max_length, min_length=min_length, charset=" ", seed=seed)
-        self.__dict__.update(self._shared_tables())
-
-    @staticmethod
-    def _shared_tables() -> dict[str, Any]:
-        return {k: v for k, v in vars(_printable_prototype()).items() if k.startswith("_char")}
-
-    def __repr__(self) -> str:
-        return f"PrintableText({self.min_length}, {self.max_length})"
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if not k.startswith("_char")}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.__dict__.update(self._shared_tables())
-
-
-# -- spec -> space -----------------------------------------------------------------
-
-def _is_image(dtype: np.dtype, shape: tuple[int, ...]) -> bool:
-    return dtype == np.uint8 and len(shape) == 3 and shape[2] in (1, 3, 4)
-
-
-def _full(bound: np.ndarray | None, shape: tuple[int, ...], fill: Any, dtype: np.dtype) -> np.ndarray:
-    if bound is None:
-        return np.full(shape, fill, dtype)
-    return np.broadcast_to(bound, shape).astype(dtype)
-
-
-def space_from_spec(spec: pb.TensorSpec) -> Space:
-    """The gymnasium space admitting exactly the values ``spec`` admits (rules in the module doc).
-
-    Raises ``ValueError`` for a malformed spec and :class:`UnsupportedSpec`
-    for one with no faithful space.
-
-    >>> spec = pb.TensorSpec(name="move", dtype=pb.INT32)
-    >>> spec.min.int32s.array.append(-1); spec.max.int32s.array.append(1)
-    >>> space_from_spec(spec)
-    Discrete(3, start=-1, dtype=int32)
-    >>> space_from_spec(pb.TensorSpec(name="names", dtype=pb.STRING, shape=[2]))
-    Traceback (most recent call last):
-    ...
-    dmrpc_gym.spaces.UnsupportedSpec: 'names': string arrays (shape [2]) have no gymnasium space; only string scalars map to Text
-    """
-    checker = SpecChecker(spec)
-    name, dt, shape, dtype = spec.name, spec.dtype, checker.shape, checker.dtype
-    if dt == pb.PROTO:
-        raise UnsupportedSpec(f"{name!r}: PROTO tensors have no gymnasium space")
-    if not checker.fixed:
-        raise UnsupportedSpec(f"{name!r}: shape {list(shape)} has a variable-size (-1) dimension, "
-                              f"which no gymnasium space can hold")
-    if dt == pb.STRING:
-        if shape:
-            raise UnsupportedSpec(f"{name!r}: string arrays (shape {list(shape)}) have no gymnasium "
-                                  f"space; only string scalars map to Text")
-        return PrintableText()
-    if dt == pb.BOOL:
-        if not shape:
-            return gs.Discrete(2)
-        return gs.MultiBinary(shape[0] if len(shape) == 1 else shape)
-    lo, hi = checker.minimum, checker.maximum
-    if dtype.kind == "f":
-        return gs.Box(_full(lo, shape, -np.inf, dtype), _full(hi, shape, np.inf, dtype), shape, dtype)
-    info = np.iinfo(dtype)
-    if lo is not None and hi is not None and not _is_image(dtype, shape):
-        counts = np.asarray(hi.astype(object) - lo.astype(object) + 1, dtype=object)
-        if max(counts.flat, default=1) <= info.max:
-            if not shape:
-                return gs.Discrete(int(counts), start=int(lo), dtype=dtype)
-            nvec = np.array(np.broadcast_to(counts, shape).tolist(), dtype=dtype).reshape(shape)
-            return gs.MultiDiscrete(nvec, dtype=dtype, start=_full(lo, shape, 0, dtype))
-    if lo is None and hi is None and _is_image(dtype, shape):
-        return gs.Box(0, 255, shape, dtype)
-    return gs.Box(_full(lo, shape, info.min, dtype), _full(hi, shape, info.max, dtype), shape, dtype)
-
-
-def dict_space(named_spaces: Mapping[str, Space], nested: bool = False) -> gs.Dict:
-    """A ``Dict`` keyed by spec name; ``nested=True`` turns dotted names into nested Dicts.
-
-    Keys are sorted, as gymnasium's ``Dict`` sorts the keys of a plain dict.
-
-    >>> import gymnasium as gym
-    >>> dict_space({"pos.x": gym.spaces.Discrete(2), "pos.y": gym.spaces.Discrete(3), "hp": gym.spaces.Discrete(4)}, nested=True)
-    Dict('hp': Discrete(4), 'pos': Dict('x': Discrete(2), 'y': Discrete(3)))
-    """
-    if not nested:
-        return gs.Dict(dict(named_spaces))
-    tree: dict[str, Any] = {}
-    for name, space in named_spaces.items():
-        parts = name.split(".")
-        node = tree
-        for i, part in enumerate(parts[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ValueError(f"cannot nest {name!r}: {'.'.join(parts[:i + 1])!r} is itself a spec")
-            node = child
-        if parts[-1] in node:
-            raise ValueError(f"cannot nest {name!r}: it is also the prefix of other dotted names")
-        node[parts[-1]] = space
-
-    def build(node: dict[str, Any]) -> gs.Dict:
-        return gs.Dict({k: build(v) if isinstance(v, dict) else v for k, v in node.items()})
-
-    return build(tree)
-
-
-# -- space -> spec, and values ---------------------------------------------------------
 
 def _wire_dtype(dtype: Any, where: str) -> tuple[np.dtype, int]:
     dtype = np.dtype(dtype)
