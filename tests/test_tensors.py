@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from dmrpc_gym.protocol import tensors
+from dmrpc_gym.protocol import dtypes, tensors
 from dmrpc_gym.protocol.wire import pb, props_pb
 
 NUMERIC = ["float32", "float64", "int8", "int32", "int64", "uint8", "uint32", "uint64", "bool"]
@@ -89,7 +89,7 @@ def owned(array: np.ndarray) -> bool:
 def test_round_trip_every_dtype_and_shape(value):
     tensor = tensors.pack(value)
     kind = "proto" if value.dtype == object else "str" if value.dtype.kind == "U" else value.dtype.name
-    assert tensor.WhichOneof("payload") == tensors._CODECS[DATA_TYPES[kind]].name
+    assert tensor.WhichOneof("payload") == dtypes.BY_DATA_TYPE[DATA_TYPES[kind]].name
     assert list(tensor.shape) == list(value.shape)
     assert_same(tensors.unpack(tensor), value)
     # ... and through the wire.
@@ -142,7 +142,7 @@ def test_varint_widths_match_official(dtype, size, top):
 ])
 def test_scalars_are_0d_and_match_official(value, data_type):
     tensor = tensors.pack(value)
-    assert tensor.WhichOneof("payload") == tensors._CODECS[data_type].name
+    assert tensor.WhichOneof("payload") == dtypes.BY_DATA_TYPE[data_type].name
     assert list(tensor.shape) == []
     got = tensors.unpack(tensor)
     assert got.shape == ()

@@ -27,6 +27,11 @@ from google.protobuf import any_pb2
 from google.protobuf import message as _message
 
 from dmrpc_gym.protocol import wire
+from dmrpc_gym.protocol.dtypes import (BY_DATA_TYPE, BY_FIELD_NAME, BY_WIRE_DTYPE, DTYPES, MEMORY, PROTO_KIND,
+                                       STRING_KIND, VARINT, DataTypeInfo, data_type, data_type_name, info_for,
+                                       np_dtype)
+from dmrpc_gym.protocol.protowire import (MASK64, ONE_BYTE, array_field, encode_tensor, memory_head, shape_bytes,
+                                          varint, varints)
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = [
@@ -34,244 +39,6 @@ __all__ = [
     "pack", "pack_into", "unpack", "unpack_flat", "pack_flat_into", "tensor_bytes",
     "resolve_shape", "varint",
 ]
-
-_SUPPORTED = ("float32, float64, int8, int32, int64, uint8, uint32, uint64, bool, "
-              "str, protobuf messages")
-
-# How a payload travels: the array's memory as is (bytes fields, packed
-# fixed-width and bool fields), varints, or through the message API.
-_MEMORY, _VARINT, _STRING, _PROTO = "memory", "varint", "string", "proto"
-
-
-class _Codec:
-    """What the codec needs to know about one DataType."""
-
-    __slots__ = ("dt", "name", "dtype", "wire", "kind", "tag", "heads")
-
-    def __init__(self, dt: int, name: str, number: int, dtype: Any, wire_dtype: Any, kind: str):
-        self.dt = dt
-        self.name = name                      # payload field name, e.g. "floats"
-        self.dtype = np.dtype(dtype)          # what unpacking gives
-        self.wire = np.dtype(wire_dtype)      # what packing encodes from
-        self.kind = kind
-        self.tag = bytes(((number << 3) | 2,))  # length-delimited payload field
-        self.heads: dict[tuple[int, ...], bytes] = {}  # shape -> wire header (memory kinds)
-
-
-_CODECS: dict[int, _Codec] = {c.dt: c for c in (
-    _Codec(pb.FLOAT, "floats", 1, np.float32, "<f4", _MEMORY),
-    _Codec(pb.DOUBLE, "doubles", 2, np.float64, "<f8", _MEMORY),
-    _Codec(pb.INT8, "int8s", 3, np.int8, np.int8, _MEMORY),
-    _Codec(pb.INT32, "int32s", 4, np.int32, np.int32, _VARINT),
-    _Codec(pb.INT64, "int64s", 5, np.int64, np.int64, _VARINT),
-    _Codec(pb.UINT8, "uint8s", 6, np.uint8, np.uint8, _MEMORY),
-    _Codec(pb.UINT32, "uint32s", 7, np.uint32, np.uint32, _VARINT),
-    _Codec(pb.UINT64, "uint64s", 8, np.uint64, np.uint64, _VARINT),
-    _Codec(pb.BOOL, "bools", 9, np.bool_, np.bool_, _MEMORY),
-    _Codec(pb.STRING, "strings", 10, np.str_, np.str_, _STRING),
-    _Codec(pb.PROTO, "protos", 11, object, object, _PROTO),
-)}
-
-#: DataType -> the numpy dtype its values unpack to.
-DTYPES: dict[int, np.dtype] = {dt: c.dtype for dt, c in _CODECS.items()}
-
-# numpy dtype -> codec, for arrays that pack with no conversion at all.
-_BY_DTYPE: dict[np.dtype, _Codec] = {
-    c.wire: c for c in _CODECS.values() if c.kind in (_MEMORY, _VARINT)}
-# Any dtype argument seen so far (DataType or numpy dtype-like) -> codec.
-_BY_ARG: dict[Any, _Codec] = dict(_CODECS)
-_BY_NAME: dict[str, _Codec] = {c.name: c for c in _CODECS.values()}
-_CACHE_SIZE = 512
-
-
-def data_type_name(dt: int) -> str:
-    """``pb.FLOAT`` -> ``'FLOAT'``; unknown values print as their number."""
-    try:
-        return pb.DataType.Name(dt)
-    except ValueError:
-        return str(dt)
-
-
-def np_dtype(dt: int) -> np.dtype:
-    """The numpy dtype for a DataType; ``ValueError`` for INVALID or unknown values."""
-    try:
-        return DTYPES[dt]
-    except (KeyError, TypeError):
-        raise ValueError(f"DataType {data_type_name(dt)} has no numpy dtype") from None
-
-
-def data_type(dtype: Any) -> int:
-    """The DataType for a numpy dtype; ``TypeError`` naming it when there is none.
-
-    Object arrays have none either: they pack as PROTO only when every element
-    is a protobuf message (see :func:`pack`).
-
-    >>> data_type(np.float32) == pb.FLOAT
-    True
-    >>> data_type(np.float16)
-    Traceback (most recent call last):
-    ...
-    TypeError: numpy dtype float16 has no dm_env_rpc DataType (supported: float32, float64, int8, int32, int64, uint8, uint32, uint64, bool, str, protobuf messages)
-    """
-    dtype = np.dtype(dtype)
-    found = (_BY_DTYPE.get(dtype) or _BY_DTYPE.get(dtype.newbyteorder("<"))
-             or _BY_DTYPE.get(dtype.newbyteorder("=")))    # any byte order
-    if found is not None:
-        return found.dt
-    if dtype.kind == "U":
-        return pb.STRING
-    raise TypeError(f"numpy dtype {dtype} has no dm_env_rpc DataType (supported: {_SUPPORTED})")
-
-
-def _codec(dtype: Any) -> _Codec:
-    """The codec for a ``dtype`` argument: a DataType, or a numpy dtype (object for PROTO)."""
-    try:
-        return _BY_ARG[dtype]
-    except (KeyError, TypeError):   # TypeError: unhashable, looked up without the cache
-        pass
-    if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
-        np_dtype(int(dtype))        # raises ValueError naming the DataType
-    np_type = np.dtype(dtype)
-    found = _CODECS[pb.PROTO if np_type == object else data_type(np_type)]
-    try:
-        if len(_BY_ARG) < _CACHE_SIZE:
-            _BY_ARG[dtype] = found
-    except TypeError:
-        pass
-    return found
-
-
-# -- wire encoding -------------------------------------------------------------
-
-_MASK64 = (1 << 64) - 1
-_ONE_BYTE = [bytes((i,)) for i in range(128)]
-
-
-def varint(n: int) -> bytes:
-    """One non-negative integer as a protobuf varint."""
-    if n < 128:
-        return _ONE_BYTE[n]
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-# Spreading the 7-bit groups of an unsigned word into its bytes: each step
-# moves the upper half of every lane up by `shift` bits (28 -> 32, 14 -> 16, 7 -> 8).
-# Narrower words use the last steps, with the masks cut to their width.
-def _steps(word: type, steps: tuple[tuple[int, int, int], ...]) -> tuple:
-    lanes = (1 << (8 * np.dtype(word).itemsize)) - 1
-    return tuple((word(keep & lanes), word(move & lanes), word(shift)) for keep, move, shift in steps)
-
-
-_STEPS64 = ((0x000000000FFFFFFF, 0x00FFFFFFF0000000, 4),
-            (0x00003FFF00003FFF, 0x0FFFC0000FFFC000, 2),
-            (0x007F007F007F007F, 0x3F803F803F803F80, 1))
-# Fixed varint widths: (values below, word, little-endian word, steps, continuation bits).
-_WIDTHS = (
-    (1 << 14, np.uint16, "<u2", _steps(np.uint16, _STEPS64[2:]), np.uint16(0x0080)),
-    (1 << 28, np.uint32, "<u4", _steps(np.uint32, _STEPS64[1:]), np.uint32(0x00808080)),
-    (1 << 56, np.uint64, "<u8", _steps(np.uint64, _STEPS64), np.uint64(0x0080808080808080)),
-)
-_TEN_BYTES = np.dtype([("low", "<u8"), ("high", "<u2")])   # itemsize 10, packed
-_SMALL = 16       # up to this many integers, Python beats numpy's per-call cost
-
-
-def _spread(x: np.ndarray, steps: tuple) -> np.ndarray:
-    """In place: the 7-bit groups of every element of ``x`` into its successive bytes."""
-    moved = np.empty_like(x)
-    for keep, move, shift in steps:
-        np.bitwise_and(x, move, out=moved)
-        np.left_shift(moved, shift, out=moved)
-        np.bitwise_and(x, keep, out=x)
-        np.bitwise_or(x, moved, out=x)
-    return x
-
-
-def _varints(values: np.ndarray) -> bytes:
-    """Integers as protobuf varints (negatives as their 10-byte two's complement).
-
-    A few values are encoded minimally in Python. Longer arrays are encoded
-    with numpy at one width for the whole array (1, 2, 4, 8 or 10 bytes),
-    shorter values padded with continuation bytes: valid varints that every
-    protobuf parser reads, and that a message re-serializes minimally.
-    """
-    if values.size <= _SMALL:
-        return b"".join([varint(x & _MASK64) for x in values.ravel().tolist()])
-    if values.dtype.kind == "u":
-        v = values.astype(np.uint64, copy=False).ravel()
-    else:
-        v = values.astype(np.int64, copy=False).ravel().view(np.uint64)
-    top = int(v.max())
-    if top < 128:
-        return v.astype(np.uint8).tobytes()
-    for limit, word, little, steps, more in _WIDTHS:
-        if top < limit:
-            x = _spread(v.astype(word), steps)
-            x |= more
-            return x.astype(little, copy=False).tobytes()
-    # 10 bytes: the low 56 bits in a uint64 of 8 groups, the top 8 bits in 2 more.
-    out = np.empty(v.size, _TEN_BYTES)
-    low = _spread(v & np.uint64((1 << 56) - 1), _WIDTHS[2][3])
-    low |= np.uint64(0x8080808080808080)
-    out["low"] = low
-    top8 = (v >> np.uint64(56)).astype(np.uint16)
-    high = top8 >> np.uint16(7)
-    high <<= np.uint16(8)
-    top8 &= np.uint16(0x7F)
-    high |= top8
-    high |= np.uint16(0x80)
-    out["high"] = high
-    return out.tobytes()
-
-
-def _array_field(nbytes: int) -> bytes:
-    """Tag and length of a payload's ``array = 1`` field (omitted when empty, as protobuf does)."""
-    return b"\x0a" + varint(nbytes) if nbytes else b""
-
-
-_SHAPES: dict[tuple[int, ...], bytes] = {}
-
-
-def _shape_bytes(shape: tuple[int, ...]) -> bytes:
-    """The ``shape = 15`` field (packed int32) for an array's shape; cached."""
-    found = _SHAPES.get(shape)
-    if found is not None:
-        return found
-    if any(d > 0x7FFFFFFF for d in shape):
-        raise ValueError(f"shape {list(shape)} does not fit a Tensor (dimensions are int32)")
-    body = b"".join(varint(d) for d in shape)
-    found = b"\x7a" + varint(len(body)) + body if shape else b""
-    if len(_SHAPES) >= _CACHE_SIZE:
-        _SHAPES.clear()
-    _SHAPES[shape] = found
-    return found
-
-
-def _memory_head(c: _Codec, shape: tuple[int, ...], nbytes: int) -> bytes:
-    """Everything of a memory-kind Tensor before its data: shape, payload tag, lengths."""
-    inner = _array_field(nbytes)
-    head = _shape_bytes(shape) + c.tag + varint(len(inner) + nbytes) + inner
-    if len(c.heads) >= _CACHE_SIZE:
-        c.heads.clear()
-    c.heads[shape] = head
-    return head
-
-
-def _encode(arr: np.ndarray, c: _Codec) -> bytes:
-    """The wire bytes of a Tensor holding ``arr`` (already in ``c.wire`` dtype)."""
-    if c.kind is _MEMORY:
-        head = c.heads.get(arr.shape)
-        if head is None:
-            head = _memory_head(c, arr.shape, arr.nbytes)
-        return head + (arr.data if arr.flags.c_contiguous else arr.tobytes())
-    body = _varints(arr)
-    inner = _array_field(len(body))
-    return b"".join((_shape_bytes(arr.shape), c.tag, varint(len(inner) + len(body)), inner, body))
-
 
 # -- values to arrays ------------------------------------------------------------
 
@@ -282,42 +49,42 @@ def _asarray(value: Any, dtype: Any = None) -> np.ndarray:
         raise ValueError(f"cannot pack {type(value).__name__} {value!r:.60}: {e}") from None
 
 
-def _objects(arr: np.ndarray, c: _Codec | None) -> tuple[np.ndarray, _Codec]:
+def _objects(arr: np.ndarray, c: DataTypeInfo | None) -> tuple[np.ndarray, DataTypeInfo]:
     """An object array as protobuf messages (PROTO) or str (STRING)."""
     items = arr.ravel().tolist()
-    if (c is None or c.kind is _PROTO) and all(isinstance(x, _message.Message) for x in items):
-        return arr, _CODECS[pb.PROTO]
-    if (c is None or c.kind is _STRING) and all(isinstance(x, str) for x in items):
-        return np.array(items, dtype=np.str_).reshape(arr.shape), _CODECS[pb.STRING]
+    if (c is None or c.kind is PROTO_KIND) and all(isinstance(x, _message.Message) for x in items):
+        return arr, BY_DATA_TYPE[pb.PROTO]
+    if (c is None or c.kind is STRING_KIND) and all(isinstance(x, str) for x in items):
+        return np.array(items, dtype=np.str_).reshape(arr.shape), BY_DATA_TYPE[pb.STRING]
     want = "protobuf messages (PROTO) or all str (STRING)" if c is None else \
-        ("protobuf messages" if c.kind is _PROTO else "str")
+        ("protobuf messages" if c.kind is PROTO_KIND else "str")
     found = sorted({"message" if isinstance(x, _message.Message) else type(x).__name__ for x in items})
     raise TypeError(f"cannot pack an object array of shape {list(arr.shape)} holding "
                     f"{', '.join(found)}: its elements must all be {want}")
 
 
-def _infer(value: Any) -> tuple[np.ndarray, _Codec]:
+def _infer(value: Any) -> tuple[np.ndarray, DataTypeInfo]:
     """``value`` as an array and its codec, the DataType following the numpy dtype."""
     if isinstance(value, _message.Message):
         arr = np.empty((), dtype=object)
         arr[()] = value
-        return arr, _CODECS[pb.PROTO]
+        return arr, BY_DATA_TYPE[pb.PROTO]
     arr = _asarray(value)
-    found = _BY_DTYPE.get(arr.dtype)
+    found = BY_WIRE_DTYPE.get(arr.dtype)
     if found is not None:
         return arr, found
     kind = arr.dtype.kind
     if kind == "U":
-        return arr, _CODECS[pb.STRING]
+        return arr, BY_DATA_TYPE[pb.STRING]
     if kind == "O":
         return _objects(arr, None)
-    found = _CODECS[data_type(arr.dtype)]     # a swapped byte order, or TypeError
+    found = BY_DATA_TYPE[data_type(arr.dtype)]     # a swapped byte order, or TypeError
     return arr.astype(found.wire), found
 
 
-def _cast(value: Any, c: _Codec) -> np.ndarray:
+def _cast(value: Any, c: DataTypeInfo) -> np.ndarray:
     """``value`` as an array of ``c.wire`` dtype; ``ValueError`` when values would change."""
-    if c.kind is _PROTO:
+    if c.kind is PROTO_KIND:
         if isinstance(value, _message.Message):
             return _infer(value)[0]
         return _objects(_asarray(value, object), c)[0]
@@ -325,7 +92,7 @@ def _cast(value: Any, c: _Codec) -> np.ndarray:
     source = arr.dtype
     if source == c.wire:
         return arr
-    if c.kind is _STRING:
+    if c.kind is STRING_KIND:
         if source.kind == "U":
             return arr
         if source.kind == "O":
@@ -346,15 +113,15 @@ def _cast(value: Any, c: _Codec) -> np.ndarray:
     return cast
 
 
-def _prepare(value: Any, dtype: Any) -> tuple[np.ndarray, _Codec]:
+def _prepare(value: Any, dtype: Any) -> tuple[np.ndarray, DataTypeInfo]:
     if dtype is None:
         if type(value) is np.ndarray:
-            found = _BY_DTYPE.get(value.dtype)
+            found = BY_WIRE_DTYPE.get(value.dtype)
             if found is not None:
                 return value, found
         return _infer(value)
-    c = _codec(dtype)
-    if type(value) is np.ndarray and _BY_DTYPE.get(value.dtype) is c:
+    c = info_for(dtype)
+    if type(value) is np.ndarray and BY_WIRE_DTYPE.get(value.dtype) is c:
         return value, c
     return _cast(value, c), c
 
@@ -371,30 +138,30 @@ def _any(item: Any) -> any_pb2.Any:
         return packed
 
 
-def _write(tensor: pb.Tensor, arr: np.ndarray, c: _Codec) -> None:
+def _write(tensor: pb.Tensor, arr: np.ndarray, c: DataTypeInfo) -> None:
     """Fill an empty ``tensor`` with ``arr``."""
-    if c.kind is _MEMORY or c.kind is _VARINT:
-        tensor.MergeFromString(_encode(arr, c))
+    if c.kind is MEMORY or c.kind is VARINT:
+        tensor.MergeFromString(encode_tensor(arr, c))
         return
     payload = getattr(tensor, c.name)
     items = arr.ravel().tolist()
     if items:
-        payload.array.extend(items if c.kind is _STRING else [_any(x) for x in items])
+        payload.array.extend(items if c.kind is STRING_KIND else [_any(x) for x in items])
     else:
         payload.SetInParent()
     if arr.ndim:
-        tensor.MergeFromString(_shape_bytes(arr.shape))
+        tensor.MergeFromString(shape_bytes(arr.shape))
 
 
 # Scalars (rewards, discounts, discrete actions) skip numpy arrays altogether.
-def _scalar_varint(c: _Codec, n: int) -> bytes:
-    body = varint(n & _MASK64)
-    return c.tag + _ONE_BYTE[len(body) + 2] + b"\x0a" + _ONE_BYTE[len(body)] + body
+def _scalar_varint(c: DataTypeInfo, n: int) -> bytes:
+    body = varint(n & MASK64)
+    return c.tag + ONE_BYTE[len(body) + 2] + b"\x0a" + ONE_BYTE[len(body)] + body
 
 
 _PACK_DOUBLE = struct.Struct("<d").pack
-_DOUBLE_HEAD = _memory_head(_CODECS[pb.DOUBLE], (), 8)
-_BOOLS = {v: _memory_head(_CODECS[pb.BOOL], (), 1) + bytes((v,)) for v in (0, 1)}
+_DOUBLE_HEAD = memory_head(BY_DATA_TYPE[pb.DOUBLE], (), 8)
+_BOOLS = {v: memory_head(BY_DATA_TYPE[pb.BOOL], (), 1) + bytes((v,)) for v in (0, 1)}
 
 
 def _scalar_float(value: float) -> bytes:
@@ -403,21 +170,21 @@ def _scalar_float(value: float) -> bytes:
 
 def _scalar_int(value: int) -> bytes | None:
     if -(1 << 63) <= value < (1 << 63):      # numpy's int64; larger ones take the long way
-        return _scalar_varint(_CODECS[pb.INT64], value)
+        return _scalar_varint(BY_DATA_TYPE[pb.INT64], value)
     return None
 
 
 def _scalar_numpy(value: np.generic) -> bytes | None:
-    c = _BY_DTYPE.get(value.dtype)
+    c = BY_WIRE_DTYPE.get(value.dtype)
     if c is None:
         return None
-    if c.kind is _MEMORY:
-        return (c.heads.get(()) or _memory_head(c, (), c.wire.itemsize)) + value.tobytes()
+    if c.kind is MEMORY:
+        return (c.heads.get(()) or memory_head(c, (), c.wire.itemsize)) + value.tobytes()
     return _scalar_varint(c, int(value))
 
 
 _SCALARS = {float: _scalar_float, int: _scalar_int, bool: lambda value: _BOOLS[value]}
-_SCALARS.update((c.dtype.type, _scalar_numpy) for c in _BY_DTYPE.values())
+_SCALARS.update((c.dtype.type, _scalar_numpy) for c in BY_WIRE_DTYPE.values())
 
 
 def _fill(tensor: pb.Tensor, value: Any, dtype: Any, clear: bool) -> pb.Tensor:
@@ -481,22 +248,22 @@ def pack_flat_into(target: Any, flat: Any, dt: int) -> None:
     >>> spec.min.int32s.array[:]
     [0, -1]
     """
-    c = _CODECS.get(dt) if isinstance(dt, int) else None
+    c = BY_DATA_TYPE.get(dt) if isinstance(dt, int) else None
     if c is None:
         np_dtype(dt)    # raises ValueError naming it
     arr = _cast(flat, c).ravel()
     target.ClearField(c.name)
     payload = getattr(target, c.name)
     payload.SetInParent()
-    if c.kind is _MEMORY:
+    if c.kind is MEMORY:
         data = arr.tobytes()
-        payload.MergeFromString(_array_field(len(data)) + data)
-    elif c.kind is _VARINT:
-        data = _varints(arr)
-        payload.MergeFromString(_array_field(len(data)) + data)
+        payload.MergeFromString(array_field(len(data)) + data)
+    elif c.kind is VARINT:
+        data = varints(arr)
+        payload.MergeFromString(array_field(len(data)) + data)
     else:
         items = arr.tolist()
-        payload.array.extend(items if c.kind is _STRING else [_any(x) for x in items])
+        payload.array.extend(items if c.kind is STRING_KIND else [_any(x) for x in items])
 
 
 # -- decoding ------------------------------------------------------------------
@@ -536,10 +303,10 @@ def _protos(payload: Any) -> np.ndarray:
     return out
 
 
-_DECODERS = {c.name: (_strings if c.kind is _STRING else _protos if c.kind is _PROTO
+_DECODERS = {c.name: (_strings if c.kind is STRING_KIND else _protos if c.kind is PROTO_KIND
                       else _from_bytes(c.dtype) if c.dt in (pb.INT8, pb.UINT8)
                       else _from_repeated(c.dtype))
-             for c in _CODECS.values()}
+             for c in BY_DATA_TYPE.values()}
 
 
 def unpack_flat(source: Any) -> np.ndarray:
@@ -589,7 +356,7 @@ def _fit(flat: np.ndarray, shape: list[int], name: str) -> np.ndarray:
     try:
         full = resolve_shape(shape, flat.size)
     except ValueError as e:
-        dt = data_type_name(_BY_NAME[name].dt)
+        dt = data_type_name(BY_FIELD_NAME[name].dt)
         raise ValueError(f"cannot unpack a {dt} tensor: {e}") from None
     if flat.size == math.prod(full):
         return flat.reshape(full)
