@@ -1,4 +1,4 @@
-"""Spec validation, value checking, SpecManager, and the official-package test server."""
+"""Spec validation, value checking, and the official-package test server."""
 from __future__ import annotations
 
 import grpc
@@ -10,7 +10,8 @@ from hypothesis.extra import numpy as hnp
 
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.spaces import UnsupportedSpec, dict_space, flatten_value, space_from_spec, unflatten_value
-from dmrpc_gym.protocol.specs import SpecChecker, SpecManager, cast_exact, check_value, validate_spec
+from dmrpc_gym.protocol.spec_table import SpecManager
+from dmrpc_gym.protocol.specs import SpecChecker, cast_exact, check_value, validate_spec
 from dmrpc_gym.protocol.wire import pb
 from official_servers import UNUSUAL_SPECS, default_value, start_official_server
 from test_spaces import make_spec
@@ -219,65 +220,6 @@ def test_check_value_returns_the_same_array_when_nothing_needs_changing():
     assert check_value(BOARD, arr) is arr
 
 
-# -- SpecManager --------------------------------------------------------------------
-
-def manager():
-    return SpecManager(
-        {10: make_spec("paddle", pb.INT32, [], -1, 1), 11: make_spec("say", pb.STRING)},
-        {20: make_spec("board", pb.UINT8, [2, 2]), 21: make_spec("reward", pb.DOUBLE)})
-
-
-def test_spec_manager_names_and_uids():
-    m = manager()
-    assert list(m.action_specs) == ["paddle", "say"] and list(m.observation_specs) == ["board", "reward"]
-    assert m.action_specs["paddle"].dtype == pb.INT32
-    assert m.action_uid("say") == 11 and m.observation_uid("reward") == 21
-    assert m.observation_uids == [20, 21]
-    with pytest.raises(ValueError, match="unknown action 'fire'; the server's actions are: 'paddle', 'say'"):
-        m.action_uid("fire")
-    with pytest.raises(ValueError, match="unknown observation 'x'; the server's observations are: 'board', 'reward'"):
-        m.observation_uid("x")
-
-
-def test_spec_manager_validates_specs_and_duplicate_names():
-    with pytest.raises(ValueError, match="action spec name 'a' is used twice \\(UIDs 1 and 2\\)"):
-        SpecManager({1: make_spec("a", pb.FLOAT), 2: make_spec("a", pb.INT32)}, {})
-    with pytest.raises(ValueError, match="observation spec name 'o' is used twice"):
-        SpecManager({}, {1: make_spec("o", pb.FLOAT), 2: make_spec("o", pb.FLOAT)})
-    with pytest.raises(ValueError, match="action spec 'bad': min 3 is greater than max 1"):
-        SpecManager({1: make_spec("bad", pb.INT32, [], 3, 1)}, {})
-    # The same name as an action and as an observation is fine.
-    SpecManager({1: make_spec("x", pb.FLOAT)}, {1: make_spec("x", pb.FLOAT)})
-
-
-def test_pack_actions_is_sparse_checked_and_exact():
-    m = manager()
-    request = pb.StepRequest()
-    m.pack_actions({"paddle": np.int64(-1)}, request.actions)
-    assert list(request.actions) == [10]
-    assert request.actions[10].WhichOneof("payload") == "int32s"
-    assert tensors.unpack(request.actions[10]) == -1
-    m.pack_actions({"say": "hi ✓"}, request.actions)
-    assert tensors.unpack(request.actions[11]) == "hi ✓"
-    plain: dict = {}
-    m.pack_actions({"paddle": 1}, plain)
-    assert tensors.unpack(plain[10]).dtype == np.int32
-    with pytest.raises(ValueError, match="action 'paddle': value 5 is above the maximum 1"):
-        m.pack_actions({"paddle": 5}, request.actions)
-    with pytest.raises(ValueError, match="unknown action 'fire'; the server's actions are: 'paddle', 'say'"):
-        m.pack_actions({"fire": 1}, request.actions)
-
-
-def test_unpack_observations():
-    m = manager()
-    got = m.unpack_observations({20: tensors.pack(np.eye(2, dtype=np.uint8)), 21: tensors.pack(0.5)})
-    assert list(got) == ["board", "reward"]
-    assert got["board"].dtype == np.uint8 and got["board"].tolist() == [[1, 0], [0, 1]]
-    assert got["reward"] == 0.5
-    with pytest.raises(ValueError, match="observation UID 99 is not in the observation specs"):
-        m.unpack_observations({99: tensors.pack(1.0)})
-
-
 # -- the official server, and our spec handling against it ----------------------------------
 
 @pytest.fixture
@@ -409,19 +351,19 @@ def test_actions_packed_by_us_come_back_exactly_from_the_official_server(officia
     _, specs = join(conn)
     m = SpecManager({u: ours(s, pb.TensorSpec) for u, s in specs.actions.items()},
                     {u: ours(s, pb.TensorSpec) for u, s in specs.observations.items()})
-    spaces = {name: space_from_spec(spec) for name, spec in m.action_specs.items()}
+    spaces = {name: space_from_spec(spec) for name, spec in m.actions.specs.items()}
     action_space = dict_space(spaces, nested=True)
     action_space.seed(7)
-    echo_uids = [m.observation_uid(f"echo.{name}") for name in spaces]
+    echo_uids = [m.observations.uid(f"echo.{name}") for name in spaces]
     conn.send(dm.StepRequest())  # starts the sequence; actions would be ignored
     for i in range(5):
         action = action_space.sample()
         arrays = flatten_value(action_space, action)
         assert set(arrays) == set(spaces)
         request = pb.StepRequest(requested_observations=echo_uids)
-        m.pack_actions(arrays, request.actions)
+        m.actions.pack(arrays, request.actions)
         response = conn.send(dm.StepRequest.FromString(request.SerializeToString()))
-        observations = m.unpack_observations(
+        observations = m.observations.unpack(
             {uid: ours(t, pb.Tensor) for uid, t in response.observations.items()})
         echoed = {name[len("echo."):]: value for name, value in observations.items()}
         for name, value in arrays.items():
@@ -433,7 +375,7 @@ def test_actions_packed_by_us_come_back_exactly_from_the_official_server(officia
         assert action_space.contains(back)
     # Sparse: one action only.
     request = pb.StepRequest(requested_observations=echo_uids)
-    m.pack_actions(flatten_value(action_space, {"paddle": np.int32(-1)}), request.actions)
+    m.actions.pack(flatten_value(action_space, {"paddle": np.int32(-1)}), request.actions)
     conn.send(dm.StepRequest.FromString(request.SerializeToString()))
     assert list(server.received[-1]) == ["paddle"] and server.received[-1]["paddle"] == -1
 
@@ -445,11 +387,11 @@ def test_official_observations_pass_our_checks(official):
     _, specs = join(conn)
     m = SpecManager({u: ours(s, pb.TensorSpec) for u, s in specs.actions.items()},
                     {u: ours(s, pb.TensorSpec) for u, s in specs.observations.items()})
-    checkers = m.observation_checkers
+    checkers = m.observations.checkers
     for step in range(4):
-        response = conn.send(dm.StepRequest(requested_observations=m.observation_uids))
-        observations = m.unpack_observations({u: ours(t, pb.Tensor) for u, t in response.observations.items()})
-        assert set(observations) == set(m.observation_specs)
+        response = conn.send(dm.StepRequest(requested_observations=m.observations.uids))
+        observations = m.observations.unpack({u: ours(t, pb.Tensor) for u, t in response.observations.items()})
+        assert set(observations) == set(m.observations.specs)
         for name, value in observations.items():
             checkers[name].check(value, "observation")
         assert observations["points"].shape == (step % 3 + 1, 2)  # the -1 dimension varies

@@ -20,7 +20,7 @@ import numpy as np
 from dmrpc_gym import spaces as _spaces
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.client.connection import Connection, settings_tensors
-from dmrpc_gym.protocol.specs import SpecManager
+from dmrpc_gym.protocol.spec_table import SpecManager
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = ["State", "RemoteAgent", "RewardFn", "select", "reset_settings"]
@@ -170,7 +170,7 @@ class RemoteAgent:
         self._specs_bytes = raw
         o = self._options
         self.specs = SpecManager(specs.actions, specs.observations)
-        obs_specs = self.specs.observation_specs
+        obs_specs = self.specs.observations.specs
         names = list(obs_specs)
         render_name = o["render_observation"]
         if render_name is None and "RGB" in names and o["observations"] is None:
@@ -186,9 +186,9 @@ class RemoteAgent:
         chosen, bare = select(candidates, o["observations"], "observations")
         self.observation_space, self._obs_names, self.extra_names = self._space(
             {n: obs_specs[n] for n in chosen}, bare, o["nested"], "observation")
-        act_names, act_bare = select(list(self.specs.action_specs), o["actions"], "actions")
+        act_names, act_bare = select(list(self.specs.actions.specs), o["actions"], "actions")
         self.action_space, self._act_names, _ = self._space(
-            {n: self.specs.action_specs[n] for n in act_names}, act_bare, o["nested"], "action")
+            {n: self.specs.actions.specs[n] for n in act_names}, act_bare, o["nested"], "action")
         self._act_codec = _spaces.ValueCodec(self.action_space, self._bare_name(self.action_space, self._act_names))
         self._obs_codec = _spaces.ValueCodec(self.observation_space,
                                              self._bare_name(self.observation_space, self._obs_names))
@@ -199,13 +199,13 @@ class RemoteAgent:
             wanted.discard(render_name)        # rendered only when asked for
             if o["render"]:
                 wanted.add(render_name)
-        self._requested = sorted(self.specs.observation_uid(n) for n in wanted)
+        self._requested = sorted(self.specs.observations.uid(n) for n in wanted)
         self._requests: dict[tuple, pb.StepRequest] = {}
         self._quick = {}
         for source in (self.reward, self.discount):
             spec = obs_specs.get(source.name) if source.fn is None and source.name else None
             if spec is not None and not spec.shape and spec.dtype in _QUICK_DTYPES:
-                self._quick[self.specs.observation_uid(source.name)] = (source.name, tensors.np_dtype(spec.dtype))
+                self._quick[self.specs.observations.uid(source.name)] = (source.name, tensors.np_dtype(spec.dtype))
         if not first:
             warnings.warn(f"the server changed the specs of {self.agent or 'the agent'}; spaces were rebuilt",
                           stacklevel=3)
@@ -233,7 +233,7 @@ class RemoteAgent:
 
     def _pack_actions(self, action: Any, request: pb.StepRequest) -> None:
         """Check ``action`` against the action specs and pack it; ``ValueError`` naming what is wrong."""
-        self.specs.pack_actions(self._act_codec.flatten(action), request.actions)
+        self.specs.actions.pack(self._act_codec.flatten(action), request.actions)
 
     # -- steps ------------------------------------------------------------------
     def step_request(self, action: Any = None) -> pb.StepRequest:
@@ -275,9 +275,9 @@ class RemoteAgent:
                 else:
                     rest[uid] = tensor
             if rest:
-                named.update(self.specs.unpack_observations(rest))
+                named.update(self.specs.observations.unpack(rest))
         else:
-            named = self.specs.unpack_observations(observations)
+            named = self.specs.observations.unpack(observations)
         self.last_observations = named
         return self._result(named, state)
 

@@ -10,17 +10,77 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
 from dmrpc_gym.client.env import DmRpcEnv
 from dmrpc_gym.protocol.errors import DmRpcError
 
-__all__ = ["Batch", "Restart", "RESTART", "StepResult"]
+__all__ = ["Batch", "Restart", "RESTART", "StepResult", "submit_all", "receive_all"]
 
 #: One sub-env's ``(observation, reward, terminated, truncated, info)``.
 StepResult = tuple[Any, float, bool, bool, dict]
+
+K = TypeVar("K", bound=Hashable)
+R = TypeVar("R")
+
+
+def submit_all(submits: Mapping[K, Callable[[], bool]]) -> tuple[list[K], dict[K, BaseException]]:
+    """Send every request before any answer is awaited (the first half of every exchange).
+
+    ``submits`` maps a key (a sub-env index, an agent name) to a call that
+    sends its request and returns whether an answer is owed. A failing send
+    does not stop the others (an interrupt, Ctrl-C, does). Returns the keys
+    that owe an answer, in order, and the failures by key.
+
+    >>> owed, failures = submit_all({"a": lambda: True, "b": lambda: 1 / 0, "c": lambda: False})
+    >>> owed, failures
+    (['a'], {'b': ZeroDivisionError('division by zero')})
+    """
+    owed: list[K] = []
+    failures: dict[K, BaseException] = {}
+    for key, submit in submits.items():
+        try:
+            if submit():
+                owed.append(key)
+        except Exception as err:  # noqa: BLE001 - raised by the caller, after the others are sent
+            failures[key] = err
+    return owed, failures
+
+
+def receive_all(owed: Iterable[K], receive: Callable[[K], R], failures: dict[K, BaseException],
+                before_late: Callable[[K], Callable[[], None] | None] | None = None) -> dict[K, R]:
+    """Read every owed answer, even after some failed (the second half of every exchange).
+
+    Failures are added to ``failures`` (by key, in order), so that every
+    connection stays in step and the caller raises the first. Once anything
+    has failed, ``before_late(key)`` runs before each further read (to bound
+    the wait: the peer may be holding that answer for the failed one) and
+    may return a function that undoes it. An interrupt (Ctrl-C) is raised at
+    once unless ``before_late`` bounds the reads that remain.
+
+    >>> failures = {}
+    >>> receive_all([1, 2, 3], lambda k: 10 // (k - 2), failures)
+    {1: -10, 3: 10}
+    >>> failures
+    {2: ZeroDivisionError('integer division or modulo by zero')}
+    """
+    results: dict[K, R] = {}
+    for key in owed:
+        undo = before_late(key) if failures and before_late is not None else None
+        try:
+            results[key] = receive(key)
+        except Exception as err:  # noqa: BLE001 - raised by the caller, after every answer is read
+            failures[key] = err
+        except BaseException as err:
+            if before_late is None:
+                raise
+            failures[key] = err
+        finally:
+            if undo is not None:
+                undo()
+    return results
 
 
 def _with_index(err: Exception, index: int) -> Exception:
@@ -118,17 +178,21 @@ class Batch:
                 requests[i] = agent.step_request(None if isinstance(action, Restart) else action)
             except ValueError as err:
                 raise ValueError(f"sub-env {i}: {err}") from None
-        for i, request in requests.items():
-            env, owed = self.envs[i], self._owed[i]
-            try:
-                job = jobs[i]
+        def sender(i: int) -> Callable[[], bool]:
+            def send() -> bool:
+                env, owed, job = self.envs[i], self._owed[i], jobs[i]
                 if isinstance(job, Restart) and env.agent.submit_reset(
                         env.reset_settings if job.settings is None else job.settings):
                     owed.append("reset")
-                env.connection.submit(request)
-            except Exception as err:
-                raise _with_index(err, i) from None
-            owed.append("step")
+                env.connection.submit(requests[i])
+                owed.append("step")
+                return True
+            return send
+
+        _, failures = submit_all({i: sender(i) for i in requests})
+        if failures:
+            i, err = next(iter(failures.items()))
+            raise _with_index(err, i)
         return {i: isinstance(jobs[i], Restart) for i in requests}
 
     def receive(self, plan: Mapping[int, bool]) -> dict[int, StepResult]:
@@ -138,26 +202,21 @@ class Batch:
         both flags False. Every answer is read even when one fails; then the
         first error is raised (naming its sub-env).
         """
-        results: dict[int, StepResult] = {}
-        error = None
-        for i, restarted in plan.items():
-            try:
-                result = self._read(i)
-            except Exception as err:
-                error = error or _with_index(err, i)
-                continue
-            if restarted:
+        failures: dict[int, BaseException] = {}
+        results = receive_all(plan, self._read, failures)
+        for i, result in results.items():
+            if plan[i]:
                 self._elapsed[i] = 0
                 obs, _, _, _, info = result
-                result = (obs, 0.0, False, False, info)
+                results[i] = (obs, 0.0, False, False, info)
             else:
                 self._elapsed[i] += 1
                 if self.max_episode_steps is not None and self._elapsed[i] >= self.max_episode_steps \
                         and not result[2]:
-                    result = result[:3] + (True,) + result[4:]
-            results[i] = result
-        if error is not None:
-            raise error
+                    results[i] = result[:3] + (True,) + result[4:]
+        if failures:
+            i, err = next(iter(failures.items()))
+            raise _with_index(err, i)
         self._unsettled = any(self._owed)
         return results
 

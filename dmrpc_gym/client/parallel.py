@@ -50,6 +50,7 @@ from pettingzoo import ParallelEnv
 from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State, reset_settings
 from dmrpc_gym.client.connection import Connection, settings_tensors
 from dmrpc_gym.client.env import close_world, open_world
+from dmrpc_gym.client.fanout import receive_all, submit_all
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.client.lifecycle import RemoteResource
 from dmrpc_gym.protocol.wire import pb
@@ -277,26 +278,19 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         most ``abandon_timeout`` seconds and the first failure is raised, naming
         its agent; the env is then unusable (the world's agents are out of step).
         """
-        failures: dict[str, BaseException] = {}
-        owed = []
-        for name, (submit, _) in calls.items():
-            try:
-                if submit():
-                    owed.append(name)
-            except BaseException as err:
-                failures[name] = err
-        results = {}
-        for name in owed:
+        try:
+            owed, failures = submit_all({name: submit for name, (submit, _) in calls.items()})
+        except BaseException:            # interrupted between agents: some answers are owed, some never come
+            self._failure = f"an interrupt during {what} left the agents out of step"
+            raise
+
+        def bound_wait(name: str) -> Callable[[], None]:
             connection = self.connections[name]
             saved = connection.timeout
-            if failures:
-                connection.shorten_timeout(self.abandon_timeout)
-            try:
-                results[name] = calls[name][1]()
-            except BaseException as err:
-                failures[name] = err
-            finally:
-                connection.timeout = saved
+            connection.shorten_timeout(self.abandon_timeout)
+            return lambda: setattr(connection, "timeout", saved)
+
+        results = receive_all(owed, lambda name: calls[name][1](), failures, bound_wait)
         if failures:
             self._unhealthy.update(failures)
             name, err = next(iter(failures.items()))

@@ -1,10 +1,9 @@
-"""TensorSpecs: validation, value checking, and the UID <-> name bookkeeping of a connection.
+"""TensorSpecs compiled for checking: validation of a spec, and of every value against it.
 
 A spec is compiled once into a :class:`SpecChecker` (numpy dtype, shape,
 bounds as arrays), so that checking a value on every step costs a few numpy
-comparisons. :class:`SpecManager` holds the compiled specs of one connection,
-maps UIDs to names as early as possible, packs sparse actions and unpacks
-observations.
+comparisons. :mod:`~dmrpc_gym.protocol.spec_table` keeps the compiled specs
+of one agent by UID and name.
 
 >>> spec = pb.TensorSpec(name="paddle", dtype=pb.INT32)
 >>> spec.min.int32s.array.append(-1); spec.max.int32s.array.append(1)
@@ -18,7 +17,7 @@ ValueError: action 'paddle': value 2 is above the maximum 1
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, MutableMapping
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +25,7 @@ from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = [
-    "cast_exact", "dtype_label", "SpecChecker", "check_value", "validate_spec", "SpecManager",
+    "cast_exact", "dtype_label", "SpecChecker", "check_value", "validate_spec",
 ]
 
 _NUMERIC = frozenset({pb.FLOAT, pb.DOUBLE, pb.INT8, pb.INT32, pb.INT64, pb.UINT8, pb.UINT32, pb.UINT64})
@@ -312,7 +311,7 @@ def validate_spec(spec: pb.TensorSpec, kind: str = "observation") -> None:
     specs, with 1 element or one per element (only 1 with a -1 dimension),
     values that fit the dtype exactly (a bound payload of another numeric
     type is accepted when its values fit), no NaN, and min <= max everywhere.
-    Duplicate names are checked by :class:`SpecManager`.
+    Duplicate names are checked by :class:`~dmrpc_gym.protocol.spec_table.SpecTable`.
     """
     SpecChecker(spec, kind)
 
@@ -325,119 +324,3 @@ def check_value(spec: pb.TensorSpec, array: Any, what: str = "action") -> np.nda
     are cached; :class:`SpecChecker` is the form to hold on to on hot paths.
     """
     return _checker(spec, "observation" if what == "observation" else "action").check(array, what)
-
-
-class SpecManager:
-    """The specs of one connection, by name; packs actions and unpacks observations.
-
-    >>> act = pb.TensorSpec(name="paddle", dtype=pb.INT32)
-    >>> obs = pb.TensorSpec(name="board", dtype=pb.FLOAT, shape=[2])
-    >>> manager = SpecManager({1: act}, {7: obs})
-    >>> req = pb.StepRequest()
-    >>> manager.pack_actions({"paddle": 1}, req.actions)
-    >>> dict(req.actions)[1].int32s.array[:]
-    [1]
-    >>> from dmrpc_gym import tensors
-    >>> manager.unpack_observations({7: tensors.pack(np.array([0.5, 1.0], np.float32))})
-    {'board': array([0.5, 1. ], dtype=float32)}
-    """
-
-    def __init__(self, action_specs: Mapping[int, pb.TensorSpec],
-                 observation_specs: Mapping[int, pb.TensorSpec]):
-        self._actions = self._compile(action_specs, "action")
-        self._observations = self._compile(observation_specs, "observation")
-        self._action_uids = {c.name: uid for uid, c in self._actions.items()}
-        self._action_checkers = {c.name: c for c in self._actions.values()}
-        self._observation_uids = {c.name: uid for uid, c in self._observations.items()}
-        self._observation_names = {uid: c.name for uid, c in self._observations.items()}
-
-    @staticmethod
-    def _compile(specs: Mapping[int, pb.TensorSpec], kind: str) -> dict[int, SpecChecker]:
-        compiled: dict[int, SpecChecker] = {}
-        seen: dict[str, int] = {}
-        for uid, spec in specs.items():
-            checker = SpecChecker(spec, kind)
-            if spec.name in seen:
-                raise ValueError(f"{kind} spec name {spec.name!r} is used twice "
-                                 f"(UIDs {seen[spec.name]} and {uid})")
-            seen[spec.name] = uid
-            compiled[int(uid)] = checker
-        return compiled
-
-    @property
-    def action_specs(self) -> dict[str, pb.TensorSpec]:
-        """Action name -> ``TensorSpec``."""
-        return {c.name: c.spec for c in self._actions.values()}
-
-    @property
-    def observation_specs(self) -> dict[str, pb.TensorSpec]:
-        """Observation name -> ``TensorSpec``."""
-        return {c.name: c.spec for c in self._observations.values()}
-
-    @property
-    def action_checkers(self) -> dict[str, SpecChecker]:
-        """Action name -> compiled spec."""
-        return dict(self._action_checkers)
-
-    @property
-    def observation_checkers(self) -> dict[str, SpecChecker]:
-        """Observation name -> compiled spec."""
-        return {c.name: c for c in self._observations.values()}
-
-    @property
-    def observation_uids(self) -> list[int]:
-        """Every observation UID, for ``StepRequest.requested_observations``."""
-        return list(self._observations)
-
-    def action_uid(self, name: str) -> int:
-        """The UID of action ``name``; ``ValueError`` listing the known names."""
-        try:
-            return self._action_uids[name]
-        except KeyError:
-            raise self._unknown("action", name, self._action_uids) from None
-
-    def observation_uid(self, name: str) -> int:
-        """The UID of observation ``name``; ``ValueError`` listing the known names."""
-        try:
-            return self._observation_uids[name]
-        except KeyError:
-            raise self._unknown("observation", name, self._observation_uids) from None
-
-    @staticmethod
-    def _unknown(kind: str, name: str, known: Mapping[str, int]) -> ValueError:
-        names = ", ".join(repr(n) for n in known) or "none"
-        return ValueError(f"unknown {kind} {name!r}; the server's {kind}s are: {names}")
-
-    def pack_actions(self, actions: Mapping[str, Any], into: MutableMapping[int, pb.Tensor]) -> None:
-        """Check and pack the given actions (sparse: only these names) into ``into``.
-
-        ``into`` is a ``map<uint64, Tensor>`` of a request (``req.actions``) or a dict.
-        """
-        checkers, uids = self._action_checkers, self._action_uids
-        for name, value in actions.items():
-            checker = checkers.get(name)
-            if checker is None:
-                raise self._unknown("action", name, uids)
-            arr = checker.check(value, "action")
-            uid = uids[name]
-            try:
-                tensor = into[uid]
-            except KeyError:
-                tensor = into[uid] = pb.Tensor()
-            tensors.pack_into(tensor, arr, checker.data_type)
-
-    def unpack_observations(self, tensors_by_uid: Mapping[int, pb.Tensor]) -> dict[str, np.ndarray]:
-        """Observation tensors by UID -> arrays by name (unknown UIDs raise ``ValueError``)."""
-        names = self._observation_names
-        out = {}
-        for uid, tensor in tensors_by_uid.items():
-            name = names.get(uid)
-            if name is None:
-                raise ValueError(f"observation UID {uid} is not in the observation specs "
-                                 f"(known UIDs: {sorted(names)})")
-            out[name] = tensors.unpack(tensor)
-        return out
-
-    def __repr__(self) -> str:
-        return (f"SpecManager(actions={list(self._action_uids)}, "
-                f"observations={list(self._observation_uids)})")

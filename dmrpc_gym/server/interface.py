@@ -35,7 +35,8 @@ from gymnasium.spaces import Space
 from dmrpc_gym import spaces
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.server import status
-from dmrpc_gym.protocol.specs import SpecChecker, dtype_label
+from dmrpc_gym.protocol.spec_table import SpecTable
+from dmrpc_gym.protocol.specs import SpecChecker
 from dmrpc_gym.protocol.wire import pb
 
 log = logging.getLogger("dmrpc_gym.server")
@@ -48,9 +49,6 @@ OBSERVATION, ACTION = "observation", "action"
 REWARD, DISCOUNT, RGB = "reward", "discount", "RGB"
 
 _ENV, _REWARD, _DISCOUNT, _RGB = range(4)
-# DataType -> the Tensor payload field carrying it (their numbers coincide on the wire).
-_PAYLOAD = {f.number: f.name for f in pb.Tensor.DESCRIPTOR.oneofs_by_name["payload"].fields}
-_PAYLOAD_TYPE = {name: pb.DataType.Name(number) for number, name in _PAYLOAD.items()}
 _PLAN_CACHE = 64
 
 
@@ -146,11 +144,10 @@ class AgentInterface:
         except (TypeError, ValueError) as exc:
             raise status.failed_precondition(f"{who} cannot be served: {exc}") from None
         specs = pb.ActionObservationSpecs()
-        self._actions: dict[int, tuple[SpecChecker, str]] = {}
-        for uid, (name, spec) in enumerate(self._act_codec.specs.items(), 1):
+        for uid, spec in enumerate(self._act_codec.specs.values(), 1):
             specs.actions[uid].CopyFrom(spec)
-            self._actions[uid] = (SpecChecker(spec, "action"), _PAYLOAD[spec.dtype])
-        self._defaults = {c.name: _default(c) for c, _ in self._actions.values()}
+        self._actions = SpecTable(specs.actions, "action")
+        self._defaults = {c.name: _default(c) for c in self._actions.by_uid.values()}
         self._observations: dict[int, tuple[int, int, str, int]] = {}
         env_specs = self._obs_codec.specs
         extra = {REWARD: pb.TensorSpec(name=REWARD, dtype=pb.DOUBLE),
@@ -170,15 +167,11 @@ class AgentInterface:
             self._observations[uid] = (uid, kinds.get(name, _ENV), name, spec.dtype)
         self.specs = specs
         self._plans: dict[tuple[int, ...], _Plan] = {}
-        self._action_list = ", ".join(f"{uid}={c.name!r}" for uid, (c, _) in self._actions.items())
-        self._observation_list = ", ".join(f"{uid}={e[2]!r}" for uid, e in self._observations.items())
+        self._observation_table = SpecTable(specs.observations, "observation")
 
     def uid(self, name: str) -> int:
-        """The UID of observation ``name`` (``KeyError`` when there is none)."""
-        for uid, entry in self._observations.items():
-            if entry[2] == name:
-                return uid
-        raise KeyError(name)
+        """The UID of observation ``name`` (``ValueError`` when there is none)."""
+        return self._observation_table.uid(name)
 
     # -- actions -----------------------------------------------------------------
 
@@ -188,27 +181,10 @@ class AgentInterface:
         The tensor's payload must be the spec's dtype exactly; shape and bounds are
         checked per element. Actions not given take their default.
         """
-        arrays: dict[str, np.ndarray] = {}
-        for uid, tensor in given.items():
-            entry = self._actions.get(uid)
-            if entry is None:
-                raise status.invalid_argument(
-                    f"no action has UID {uid} (actions: {self._action_list or 'none'})")
-            checker, payload = entry
-            got = tensor.WhichOneof("payload")
-            if got != payload:
-                got = f"a {_PAYLOAD_TYPE[got]} tensor" if got else "a tensor with no payload"
-                raise status.invalid_argument(
-                    f"action {checker.name!r}: expected a {_PAYLOAD_TYPE[payload]} tensor "
-                    f"({dtype_label(checker.dtype)}), got {got}")
-            try:
-                array = tensors.unpack(tensor)
-            except (ValueError, TypeError) as exc:
-                raise status.invalid_argument(f"action {checker.name!r}: {exc}") from None
-            try:
-                arrays[checker.name] = checker.check(array, "action")
-            except ValueError as exc:
-                raise status.invalid_argument(str(exc)) from None
+        try:
+            arrays = self._actions.unpack(given, check=True)
+        except ValueError as exc:
+            raise status.invalid_argument(str(exc)) from None
         if len(arrays) < len(self._defaults):
             for name, default in self._defaults.items():
                 if name not in arrays:
@@ -231,7 +207,7 @@ class AgentInterface:
             entry = self._observations.get(uid)
             if entry is None:
                 raise status.invalid_argument(
-                    f"no observation has UID {uid} (observations: {self._observation_list})")
+                    f"no observation has UID {uid} (observations: {self._observation_table.listing})")
             items.append(entry)
         plan = _Plan(tuple(items), any(e[1] == _ENV for e in items), any(e[1] == _RGB for e in items))
         if len(self._plans) >= _PLAN_CACHE:
