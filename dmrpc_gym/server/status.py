@@ -10,6 +10,8 @@ the message, verbatim) and keeps the stream open.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import grpc
 
 from dmrpc_gym.protocol.errors import DmRpcError
@@ -25,36 +27,20 @@ def code(status: grpc.StatusCode) -> int:
     return status.value[0]
 
 
-def invalid_argument(message: str) -> DmRpcError:
-    """A malformed request, a bad setting, action or property value."""
-    return DmRpcError(code(grpc.StatusCode.INVALID_ARGUMENT), message)
+def _error(status: grpc.StatusCode, when: str) -> Callable[[str], DmRpcError]:
+    def make(message: str) -> DmRpcError:
+        return DmRpcError(code(status), message)
+
+    make.__name__ = make.__qualname__ = status.name.lower()
+    make.__doc__ = f"A ``{status.name}`` error: {when}."
+    return make
 
 
-def not_found(message: str) -> DmRpcError:
-    """An unknown world or property."""
-    return DmRpcError(code(grpc.StatusCode.NOT_FOUND), message)
-
-
-def permission_denied(message: str) -> DmRpcError:
-    """A property that may not be read or written."""
-    return DmRpcError(code(grpc.StatusCode.PERMISSION_DENIED), message)
-
-
-def failed_precondition(message: str) -> DmRpcError:
-    """A request the connection's state does not allow (step before join, join twice...)."""
-    return DmRpcError(code(grpc.StatusCode.FAILED_PRECONDITION), message)
-
-
-def deadline_exceeded(message: str) -> DmRpcError:
-    """A multi-agent wait that saw no progress for the server's timeout."""
-    return DmRpcError(code(grpc.StatusCode.DEADLINE_EXCEEDED), message)
-
-
-def unimplemented(message: str) -> DmRpcError:
-    """A request payload or extension the server does not speak."""
-    return DmRpcError(code(grpc.StatusCode.UNIMPLEMENTED), message)
-
-
-def internal(message: str) -> DmRpcError:
-    """The environment itself raised."""
-    return DmRpcError(code(grpc.StatusCode.INTERNAL), message)
+invalid_argument = _error(grpc.StatusCode.INVALID_ARGUMENT, "a malformed request, a bad setting, action or property value")
+not_found = _error(grpc.StatusCode.NOT_FOUND, "an unknown world or property")
+permission_denied = _error(grpc.StatusCode.PERMISSION_DENIED, "a property that may not be read or written")
+failed_precondition = _error(grpc.StatusCode.FAILED_PRECONDITION,
+                             "a request the connection's state does not allow (step before join, join twice...)")
+deadline_exceeded = _error(grpc.StatusCode.DEADLINE_EXCEEDED, "a multi-agent wait that saw no progress in time")
+unimplemented = _error(grpc.StatusCode.UNIMPLEMENTED, "a request payload or extension the server does not speak")
+internal = _error(grpc.StatusCode.INTERNAL, "the environment itself raised")
