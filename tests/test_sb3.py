@@ -13,7 +13,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
 import dmrpc_gym  # noqa: E402,F401
 from dmrpc_gym.app.demo import RandomPolicy, catch_ppo_kwargs, evaluate  # noqa: E402
-from dmrpc_gym.integrations.sb3.flat_spaces import SB3Compat  # noqa: E402
+from dmrpc_gym.integrations.sb3 import SB3Compat  # noqa: E402
 
 SEED = 0
 STEPS = 20_000

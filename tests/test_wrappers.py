@@ -9,7 +9,7 @@ import pytest
 from gymnasium import spaces
 
 import dmrpc_gym  # noqa: F401  (registers dmrpc/Catch-v0)
-from dmrpc_gym.integrations.sb3.flat_spaces import SB3Compat, sb3_action_transform, sb3_observation_transform, sb3_spaces
+from dmrpc_gym.integrations.sb3 import SB3Compat, sb3_action_transform, sb3_observation_transform, sb3_spaces
 
 
 def obs_t(space):

@@ -3,10 +3,9 @@
 All streams of a server share that one loop, so world state needs no locks and
 multi-agent waits are asyncio events with timeouts; an env's ``step`` runs on
 the loop itself (no thread hand-off per step). The transport is
-:mod:`dmrpc_gym.transport.h2_server`: measured on a 2-core machine with a trivial
-env, about 120 us of server CPU per step against about 230 us for a
-``grpc.aio`` server running the same sessions. Several servers in one process
-each have their own loop and thread.
+:mod:`dmrpc_gym.transport.h2_server` (its cost against grpcio's servers is in
+``benchmarks/README.md``). Several servers in one process each have their own
+loop and thread.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The server's transport: gRPC bidi streams over HTTP/2, as an asyncio protocol.
 
-grpcio's Python server spends about 200 us of CPU per message on a 2-core
-machine, which is most of a trivial step's round trip. dm_env_rpc needs one
+grpcio's Python server spends more CPU per message than a trivial step costs
+(measured in ``benchmarks/README.md``). dm_env_rpc needs one
 method and one kind of call, so the server speaks just that part of gRPC over
 HTTP/2 itself (sharing the framing of :mod:`dmrpc_gym.transport.frames`): each stream on
 ``/dm_env_rpc.v1.Environment/Process`` gets a session whose ``handle(bytes)``
