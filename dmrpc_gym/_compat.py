@@ -36,8 +36,6 @@ ALIASES = {
     "dmrpc_gym.report": "dmrpc_gym.app.report",
     "dmrpc_gym.embedded": "dmrpc_gym.app.embedded",
     "dmrpc_gym.cli": "dmrpc_gym.app.cli",
-    "dmrpc_gym.godot": "dmrpc_gym.integrations.godot",
-    "dmrpc_gym.rllib": "dmrpc_gym.integrations.rllib",
 }
 
 

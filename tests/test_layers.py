@@ -6,9 +6,12 @@ functions too), so a lazy import cannot hide a wrong direction.
 from __future__ import annotations
 
 import ast
+import importlib
 import pathlib
 
 import pytest
+
+from dmrpc_gym._compat import ALIASES
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "dmrpc_gym"
 
@@ -117,3 +120,17 @@ def test_every_module_says_what_it_holds_and_stays_small():
         if lines > 420:
             problems.append(f"{name} has {lines} lines; split it by concept")
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("old", sorted(ALIASES))
+def test_old_import_paths_still_work(old):
+    """Every module that used to sit at the top of the package imports, and hands out the new home's objects."""
+    alias = importlib.import_module(old)
+    targets = ALIASES[old] if isinstance(ALIASES[old], tuple) else (ALIASES[old],)
+    homes = [importlib.import_module(t) for t in targets]
+    names = [n for home in homes for n in getattr(home, "__all__", ())]
+    assert names, f"{old}'s new home lists no public names"
+    for name in names:
+        assert getattr(alias, name) is next(getattr(h, name) for h in homes if hasattr(h, name))
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        alias.no_such_name
