@@ -183,3 +183,58 @@ def test_sb3_vec_env_takes_a_bundled_world_and_reports_episodes_to_ppo():
 
 def test_tag_env_is_top_level():
     assert dmrpc_gym.tag_env is dmrpc_gym.app.embedded.tag_env
+
+
+# -- item 10: pickling by constructor arguments (why not EzPickle: see client/lifecycle.py) --------
+
+def test_an_unpickled_env_keeps_its_connection_after_garbage_collection(catch):
+    import gc
+    env = DmRpcEnv(catch, seed_setting="seed")
+    copy = pickle.loads(pickle.dumps(env))
+    env.close()
+    gc.collect()                         # EzPickle's temporary twin would close the copy's connection here
+    obs, _ = copy.reset(seed=3)
+    obs, reward, *_ = copy.step(np.int8(0))
+    assert obs.shape == (10, 10) and copy.world_name != env.world_name
+    copy.close()
+
+
+def test_an_env_made_with_a_channel_refuses_to_pickle(catch):
+    import grpc
+    channel = grpc.insecure_channel(catch)
+    env = DmRpcEnv(channel=channel)
+    with pytest.raises(TypeError, match="made with channel= cannot be pickled"):
+        pickle.dumps(env)
+    env.close()
+    channel.close()
+
+
+# -- item 9: packaging ------------------------------------------------------------------------------
+
+def _setup_cfg():
+    import configparser
+    from pathlib import Path
+    parser = configparser.ConfigParser()
+    parser.read(Path(dmrpc_gym.__file__).resolve().parent.parent / "setup.cfg")
+    return parser
+
+
+def test_sb3_extra_declares_a_torch_floor_not_a_pin():
+    sb3 = [line.strip() for line in _setup_cfg()["options.extras_require"]["sb3"].splitlines() if line.strip()]
+    torch = [req for req in sb3 if req.startswith("torch")]
+    assert torch == ["torch>=2.0"]
+
+
+def test_readme_and_ci_install_the_cpu_torch_first():
+    from pathlib import Path
+    root = Path(dmrpc_gym.__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    command = readme.split("<!-- test-command -->\n```bash\n", 1)[1].split("\n", 1)[0]
+    assert command.startswith("pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && "
+                              'pip install -e ".[test]" && python -m pytest')
+    assert "*torch==*pytest*" in (root / ".ci" / "run").read_text()
+
+
+def test_inspect_needs_only_base_dependencies():
+    requires = _setup_cfg()["options"]["install_requires"]
+    assert "rich>=12" in requires
