@@ -339,3 +339,17 @@ def test_record_bad_output_is_refused_before_playing(workdir):
     result = console("record", "catch", "--out", "run.avi", cwd=workdir)
     assert result.returncode == 1
     assert result.stderr.strip() == "dmrpc-gym record: error: --out 'run.avi': expected a file ending in .gif or .mp4"
+
+
+def test_gymnasium_module_id_form_imports_the_package(workdir):
+    """Item 8: without ``import dmrpc_gym`` the namespace is unknown; the documented ``module:id`` form works."""
+    code = ("import gymnasium as gym\n"
+            "try:\n    gym.make('dmrpc/Catch-v0')\nexcept gym.error.NamespaceNotFound as e:\n    print('refused:', e)\n"
+            "env = gym.make('dmrpc_gym:dmrpc/Catch-v0')\nprint(env.reset(seed=0)[0].shape)\nenv.close()\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=workdir, env=_env(), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0].startswith("refused: Namespace dmrpc not found.")
+    assert result.stdout.splitlines()[1] == "(10, 10)"
+    readme = (Path(TREE) / "README.md").read_text()
+    assert 'gym.make("dmrpc_gym:dmrpc/Catch-v0")' in readme

@@ -272,7 +272,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = 
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 2, 0, 0), header_style="")
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), header_style="")
     for header in headers:
         table.add_column(header, no_wrap=True, overflow="ignore")
     for row in rows:
@@ -331,7 +331,7 @@ def format_report(report: WorldReport) -> str:
     <BLANKLINE>
     Actions (1)
       UID  name    dtype  shape  bounds   gymnasium space
-      ───────────────────────────────────────────────────────────────────────...
+      ──────...
       1    paddle  int8   ()     [-1, 1]  Discrete(3, start=-1, dtype=int8)
     ...
     """
