@@ -6,11 +6,16 @@ arguments and returns the exit status. Add a subcommand by appending its
 ``add_`` function to :data:`COMMANDS`.
 
 - ``serve TARGET``: serve a gymnasium env id, ``module:factory`` (a gymnasium or
-  PettingZoo factory) or a PettingZoo env module over dm_env_rpc until
-  interrupted; prints the address it listens on.
-- ``inspect ADDRESS``: a world's actions, observations and properties as a table.
+  PettingZoo factory, ``module`` found in the current directory as ``python -m``
+  finds it, or a file: ``./myenv.py:Corridor``) or a PettingZoo env module over
+  dm_env_rpc until interrupted; prints the address and a Python line to connect.
+- ``inspect ADDRESS``: a world's actions, observations (of every agent) and properties, as tables or ``--json``.
+- ``check ADDRESS``: gymnasium's / PettingZoo's API checks against the world, one verdict each.
+- ``record ADDRESS --out run.gif``: a rollout (random or a saved SB3 model) rendered to a video.
 - ``bench ADDRESS``: steps/s of a world with random actions.
 - ``demo``: PPO learns Catch over dm_env_rpc; saves a learning curve.
+
+Ctrl-C ends any command with one line and status 130.
 
 >>> build_parser().parse_args(["serve", "CartPole-v1", "--port", "0"]).port
 0
@@ -18,15 +23,18 @@ arguments and returns the exit status. Add a subcommand by appending its
 from __future__ import annotations
 
 import argparse
+import json
 import logging
-import signal
 import os
+import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["main", "build_parser", "COMMANDS", "add_serve", "run_serve", "start_server",
-           "add_inspect", "run_inspect", "add_bench", "run_bench", "add_demo", "run_demo"]
+__all__ = ["main", "build_parser", "COMMANDS", "add_serve", "run_serve", "start_server", "serve_target",
+           "connect_line", "add_inspect", "run_inspect", "add_check", "run_check", "add_record", "run_record",
+           "add_bench", "run_bench", "add_demo", "run_demo"]
 
 
 def _fail(command: str, message: Any) -> int:
@@ -62,6 +70,28 @@ def add_serve(subparsers: Any) -> None:
     parser.set_defaults(run=run_serve)
 
 
+def serve_target(target: str) -> str:
+    """``target`` made importable as ``python -m`` would import it, from the console script too.
+
+    ``path/to/file.py:name`` puts the file's directory first on ``sys.path`` and
+    becomes ``file:name``; otherwise the current directory goes on ``sys.path``
+    (``python -m`` puts it there, a console script does not), so ``myenv:Corridor``
+    next to ``myenv.py`` is found either way.
+    """
+    module, sep, name = target.rpartition(":") if ".py:" in target else target.partition(":")
+    if sep and module.endswith(".py"):
+        path = Path(module)
+        if not path.is_file():
+            raise ValueError(f"no file {module!r} (from {target!r}; the current directory is {os.getcwd()})")
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        return f"{path.stem}:{name}"
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return target
+
+
 def start_server(args: argparse.Namespace):
     """The started :class:`~dmrpc_gym.server.Server` that ``dmrpc-gym serve`` runs for ``args``.
 
@@ -71,8 +101,34 @@ def start_server(args: argparse.Namespace):
     from dmrpc_gym.server import Server
 
     render: bool | str = {"rgb_array": True, "none": False}.get(args.render, args.render)
-    return Server(args.target, kind=args.kind, address=f"{args.host}:{args.port}",
+    return Server(serve_target(args.target), kind=args.kind, address=f"{args.host}:{args.port}",
                   render=render, timeout=args.timeout).start()
+
+
+def connect_line(server: Any) -> str:
+    """A ready-to-paste Python line that connects to what ``server`` serves.
+
+    A multi-agent world is named with its agents (one env is built to learn
+    them); if that env cannot be built without settings, the line leaves them out.
+    """
+    host, _, port = server.address.rpartition(":")
+    address = f"{'localhost' if host in ('0.0.0.0', '::', '[::]') else host}:{port}"
+    kind, agents = server.factory.kind, None
+    if kind != "gym":
+        try:
+            env, kind = server.factory.make({})
+        except Exception:  # noqa: BLE001 - the line is a courtesy; serving goes on
+            env = None
+        if env is not None:
+            agents = list(getattr(env, "possible_agents", []) or []) or None
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001
+                pass
+    if kind == "pettingzoo":
+        agents_arg = f", agents={agents!r}" if agents else ""
+        return f'import dmrpc_gym; env = dmrpc_gym.parallel_env("{address}"{agents_arg})'
+    return f'import gymnasium as gym, dmrpc_gym; env = gym.make("dmrpc/Remote-v0", address="{address}")'
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -83,13 +139,14 @@ def run_serve(args: argparse.Namespace) -> int:
         return _fail("serve", f"--port must be within 0..65535, got {args.port}")
     try:
         server = start_server(args)
-    except (ValueError, TypeError, OSError) as exc:
+    except (ValueError, TypeError, OSError, ImportError) as exc:
         return _fail("serve", exc)
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
     print(f"serving {server.factory.name} on {server.address}", flush=True)
+    print(f"connect from Python: {connect_line(server)}", flush=True)
     try:
         while not stop.wait(0.5) and not server.wait(0):
             pass
@@ -148,19 +205,86 @@ def add_inspect(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "inspect", help="show a world's actions, observations and properties",
         description="Join a world and print every action and observation spec (UID, dtype, shape, bounds, "
-                    "the gymnasium space it becomes or why none) and its properties; then leave.")
+                    "the gymnasium space it becomes or why none) of every agent, and its properties; then leave.")
     _add_world_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(run=run_inspect)
 
 
 def run_inspect(args: argparse.Namespace) -> int:
     """Run ``dmrpc-gym inspect``."""
-    from dmrpc_gym.app.report import format_report, inspect_world
+    from dmrpc_gym.app.report import format_report, inspect_world, report_json
 
     def job() -> None:
         kwargs = _world_kwargs(args)
-        print(format_report(inspect_world(kwargs.pop("address"), **kwargs)))
+        report = inspect_world(kwargs.pop("address"), **kwargs)
+        print(json.dumps(report_json(report), indent=2) if args.json else format_report(report))
     return _run_client("inspect", job)
+
+
+def _add_seed_setting(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed-setting", default="seed", metavar="NAME",
+                        help="the Reset setting that carries reset(seed=...) to the server; '' for none "
+                             "(default: %(default)s, as servers built with dmrpc_gym take it)")
+
+
+def add_check(subparsers: Any) -> None:
+    """Declare ``dmrpc-gym check``."""
+    parser = subparsers.add_parser(
+        "check", help="run gymnasium's (or PettingZoo's) API checks against a world",
+        description="Run the checks of gymnasium's check_env (or PettingZoo's parallel_api_test and "
+                    "parallel_seed_test for a multi-agent world) against a remote world and print a "
+                    "verdict per check. Exit status 1 if any check failed.")
+    _add_world_arguments(parser)
+    _add_seed_setting(parser)
+    parser.set_defaults(run=run_check)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Run ``dmrpc-gym check``: 0 when no check failed."""
+    from dmrpc_gym.app.check import check_world, format_verdicts
+    failed = []
+
+    def job() -> None:
+        kwargs = _world_kwargs(args)
+        address = kwargs.pop("address")
+        kind, verdicts = check_world(address, seed_setting=args.seed_setting or None, **kwargs)
+        print(format_verdicts(address, kind, verdicts), flush=True)
+        failed.extend(v for v in verdicts if v.status == "FAIL")
+    status = _run_client("check", job)
+    return status or (1 if failed else 0)
+
+
+def add_record(subparsers: Any) -> None:
+    """Declare ``dmrpc-gym record``."""
+    parser = subparsers.add_parser(
+        "record", help="render a rollout of a world to a .gif or .mp4",
+        description="Play a world with random actions (or a saved Stable-Baselines3 model) and write its "
+                    "RGB observations to a video: .gif (Pillow) or .mp4 (imageio-ffmpeg); the video extra "
+                    "has both.")
+    _add_world_arguments(parser)
+    parser.add_argument("--out", required=True, metavar="FILE", help="the video to write: run.gif or run.mp4")
+    parser.add_argument("--steps", type=int, default=200, help="steps to play (default: %(default)s)")
+    parser.add_argument("--fps", type=int, default=10, help="frames per second (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed (default: %(default)s)")
+    parser.add_argument("--model", metavar="FILE", help="a saved SB3 model (trained through SB3Compat) to play")
+    parser.add_argument("--algo", default="PPO", help="the SB3 algorithm of --model (default: %(default)s)")
+    _add_seed_setting(parser)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(run=run_record)
+
+
+def run_record(args: argparse.Namespace) -> int:
+    """Run ``dmrpc-gym record``."""
+    from dmrpc_gym.app.record import record
+
+    def job() -> None:
+        kwargs = _world_kwargs(args)
+        result = record(kwargs.pop("address"), args.out, steps=args.steps, fps=args.fps, seed=args.seed,
+                        model=args.model, algo=args.algo, seed_setting=args.seed_setting or None,
+                        progress=not args.no_progress, **kwargs)
+        print(f"wrote {result['path']}: {result['frames']} frames, {result['episodes']} episodes ended", flush=True)
+    return _run_client("record", job)
 
 
 def add_bench(subparsers: Any) -> None:
@@ -210,18 +334,25 @@ def run_demo(args: argparse.Namespace) -> int:
         from dmrpc_gym.app.demo import run_demo as demo
     except ImportError as exc:
         return _fail("demo", f"{exc}; install the sb3 extra: pip install 'dmrpc_gym[sb3]'")
+    if args.out:
+        folder = Path(args.out).parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK):
+            return _fail("demo", f"--out {args.out!r}: directory {str(folder)!r} does not exist or is not "
+                                 "writable (checked before training)")
     return _run_client("demo", lambda: demo(total_timesteps=args.timesteps, n_envs=args.envs, seed=args.seed,
                                             out=args.out, progress=not args.no_progress))
 
 
 #: The ``add_`` functions of every subcommand, in the order ``--help`` lists them.
-COMMANDS: list[Callable[[Any], None]] = [add_serve, add_inspect, add_bench, add_demo]
+COMMANDS: list[Callable[[Any], None]] = [add_serve, add_inspect, add_check, add_record, add_bench, add_demo]
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``dmrpc-gym`` argument parser with every subcommand of :data:`COMMANDS`."""
     parser = argparse.ArgumentParser(
         prog="dmrpc-gym", description="dm_env_rpc worlds as gymnasium / PettingZoo envs, and back.")
+    from dmrpc_gym._version import __version__
+    parser.add_argument("--version", action="version", version=f"dmrpc-gym {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in COMMANDS:
         add(subparsers)
@@ -241,3 +372,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:                  # `dmrpc-gym inspect catch | head`: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:                # Ctrl-C: one line, the shell's status for SIGINT
+        print(f"\ndmrpc-gym {args.command}: interrupted", file=sys.stderr)
+        return 130

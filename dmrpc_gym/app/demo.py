@@ -7,7 +7,7 @@ documented line::
     make_vec_env("dmrpc/Catch-v0", n_envs=4, wrapper_class=SB3Compat)
 
 measures the trained policy, and saves a learning curve. Needs the ``sb3``
-extra (stable-baselines3, torch, matplotlib, tqdm, rich).
+extra (stable-baselines3, torch, matplotlib, tqdm).
 """
 from __future__ import annotations
 

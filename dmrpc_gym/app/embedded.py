@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 from dmrpc_gym.client.env import DmRpcEnv
 from dmrpc_gym.client.parallel import AgentsArg, DmRpcParallelEnv
 
-__all__ = ["embedded_server", "make_catch_env", "make_catch_vector_env", "parallel_env", "tag_env", "WORLDS"]
+__all__ = ["embedded_server", "resolve_address", "make_catch_env", "make_catch_vector_env", "parallel_env", "tag_env", "WORLDS"]
 
 _lock = threading.Lock()
 _servers: dict[str, Any] = {}
@@ -49,6 +49,17 @@ def embedded_server(world: str = "catch"):
         return server
 
 
+def resolve_address(address: str) -> str:
+    """``address`` itself, or the embedded server's address when it names a bundled world (``"catch"``, ``"tag"``).
+
+    >>> resolve_address("localhost:10000")
+    'localhost:10000'
+    >>> resolve_address("catch").startswith("127.0.0.1:")
+    True
+    """
+    return embedded_server(address).address if address in WORLDS else address
+
+
 def _stop_all() -> None:
     with _lock:
         for server in _servers.values():
@@ -62,11 +73,17 @@ def make_catch_env(**kwargs: Any) -> DmRpcEnv:
     return DmRpcEnv(embedded_server("catch").address, **kwargs)
 
 
+# gymnasium.make reads the render modes from the entry point: with them, render_mode="human"
+# is served by its HumanRendering wrapper over our rgb_array frames.
+make_catch_env.metadata = DmRpcEnv.metadata
+
+
 def make_catch_vector_env(num_envs: int = 1, **kwargs: Any):
     """``dmrpc/Catch-v0``'s vector entry point: ``num_envs`` connections to the embedded server."""
     from dmrpc_gym.client.vector import DmRpcVectorEnv
     kwargs.setdefault("seed_setting", "seed")
     return DmRpcVectorEnv(num_envs=num_envs, address=embedded_server("catch").address, **kwargs)
+
 
 def parallel_env(address: str | None = None, *, world_settings: Mapping[str, Any] | None = None,
                  world_name: str | None = None, agents: AgentsArg = None,

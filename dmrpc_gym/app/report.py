@@ -4,7 +4,10 @@
 joining ``world_name``), records every action and observation spec (name,
 UID, dtype, shape, bounds, the gymnasium space it becomes or why it has none)
 and the world's properties, then leaves (and destroys the world it created).
-:func:`format_report` renders the result as plain text.
+In a multi-agent world (one whose ``agents`` property lists several), every
+agent is joined in turn, so the report holds each agent's specs.
+:func:`format_report` renders the result as text tables (drawn by ``rich``),
+:func:`report_json` as plain JSON-ready data (``dmrpc-gym inspect --json``).
 """
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ from dmrpc_gym.spaces import UnsupportedSpec, space_from_spec
 from dmrpc_gym.protocol.specs import dtype_label
 from dmrpc_gym.protocol.wire import pb
 
-__all__ = ["SpecRow", "PropertyRow", "WorldReport", "inspect_world", "format_report", "describe_spec", "bounds_text"]
+__all__ = ["SpecRow", "PropertyRow", "AgentSpecs", "WorldReport", "inspect_world", "format_report", "report_json",
+           "describe_spec", "bounds_text"]
 
 _MAX_VALUE_CHARS = 48
 
@@ -57,8 +61,22 @@ class PropertyRow:
 
 
 @dataclasses.dataclass
+class AgentSpecs:
+    """One agent of a multi-agent world and its specs (``error`` when it could not be joined)."""
+
+    name: str
+    actions: list[SpecRow]
+    observations: list[SpecRow]
+    error: str | None = None
+
+
+@dataclasses.dataclass
 class WorldReport:
-    """Everything :func:`inspect_world` found; ``properties`` is ``None`` when the server has none to list."""
+    """Everything :func:`inspect_world` found; ``properties`` is ``None`` when the server has none to list.
+
+    ``actions`` / ``observations`` are the specs of the agent the report joined as;
+    ``agents`` lists every agent of a multi-agent world (else it is empty).
+    """
 
     address: str
     world_name: str
@@ -67,6 +85,7 @@ class WorldReport:
     observations: list[SpecRow]
     properties: list[PropertyRow] | None
     properties_error: str | None = None
+    agents: list[AgentSpecs] = dataclasses.field(default_factory=list)
 
 
 # -- one spec ------------------------------------------------------------------------------
@@ -161,6 +180,38 @@ def _properties(connection: Connection) -> list[PropertyRow]:
     return rows
 
 
+def _spec_rows_of(specs: pb.ActionObservationSpecs) -> tuple[list[SpecRow], list[SpecRow]]:
+    return ([describe_spec(uid, spec) for uid, spec in sorted(specs.actions.items())],
+            [describe_spec(uid, spec) for uid, spec in sorted(specs.observations.items())])
+
+
+def _property_value(rows: list[PropertyRow] | None, key: str) -> Any:
+    for row in rows or ():
+        if row.key == key and row.error is None:
+            return row.value
+    return None
+
+
+def _other_agents(address: str, world_name: str, me: str, everyone: Sequence[str],
+                  connect_timeout: float, timeout: float | None) -> list[AgentSpecs]:
+    """Join ``world_name`` as each agent but ``me``, one at a time, and take its specs."""
+    found = []
+    for name in everyone:
+        if name == me:
+            continue
+        connection = Connection(address, connect_timeout=connect_timeout, timeout=timeout)
+        try:
+            specs = connection.send(pb.JoinWorldRequest(
+                world_name=world_name, settings=settings_tensors({"agent": name}))).specs
+            found.append(AgentSpecs(name, *_spec_rows_of(specs)))
+            connection.send(pb.LeaveWorldRequest())
+        except DmRpcError as err:
+            found.append(AgentSpecs(name, [], [], error=str(err)))
+        finally:
+            connection.close()
+    return found
+
+
 def inspect_world(address: str, *, world_settings: Mapping[str, Any] | None = None,
                   world_name: str | None = None, join_settings: Mapping[str, Any] | None = None,
                   connect_timeout: float = 5.0, timeout: float | None = 10.0) -> WorldReport:
@@ -182,16 +233,24 @@ def inspect_world(address: str, *, world_settings: Mapping[str, Any] | None = No
         specs = connection.send(pb.JoinWorldRequest(world_name=name,
                                                     settings=settings_tensors(join_settings))).specs
         joined = True
-        actions = [describe_spec(uid, spec) for uid, spec in sorted(specs.actions.items())]
-        observations = [describe_spec(uid, spec) for uid, spec in sorted(specs.observations.items())]
+        actions, observations = _spec_rows_of(specs)
         properties, properties_error = None, None
         try:
             properties = _properties(connection)
         except DmRpcError as err:
             properties_error = str(err)
+        agents: list[AgentSpecs] = []
+        everyone = _property_value(properties, "agents")
+        me = _property_value(properties, "agent")
+        if everyone is not None and me is not None and everyone.size > 1:
+            everyone = [str(a) for a in everyone.reshape(-1).tolist()]
+            others = {a.name: a for a in _other_agents(address, name, str(me.item()), everyone,
+                                                         connect_timeout, timeout)}
+            mine = AgentSpecs(str(me.item()), actions, observations)
+            agents = [mine if agent == mine.name else others[agent] for agent in everyone]
         return WorldReport(address=address, world_name=name, created=created, actions=actions,
                            observations=observations, properties=properties,
-                           properties_error=properties_error)
+                           properties_error=properties_error, agents=agents)
     finally:
         if joined and not connection.closed:
             try:
@@ -205,11 +264,23 @@ def inspect_world(address: str, *, world_settings: Mapping[str, Any] | None = No
 
 # -- text ---------------------------------------------------------------------------------
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    """``rows`` under ``headers`` as text lines: a header, a rule, one line per row (never wrapped)."""
+    import io
 
-    def line(cells):
-        return (indent + "  ".join(c.ljust(w) for c, w in zip(cells, widths))).rstrip()
-    return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), header_style="")
+    for header in headers:
+        table.add_column(header, no_wrap=True, overflow="ignore")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))   # Text: brackets in cells are not markup
+    console = Console(file=io.StringIO(), width=100_000, color_system=None, highlight=False)
+    console.print(table)
+    lines = [line.rstrip() for line in console.file.getvalue().splitlines()]
+    return [indent + line for line in lines if line]
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:
@@ -236,8 +307,23 @@ def _spec_rows(rows: list[SpecRow]) -> list[list[str]]:
              _one_line(str(r.space)) if r.space is not None else r.reason or ""] for r in rows]
 
 
+_SPEC_HEADERS = ["UID", "name", "dtype", "shape", "bounds", "gymnasium space"]
+
+
+def _spec_sections(actions: list[SpecRow], observations: list[SpecRow], of: str = "") -> list[str]:
+    lines: list[str] = []
+    for title, rows in (("Actions", actions), ("Observations", observations)):
+        lines += ["", f"{title}{of} ({len(rows)})"]
+        lines += _table(_SPEC_HEADERS, _spec_rows(rows)) if rows else ["  (none)"]
+    return lines
+
+
+def _same_specs(a: AgentSpecs, b: AgentSpecs) -> bool:
+    return _spec_rows(a.actions) == _spec_rows(b.actions) and _spec_rows(a.observations) == _spec_rows(b.observations)
+
+
 def format_report(report: WorldReport) -> str:
-    """The report as a plain-text table: actions, observations, properties.
+    """The report as text tables: actions, observations (per agent in a multi-agent world), properties.
 
     >>> from dmrpc_gym.app.embedded import embedded_server
     >>> print(format_report(inspect_world(embedded_server("catch").address)))  # doctest: +ELLIPSIS
@@ -245,16 +331,27 @@ def format_report(report: WorldReport) -> str:
     <BLANKLINE>
     Actions (1)
       UID  name    dtype  shape  bounds   gymnasium space
-      ---  ------  -----  -----  -------  ---------------------------------
+      ──────...
       1    paddle  int8   ()     [-1, 1]  Discrete(3, start=-1, dtype=int8)
     ...
     """
     how = "created for this report, destroyed after" if report.created else "joined, left after"
     lines = [f"World {report.world_name!r} at {report.address} ({how})"]
-    headers = ["UID", "name", "dtype", "shape", "bounds", "gymnasium space"]
-    for title, rows in (("Actions", report.actions), ("Observations", report.observations)):
-        lines += ["", f"{title} ({len(rows)})"]
-        lines += _table(headers, _spec_rows(rows)) if rows else ["  (none)"]
+    if report.agents:
+        lines += ["", f"Agents ({len(report.agents)}): {', '.join(a.name for a in report.agents)}"]
+        shown: list[AgentSpecs] = []
+        for agent in report.agents:
+            if agent.error is not None:
+                lines += ["", f"Agent {agent.name!r}: could not be joined ({agent.error})"]
+                continue
+            twin = next((s for s in shown if _same_specs(s, agent)), None)
+            if twin is not None:
+                lines += ["", f"Agent {agent.name!r}: the same specs as {twin.name!r}"]
+                continue
+            shown.append(agent)
+            lines += _spec_sections(agent.actions, agent.observations, of=f" of {agent.name!r}")
+    else:
+        lines += _spec_sections(report.actions, report.observations)
     special = [n for n in ("reward", "discount") if any(r.name == n for r in report.observations)]
     if special:
         lines += [f"  ({' and '.join(map(repr, special))}: DmRpcEnv's reward/discount by default, "
@@ -273,3 +370,44 @@ def format_report(report: WorldReport) -> str:
         else:
             lines += ["  (none)"]
     return "\n".join(lines)
+
+
+# -- JSON ---------------------------------------------------------------------------------
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def _spec_json(row: SpecRow) -> dict[str, Any]:
+    return {"uid": row.uid, "name": row.name, "dtype": row.dtype, "shape": list(row.shape),
+            "bounds": row.bounds, "space": None if row.space is None else _one_line(str(row.space)),
+            "reason": row.reason}
+
+
+def report_json(report: WorldReport) -> dict[str, Any]:
+    """The report as plain data for ``json.dumps``: specs (per agent in a multi-agent world) and properties.
+
+    >>> from dmrpc_gym.app.embedded import embedded_server
+    >>> data = report_json(inspect_world(embedded_server("catch").address))
+    >>> data["actions"][0]["name"], data["actions"][0]["space"], data["agents"]
+    ('paddle', 'Discrete(3, start=-1, dtype=int8)', [])
+    """
+    properties = None if report.properties is None else [
+        {"key": p.key, "dtype": p.dtype, "shape": list(p.shape), "readable": p.readable,
+         "writable": p.writable, "listable": p.listable, "description": p.description,
+         "value": _jsonable(p.value) if p.readable and p.error is None else None, "error": p.error}
+        for p in report.properties]
+    return {
+        "address": report.address, "world_name": report.world_name, "created": report.created,
+        "actions": [_spec_json(r) for r in report.actions],
+        "observations": [_spec_json(r) for r in report.observations],
+        "agents": [{"name": a.name, "actions": [_spec_json(r) for r in a.actions],
+                    "observations": [_spec_json(r) for r in a.observations], "error": a.error}
+                   for a in report.agents],
+        "properties": properties, "properties_error": report.properties_error,
+    }

@@ -233,6 +233,10 @@ class RemoteAgent:
 
     def _pack_actions(self, action: Any, request: pb.StepRequest) -> None:
         """Check ``action`` against the action specs and pack it; ``ValueError`` naming what is wrong."""
+        if isinstance(action, Mapping) and not isinstance(self.action_space, gym.spaces.Dict):
+            raise ValueError(f"got a dict action with keys {sorted(map(str, action))}, but the action space is "
+                             f"{self.action_space}, the single action {self._act_names[0]!r}: "
+                             "pass its value itself")
         self.specs.actions.pack(self._act_codec.flatten(action), request.actions)
 
     # -- steps ------------------------------------------------------------------

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Mapping, Sequence
 
 import grpc
@@ -14,7 +15,20 @@ from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.client.lifecycle import RemoteResource
 from dmrpc_gym.protocol.wire import pb
 
-__all__ = ["DmRpcEnv", "State", "open_world", "close_world"]
+__all__ = ["DmRpcEnv", "State", "open_world", "close_world", "check_alone", "RESET_OPTIONS"]
+
+#: The keys ``reset(options=...)`` understands.
+RESET_OPTIONS = ("settings", "world_settings")
+
+
+def check_options(options: Mapping[str, Any] | None, known: Sequence[str] = RESET_OPTIONS) -> dict[str, Any]:
+    """``options`` as a dict; ``ValueError`` naming any key nobody reads (a typo would be ignored)."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(f"unknown reset option{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(map(repr, unknown))}; expected {', '.join(map(repr, known))}")
+    return options
 
 
 def open_world(connection: Connection, world_settings: Mapping[str, Any] | None,
@@ -51,6 +65,46 @@ def close_world(connection: Connection, world_name: str, timeout: float = 2.0) -
             return
 
 
+def _names(items: Sequence[str]) -> str:
+    return ", ".join(repr(str(a)) for a in items)
+
+
+def check_alone(connection: Connection, world_name: str, created: bool, where: str) -> None:
+    """Refuse (or warn about) a single agent in a multi-agent world whose other agents are not joined.
+
+    A multi-agent world starts an episode only once all its agents are joined,
+    so a lone agent's first step would wait for the server's timeout. Servers
+    built with :mod:`dmrpc_gym.server` say which agents are missing (the
+    ``missing_agents`` property); for other servers this does nothing. A world
+    this client created alone cannot have been found by anyone else yet:
+    ``ValueError``. A world joined by name may be joined by others later: a warning.
+    """
+    from dmrpc_gym.client.properties import Properties
+    props = Properties(connection)
+    try:
+        missing = [str(a) for a in props["missing_agents"].reshape(-1).tolist()]
+        if not missing:
+            return
+        everyone = [str(a) for a in props["agents"].reshape(-1).tolist()]
+        me = str(props["agent"].item())
+    except (DmRpcError, KeyError, ValueError, TypeError):
+        return                          # not one of our multi-agent worlds: nothing is known
+    what = (f"world {world_name!r} at {where} is a multi-agent world (agents {_names(everyone)}): "
+            f"an episode starts once every agent is joined")
+    if created:
+        raise ValueError(
+            f"{what}, and this DmRpcEnv created it and joined alone as {me!r}, so its first step would "
+            f"wait for {_names(missing)} until the server's timeout. Play every agent with "
+            f"dmrpc_gym.parallel_env({where!r}, agents={everyone!r}), or join a world that one "
+            f"client per agent joins with world_name=")
+    warnings.warn(f"{what}; this env plays {me!r} and reset() waits until {_names(missing)} "
+                  f"have joined too (up to the server's timeout)", stacklevel=3)
+
+
+def _takes_nothing(space: gym.Space) -> bool:
+    return isinstance(space, gym.spaces.Dict) and not space.spaces
+
+
 class DmRpcEnv(RemoteResource, gym.Env):
     """A dm_env_rpc world as a gymnasium environment.
 
@@ -84,8 +138,9 @@ class DmRpcEnv(RemoteResource, gym.Env):
                  metadata: Sequence[tuple[str, str]] | None = None):
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode={render_mode!r}; expected one of {self.metadata['render_modes']} "
-                             "('human' works through gymnasium.make)")
+            raise ValueError(f"render_mode={render_mode!r}; DmRpcEnv renders {self.metadata['render_modes']}; "
+                             "for a window use gymnasium.make(..., render_mode='human'), which shows "
+                             "the rgb_array frames (needs pygame)")
         self.render_mode = render_mode
         self.seed_setting = seed_setting
         self.reset_settings = dict(reset_settings or {})
@@ -99,6 +154,8 @@ class DmRpcEnv(RemoteResource, gym.Env):
                 self.connection, self.world_name, join_settings, observations=observations,
                 actions=actions, nested=nested, reward=reward, discount=discount,
                 render_observation=render_observation, render=render_mode is not None)
+            where = address if address is not None else "the server"
+            check_alone(self.connection, self.world_name, self._created, where)
         except BaseException:
             self.close()
             raise
@@ -129,7 +186,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
         and return the ResetRequest settings. Vector envs call it, then pipeline the rest."""
         super().reset(seed=seed)
         self._check_open()
-        options = dict(options or {})
+        options = check_options(options)
         if "world_settings" in options:
             self.connection.send(pb.ResetWorldRequest(
                 world_name=self.world_name, settings=settings_tensors(options["world_settings"])))
@@ -139,11 +196,20 @@ class DmRpcEnv(RemoteResource, gym.Env):
     def step(self, action: Any):
         """Send ``action`` (checked against the action space first) and return the 5-tuple."""
         self._check_open()
+        if action is None and not _takes_nothing(self.action_space):
+            raise ValueError(f"step(None): expected an action of {self.action_space} "
+                             "(None sends no action; only a world without actions takes it)")
         return self._agent.step(action)
 
     def render(self) -> np.ndarray | None:
         """The latest render observation (uint8 HxWx3) in ``rgb_array`` mode."""
-        if self.render_mode is None or self._agent.frame is None:
+        if self.render_mode is None:
+            gym.logger.warn("You are calling render method without specifying any render mode. "
+                            "You can specify the render_mode at initialization, "
+                            f'e.g. gym.make("{self.spec.id if self.spec else "dmrpc/Remote-v0"}", '
+                            'render_mode="rgb_array")')
+            return None
+        if self._agent.frame is None:
             return None
         return np.array(self._agent.frame, copy=True)
 

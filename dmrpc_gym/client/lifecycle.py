@@ -15,6 +15,14 @@ class RemoteResource:
     what SubprocVecEnv, SuperSuit and Ray need to ship an env elsewhere.
     A garbage-collected env closes itself.
 
+    Why not gymnasium's ``EzPickle``, which also pickles constructor arguments:
+    its ``__setstate__`` builds a second object and copies that one's
+    ``__dict__`` into the unpickled one; the second object is then collected,
+    and closing itself when collected (which these envs must do, or worlds
+    leak on the server) would close the connection both now share. We would
+    also have to override ``__getstate__`` to refuse ``channel=`` (a channel
+    cannot travel). Overriding both leaves nothing of ``EzPickle`` to use.
+
     >>> class Thing(RemoteResource):
     ...     def __init__(self, address):
     ...         self._kwargs = {"address": address}

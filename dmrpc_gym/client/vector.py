@@ -189,6 +189,8 @@ class DmRpcVectorEnv(VectorEnv):
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every sub-env; a sub-env that finished last step starts its next episode instead."""
+        if any(obs is None for obs in self._obs):
+            raise RuntimeError("step() before reset(): call reset() first (it starts every sub-env's episode)")
         if isinstance(actions, np.ndarray) and actions.ndim and isinstance(self.action_space, _ARRAY_SPACES):
             items = actions                     # one row per sub-env (what iterate() yields)
         else:

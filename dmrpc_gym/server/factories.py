@@ -157,14 +157,18 @@ class Factory:
         if sep:
             try:
                 module = importlib.import_module(module_name)
-            except ImportError as exc:
-                raise ValueError(f"cannot import module {module_name!r} of {target!r}: {exc}") from None
+            except Exception as exc:  # noqa: BLE001 - ImportError, or the module's own error on import
+                raise ValueError(f"cannot import module {module_name!r} of {target!r}: "
+                                 f"{type(exc).__name__}: {exc}") from None
             obj: Any = module
             try:
                 for part in attribute.split("."):
                     obj = getattr(obj, part)
             except AttributeError:
                 obj = None
+            except Exception as exc:  # noqa: BLE001 - a lazy attribute whose import fails (a missing dependency)
+                raise ValueError(f"cannot load {attribute!r} from module {module_name!r}: "
+                                 f"{type(exc).__name__}: {exc}") from None
             if obj is not None:
                 if isinstance(obj, types.ModuleType):
                     if not callable(getattr(obj, "parallel_env", None)):

@@ -301,6 +301,12 @@ class ParallelWorld:
                      read=self._read_seed, write=self._write_seed),
             Property("episode_step", pb.INT64, "env.step calls in the current episode",
                      read=lambda: self.rounds),
+            Property("agents", pb.STRING, "every agent of this world (possible_agents)",
+                     read=lambda: np.array(self.possible, dtype=np.str_), shape=(-1,)),
+            Property("missing_agents", pb.STRING,
+                     "the agents not joined yet: an episode starts once none is missing",
+                     read=lambda: np.array([a for a in self.possible if a not in self.agents], dtype=np.str_),
+                     shape=(-1,)),
         ]
 
     def _read_seed(self) -> int:

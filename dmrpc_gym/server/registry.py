@@ -67,7 +67,7 @@ class WorldRegistry:
             close_quietly(env)
             raise
         self._worlds[name] = world
-        log.debug("created world %r (%s) with %s", name, kind, describe(kwargs))
+        log.info("created world %r (%s) with %s", name, kind, describe(kwargs))
         return world
 
     def create(self, settings: Mapping[str, pb.Tensor]) -> str:
@@ -105,6 +105,7 @@ class WorldRegistry:
                 f"cannot destroy world {name!r}: {len(world.agents)} agent(s) are joined to it")
         del self._worlds[name]
         world.close()
+        log.info("destroyed world %r", name)
 
     def close(self) -> None:
         """Close every world (the server is stopping)."""

@@ -96,6 +96,7 @@ class Session:
                     raise status.invalid_argument("the request is empty (no payload is set)")
                 handler(getattr(request, which), response)
         except DmRpcError as exc:
+            log.info("%s refused: %s: %s", which, exc.code_name, exc.message)
             return error_response(exc.code, exc.message)
         except Exception as exc:  # noqa: BLE001 - a server bug must not end the stream
             log.exception("%s request failed", which)
@@ -118,6 +119,7 @@ class Session:
                 f"send LeaveWorld first (one world per connection)")
         world = self.registry.get(request.world_name)
         self.agent = world.join(request.settings)
+        log.info("joined world %r%s", world.name, f" as {self.agent.name!r}" if hasattr(self.agent, "name") else "")
         response.join_world.specs.CopyFrom(self.agent.specs)
 
     def _reset(self, request: pb.ResetRequest, response: pb.EnvironmentResponse) -> None:
@@ -158,6 +160,7 @@ class Session:
         agent, self.agent = self.agent, None
         if agent is not None:
             agent.leave()
+            log.info("left world %r", agent.world.name)
 
     def close(self) -> None:
         """The stream ended: leave (never raises)."""

@@ -341,6 +341,13 @@ class SB3Compat(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.observation_space, self._to_sb3, self._dropped = _observation_plan(env.observation_space)
         self.action_space, self._to_env = sb3_action_transform(env.action_space)
 
+    # The transforms are closures, so a copy is made by wrapping the (re-created) env again.
+    def __getstate__(self) -> dict:
+        return {"env": self.env}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["env"])
+
     def _observe(self, obs: Any, info: dict) -> Any:
         for name, path in self._dropped.items():
             info.setdefault(name, _get(obs, path))

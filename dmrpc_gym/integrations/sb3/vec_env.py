@@ -3,10 +3,11 @@
 SB3 resets within the step: every finished sub-env gets its restarting step
 right away (all in flight at once, through the fan-out engine
 :class:`~dmrpc_gym.client.fanout.Batch`) and its last observation goes to
-``info["terminal_observation"]``.
+``info["terminal_observation"]``. A finished episode's return, length and
+time go to ``info["episode"]`` as SB3's ``Monitor`` puts them, so SB3 logs
+``ep_rew_mean`` / ``ep_len_mean`` with no ``VecMonitor``.
 
->>> from dmrpc_gym.app.embedded import embedded_server
->>> venv = DmRpcSB3VecEnv(2, embedded_server("catch").address, seed_setting="seed", sb3_compat=True)
+>>> venv = DmRpcSB3VecEnv(2, "catch", seed_setting="seed", sb3_compat=True)
 >>> venv.seed(5)
 [5, 6]
 >>> venv.reset().shape
@@ -16,12 +17,14 @@ right away (all in flight at once, through the fan-out engine
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 import numpy as np
 from gymnasium.vector.utils import batch_space, iterate
 from stable_baselines3.common.vec_env import VecEnv
 
+from dmrpc_gym.app.embedded import resolve_address
 from dmrpc_gym.client.env import DmRpcEnv
 from dmrpc_gym.client.fanout import RESTART, Batch
 from dmrpc_gym.client.vector import batch_observations
@@ -39,11 +42,14 @@ class DmRpcSB3VecEnv(VecEnv):
     once); its last observation is ``info["terminal_observation"]`` and
     ``info["TimeLimit.truncated"]`` says whether it was cut short.
     ``step_async`` sends the actions, ``step_wait`` reads the answers.
+    ``address`` may name a bundled world (``"catch"``) on the embedded server.
     """
 
     def __init__(self, num_envs: int | None = None, address: str | None = None, *,
                  addresses: Sequence[str] | None = None, max_episode_steps: int | None = None,
                  sb3_compat: bool = False, **env_kwargs: Any):
+        address = None if address is None else resolve_address(address)
+        addresses = None if addresses is None else [resolve_address(a) for a in addresses]
         self._batch = Batch(num_envs, address, addresses=addresses,
                             max_episode_steps=max_episode_steps, **env_kwargs)
         self.envs = self._batch.envs
@@ -56,6 +62,9 @@ class DmRpcSB3VecEnv(VecEnv):
             obs_space, self._to_sb3 = sb3_observation_transform(obs_space)
             act_space, self._to_env = sb3_action_transform(act_space)
         self._plan: dict[int, bool] | None = None
+        self._start = time.time()
+        self._returns = np.zeros(n, dtype=np.float64)
+        self._lengths = np.zeros(n, dtype=np.int64)
         super().__init__(n, obs_space, act_space)
 
     # -- observations and actions through the optional SB3 transforms ---------
@@ -73,6 +82,8 @@ class DmRpcSB3VecEnv(VecEnv):
         self._reset_seeds()
         self._reset_options()
         self._plan = None
+        self._returns[:] = 0.0
+        self._lengths[:] = 0
         return self._batched([obs for obs, _ in results])
 
     def step_async(self, actions: np.ndarray) -> None:
@@ -91,6 +102,8 @@ class DmRpcSB3VecEnv(VecEnv):
         obs = [results[i][0] for i in range(self.num_envs)]
         rewards = np.array([results[i][1] for i in range(self.num_envs)], dtype=np.float32)
         dones = np.zeros(self.num_envs, dtype=np.bool_)
+        self._returns += [results[i][1] for i in range(self.num_envs)]
+        self._lengths += 1
         infos = []
         for i in range(self.num_envs):
             _, _, terminated, truncated, info = results[i]
@@ -98,6 +111,9 @@ class DmRpcSB3VecEnv(VecEnv):
             info["TimeLimit.truncated"] = bool(truncated and not terminated)
             if dones[i]:
                 info["terminal_observation"] = self._obs(obs[i])
+                info["episode"] = {"r": float(self._returns[i]), "l": int(self._lengths[i]),
+                                   "t": round(time.time() - self._start, 6)}
+                self._returns[i], self._lengths[i] = 0.0, 0
             infos.append(info)
         finished = np.flatnonzero(dones).tolist()
         if finished:

@@ -1,0 +1,240 @@
+"""Issue 14, client side: what a new user's mistakes and first steps meet (real servers on port 0)."""
+from __future__ import annotations
+
+import pickle
+import time
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import dmrpc_gym
+from dmrpc_gym.client.connection import Connection
+from dmrpc_gym.client.env import DmRpcEnv
+from dmrpc_gym.client.vector import DmRpcVectorEnv
+from dmrpc_gym.integrations.sb3.flat_spaces import SB3Compat
+from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.server import Server
+from dmrpc_gym.worlds.catch import Catch
+from dmrpc_gym.worlds.tag import Tag
+
+TAG_AGENTS = ["pursuer_0", "pursuer_1", "evader_0", "evader_1"]
+
+
+@pytest.fixture(scope="module")
+def catch():
+    with Server(Catch) as server:
+        yield server.address
+
+
+@pytest.fixture(scope="module")
+def tag():
+    # A long server timeout: a lone agent that waited for it would show in the test's time.
+    with Server(Tag, timeout=120.0) as server:
+        yield server.address
+
+
+# -- item 3: a single-agent client on a multi-agent world learns at once -----------------------
+
+def test_single_agent_env_creating_a_multi_agent_world_is_refused_at_once(tag):
+    start = time.monotonic()
+    with pytest.raises(ValueError) as err:
+        gym.make("dmrpc/Remote-v0", address=tag)
+    assert time.monotonic() - start < 20            # not the server's 120 s wait
+    text = str(err.value)
+    assert "is a multi-agent world (agents 'pursuer_0', 'pursuer_1', 'evader_0', 'evader_1')" in text
+    assert "joined alone as 'pursuer_0'" in text and "wait for 'pursuer_1', 'evader_0', 'evader_1'" in text
+    assert f"dmrpc_gym.parallel_env('{tag}', agents={TAG_AGENTS!r})" in text
+    with Connection(tag) as conn:                   # the refused env left and destroyed its world
+        from dmrpc_gym.client.properties import Properties
+        assert Properties(conn)["worlds"].tolist() == []
+
+
+def test_vector_env_on_a_multi_agent_world_fails_at_once(tag):
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="multi-agent world"):
+        gym.make_vec("dmrpc/Remote-v0", num_envs=2, vectorization_mode="vector_entry_point", address=tag)
+    assert time.monotonic() - start < 20
+
+
+def test_joining_a_multi_agent_world_by_name_warns_which_agents_it_waits_for(tag):
+    with Connection(tag) as conn:
+        name = conn.send(pb.CreateWorldRequest()).world_name
+        with pytest.warns(UserWarning, match=r"plays 'pursuer_0' and reset\(\) waits until 'pursuer_1', "
+                                             r"'evader_0', 'evader_1' have joined too"):
+            env = DmRpcEnv(tag, world_name=name)
+        env.close()
+        conn.send(pb.DestroyWorldRequest(world_name=name))
+
+
+def test_the_multi_agent_world_lists_its_agents_and_the_missing_ones(tag):
+    from dmrpc_gym.client.properties import Properties
+    env = dmrpc_gym.parallel_env(tag, agents=TAG_AGENTS[:1] + TAG_AGENTS[1:])
+    props = env.remote["evader_1"].connection
+    values = Properties(props)
+    assert values["agents"].tolist() == TAG_AGENTS and values["missing_agents"].tolist() == []
+    env.close()
+
+
+def test_single_agent_worlds_are_not_affected(catch):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env = DmRpcEnv(catch)
+    env.reset(seed=0)
+    env.close()
+
+
+# -- item 4: render_mode="human" through gymnasium.make ------------------------------------------
+
+def test_human_render_mode_through_gym_make_is_gymnasiums_human_rendering():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")            # gymnasium says it applies HumanRendering
+        env = gym.make("dmrpc/Catch-v0", render_mode="human")
+    try:
+        assert env.render_mode == "human"
+        assert type(env).__name__ == "HumanRendering"
+        assert env.unwrapped.render_mode == "rgb_array"
+    finally:
+        env.close()
+
+
+def test_human_render_mode_on_dmrpcenv_itself_says_where_it_works(catch):
+    with pytest.raises(ValueError, match=r"gymnasium.make\(\.\.\., render_mode='human'\)"):
+        DmRpcEnv(catch, render_mode="human")
+
+
+# -- item 7: mistakes are no longer accepted silently ---------------------------------------------
+
+def test_reset_option_typo_is_refused_naming_the_known_options():
+    env = gym.make("dmrpc/Catch-v0")
+    with pytest.raises(ValueError, match=r"unknown reset option 'setting'; expected 'settings', 'world_settings'"):
+        env.reset(options={"setting": {"seed": 1}})
+    env.reset(options={"settings": {"seed": 1}})
+    env.close()
+
+
+def test_step_none_is_refused():
+    env = gym.make("dmrpc/Catch-v0")
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"step\(None\): expected an action of Discrete\(3, start=-1"):
+        env.step(None)
+    env.close()
+
+
+def test_vector_env_step_before_reset_is_refused():
+    envs = gym.make_vec("dmrpc/Catch-v0", num_envs=2, vectorization_mode="vector_entry_point")
+    with pytest.raises(RuntimeError, match=r"step\(\) before reset\(\)"):
+        envs.step(np.array([0, 0], np.int8))
+    envs.reset(seed=0)
+    envs.step(np.array([0, 0], np.int8))
+    envs.close()
+
+
+def test_render_without_render_mode_warns_as_gymnasium_does(catch):
+    env = DmRpcEnv(catch)
+    env.reset(seed=0)
+    with pytest.warns(UserWarning, match="without specifying any render mode"):
+        assert env.render() is None
+    env.close()
+
+
+def test_dict_action_on_a_single_action_space_names_the_mistake():
+    env = gym.make("dmrpc/Catch-v0")
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"got a dict action with keys \['paddle'\], but the action space is "
+                                         r"Discrete\(3, start=-1, dtype=int8\), the single action 'paddle': "
+                                         r"pass its value itself"):
+        env.step({"paddle": 0})
+    env.close()
+
+
+# -- items 5 and 9: SB3 ---------------------------------------------------------------------------
+
+def test_sb3_compat_pickles_with_plain_pickle():
+    env = SB3Compat(gym.make("dmrpc/Catch-v0"))
+    copy = pickle.loads(pickle.dumps(env))
+    try:
+        obs, _ = copy.reset(seed=0)
+        assert obs.shape == (100,) and copy.action_space == gym.spaces.Discrete(3)
+        obs, reward, *_ = copy.step(1)
+        assert isinstance(reward, float)
+    finally:
+        copy.close()
+        env.close()
+
+
+def test_sb3_vec_env_takes_a_bundled_world_and_reports_episodes_to_ppo():
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3 import PPO
+    from dmrpc_gym.integrations.sb3 import DmRpcSB3VecEnv
+    venv = DmRpcSB3VecEnv(2, "catch", seed_setting="seed", sb3_compat=True)
+    try:
+        model = PPO("MlpPolicy", venv, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu")
+        model.learn(64)
+        episodes = list(model.ep_info_buffer)
+        # 64 timesteps over 2 envs are 32 steps each; Catch episodes are 9 steps and end with
+        # +1 or -1, so each env finished 3.
+        assert len(episodes) == 6
+        assert all(e["l"] == 9 and e["r"] in (-1.0, 1.0) for e in episodes)
+    finally:
+        venv.close()
+
+
+def test_tag_env_is_top_level():
+    assert dmrpc_gym.tag_env is dmrpc_gym.app.embedded.tag_env
+
+
+# -- item 10: pickling by constructor arguments (why not EzPickle: see client/lifecycle.py) --------
+
+def test_an_unpickled_env_keeps_its_connection_after_garbage_collection(catch):
+    import gc
+    env = DmRpcEnv(catch, seed_setting="seed")
+    copy = pickle.loads(pickle.dumps(env))
+    env.close()
+    gc.collect()                         # EzPickle's temporary twin would close the copy's connection here
+    obs, _ = copy.reset(seed=3)
+    obs, reward, *_ = copy.step(np.int8(0))
+    assert obs.shape == (10, 10) and copy.world_name != env.world_name
+    copy.close()
+
+
+def test_an_env_made_with_a_channel_refuses_to_pickle(catch):
+    import grpc
+    channel = grpc.insecure_channel(catch)
+    env = DmRpcEnv(channel=channel)
+    with pytest.raises(TypeError, match="made with channel= cannot be pickled"):
+        pickle.dumps(env)
+    env.close()
+    channel.close()
+
+
+# -- item 9: packaging ------------------------------------------------------------------------------
+
+def _setup_cfg():
+    import configparser
+    from pathlib import Path
+    parser = configparser.ConfigParser()
+    parser.read(Path(dmrpc_gym.__file__).resolve().parent.parent / "setup.cfg")
+    return parser
+
+
+def test_sb3_extra_declares_a_torch_floor_not_a_pin():
+    sb3 = [line.strip() for line in _setup_cfg()["options.extras_require"]["sb3"].splitlines() if line.strip()]
+    torch = [req for req in sb3 if req.startswith("torch")]
+    assert torch == ["torch>=2.0"]
+
+
+def test_readme_and_ci_install_the_cpu_torch_first():
+    from pathlib import Path
+    root = Path(dmrpc_gym.__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    command = readme.split("<!-- test-command -->\n```bash\n", 1)[1].split("\n", 1)[0]
+    assert command.startswith("pip install torch==2.13.0 && "
+                              'pip install -e ".[test]" && python -m pytest')
+    assert "*torch==*pytest*" in (root / ".ci" / "run").read_text()
+
+
+def test_inspect_needs_only_base_dependencies():
+    requires = _setup_cfg()["options"]["install_requires"]
+    assert "rich>=12" in requires
