@@ -4,7 +4,8 @@ Importing the package registers the ``dmrpc`` gymnasium namespace
 (``dmrpc/Remote-v0``, ``dmrpc/Catch-v0``). The layers, bottom up:
 ``protocol`` (the wire), ``transport`` (gRPC over HTTP/2), ``spaces``
 (TensorSpec <-> gymnasium), then ``client`` and ``server`` side by side,
-``integrations`` (SB3, RLlib, Godot) and ``app`` (the command line).
+``worlds`` (bundled worlds and their embedded servers), ``integrations``
+(SB3, RLlib, Godot) and ``app`` (the command line).
 """
 from dmrpc_gym import _compat
 from dmrpc_gym._version import __version__
@@ -20,10 +21,10 @@ _LAZY = {
     "DmRpcEnv": "dmrpc_gym.client.env",
     "State": "dmrpc_gym.client.agent",
     "DmRpcParallelEnv": "dmrpc_gym.client.parallel",
-    "parallel_env": "dmrpc_gym.app.embedded",
+    "parallel_env": "dmrpc_gym.worlds.embedded",
     "DmRpcVectorEnv": "dmrpc_gym.client.vector",
     "Connection": "dmrpc_gym.client.connection",
-    "tag_env": "dmrpc_gym.app.embedded",
+    "tag_env": "dmrpc_gym.worlds.embedded",
 }
 
 

@@ -31,10 +31,10 @@ ALIASES = {
     "dmrpc_gym.env": "dmrpc_gym.client.env",
     "dmrpc_gym.properties": "dmrpc_gym.client.properties",
     "dmrpc_gym.vector": ("dmrpc_gym.client.vector", "dmrpc_gym.client.fanout", "dmrpc_gym.integrations.sb3"),
-    "dmrpc_gym.parallel": ("dmrpc_gym.client.parallel", "dmrpc_gym.app.embedded"),
+    "dmrpc_gym.parallel": ("dmrpc_gym.client.parallel", "dmrpc_gym.worlds.embedded"),
     "dmrpc_gym.wrappers": "dmrpc_gym.integrations.sb3",
     "dmrpc_gym.report": "dmrpc_gym.app.report",
-    "dmrpc_gym.embedded": "dmrpc_gym.app.embedded",
+    "dmrpc_gym.embedded": "dmrpc_gym.worlds.embedded",
     "dmrpc_gym.cli": "dmrpc_gym.app.cli",
 }
 

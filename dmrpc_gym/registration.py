@@ -19,6 +19,6 @@ def register_envs() -> None:
     if "dmrpc/Catch-v0" not in gym.registry:
         gym.register(
             id="dmrpc/Catch-v0",
-            entry_point="dmrpc_gym.app.embedded:make_catch_env",
-            vector_entry_point="dmrpc_gym.app.embedded:make_catch_vector_env",
+            entry_point="dmrpc_gym.worlds.embedded:make_catch_env",
+            vector_entry_point="dmrpc_gym.worlds.embedded:make_catch_vector_env",
         )

@@ -24,7 +24,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 
 import dmrpc_gym
-from dmrpc_gym.app.embedded import embedded_server
+from dmrpc_gym.worlds.embedded import embedded_server
 from dmrpc_gym.server import Server
 
 KERNEL_READY_TIMEOUT = 60.0

@@ -16,10 +16,10 @@ from dmrpc_gym._compat import ALIASES
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "dmrpc_gym"
 
 #: Layer -> rank: a module may import its own layer and lower ranks only.
-RANKS = {"protocol": 0, "worlds": 0, "transport": 1, "spaces": 1, "client": 2, "server": 2,
-         "integrations": 3, "app": 4}
+RANKS = {"protocol": 0, "transport": 1, "spaces": 1, "client": 2, "server": 2, "worlds": 3,
+         "integrations": 4, "app": 5}
 #: Layers of one rank that must not import each other either.
-APART = [{"client", "server"}, {"transport", "spaces"}, {"protocol", "worlds"}]
+APART = [{"client", "server"}, {"transport", "spaces"}]
 #: The package root (its __init__, registration and the old-path aliases) names modules
 #: of every layer, but imports only these eagerly.
 ROOT_EAGER = {"dmrpc_gym._compat", "dmrpc_gym._version", "dmrpc_gym.protocol.errors", "dmrpc_gym.registration"}

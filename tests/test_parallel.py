@@ -14,7 +14,7 @@ from pettingzoo.test import parallel_api_test
 import dmrpc_gym
 from dmrpc_gym import DmRpcError, DmRpcParallelEnv
 from dmrpc_gym.client.agent import State
-from dmrpc_gym.app.embedded import tag_env
+from dmrpc_gym.worlds.embedded import tag_env
 from dmrpc_gym.client.parallel import join_settings
 from dmrpc_gym.server import Server
 from dmrpc_gym.worlds.tag import Tag

@@ -8,7 +8,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from dmrpc_gym.protocol import tensors
 from dmrpc_gym.spaces import UnsupportedSpec, dict_space, flatten_value, space_from_spec, unflatten_value
 from dmrpc_gym.protocol.spec_table import SpecManager
 from dmrpc_gym.protocol.specs import SpecChecker, cast_exact, check_value, validate_spec

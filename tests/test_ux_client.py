@@ -12,7 +12,6 @@ import pytest
 import dmrpc_gym
 from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.client.env import DmRpcEnv
-from dmrpc_gym.client.vector import DmRpcVectorEnv
 from dmrpc_gym.integrations.sb3.flat_spaces import SB3Compat
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import Server
@@ -182,7 +181,7 @@ def test_sb3_vec_env_takes_a_bundled_world_and_reports_episodes_to_ppo():
 
 
 def test_tag_env_is_top_level():
-    assert dmrpc_gym.tag_env is dmrpc_gym.app.embedded.tag_env
+    assert dmrpc_gym.tag_env is dmrpc_gym.worlds.embedded.tag_env
 
 
 # -- item 10: pickling by constructor arguments (why not EzPickle: see client/lifecycle.py) --------

@@ -13,7 +13,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
 from dmrpc_gym import DmRpcError, State
-from dmrpc_gym.app.embedded import embedded_server
+from dmrpc_gym.worlds.embedded import embedded_server
 from dmrpc_gym.server import Server
 from dmrpc_gym.client.fanout import Batch
 from dmrpc_gym.client.vector import DmRpcVectorEnv, batch_observations, merge_infos
@@ -349,7 +349,7 @@ def test_dead_server_raises_connection_error_and_close_returns():
 def test_interpreter_exits_promptly_with_vector_envs_left_open():
     code = textwrap.dedent("""
         import numpy as np
-        from dmrpc_gym.app.embedded import embedded_server
+        from dmrpc_gym.worlds.embedded import embedded_server
         from dmrpc_gym.client.fanout import Batch
         from dmrpc_gym.client.vector import DmRpcVectorEnv
         envs = DmRpcVectorEnv(3, embedded_server("catch").address)

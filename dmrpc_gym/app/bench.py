@@ -98,7 +98,7 @@ def bench(address: str, steps: int = 2000, world_settings: Mapping[str, Any] | N
     Returns ``{"address", "env": {steps, seconds, episodes, steps_per_second},
     "vector": {num_envs, steps, seconds, episodes, steps_per_second} or None}``.
 
-    >>> from dmrpc_gym.app.embedded import embedded_server
+    >>> from dmrpc_gym.worlds.embedded import embedded_server
     >>> result = bench(embedded_server("catch").address, steps=50, quiet=True)
     >>> result["env"]["steps"], result["env"]["steps_per_second"] > 0
     (50, True)

@@ -125,7 +125,7 @@ def check_world(address: str, *, world_settings: Mapping[str, Any] | None = None
     server (``"seed"`` for servers built with :mod:`dmrpc_gym.server`; ``None``
     if the server has none, and then the determinism checks will say so).
 
-    >>> from dmrpc_gym.app.embedded import embedded_server
+    >>> from dmrpc_gym.worlds.embedded import embedded_server
     >>> kind, verdicts = check_world(embedded_server("catch").address)
     >>> kind, sorted({v.status for v in verdicts})
     ('gymnasium env', ['ok'])

@@ -182,7 +182,7 @@ def _add_world_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _world_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    from dmrpc_gym.app.embedded import WORLDS, embedded_server
+    from dmrpc_gym.worlds.embedded import WORLDS, embedded_server
     address = embedded_server(args.address).address if args.address in WORLDS else args.address
     return dict(address=address, world_settings=dict(args.setting) or None, world_name=args.world,
                 join_settings=dict(args.join) or None, connect_timeout=args.connect_timeout)

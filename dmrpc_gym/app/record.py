@@ -10,7 +10,7 @@ Pillow, ``.mp4`` with the ffmpeg that the ``imageio-ffmpeg`` package ships
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -155,7 +155,7 @@ def record(address: str, out: str | Path, *, steps: int = 200, fps: int = 10, se
     ``ValueError`` saying so.
 
     >>> import tempfile, os
-    >>> from dmrpc_gym.app.embedded import embedded_server
+    >>> from dmrpc_gym.worlds.embedded import embedded_server
     >>> out = os.path.join(tempfile.mkdtemp(), "catch.gif")
     >>> result = record(embedded_server("catch").address, out, steps=12, progress=False)
     >>> result["frames"], result["episodes"]

@@ -221,7 +221,7 @@ def inspect_world(address: str, *, world_settings: Mapping[str, Any] | None = No
     existing ``world_name``. An unreachable address raises ``ConnectionError``
     naming it; errors answered by the server raise ``DmRpcError``.
 
-    >>> from dmrpc_gym.app.embedded import embedded_server
+    >>> from dmrpc_gym.worlds.embedded import embedded_server
     >>> report = inspect_world(embedded_server("catch").address)
     >>> [(row.name, str(row.space)) for row in report.actions]
     [('paddle', 'Discrete(3, start=-1, dtype=int8)')]
@@ -325,7 +325,7 @@ def _same_specs(a: AgentSpecs, b: AgentSpecs) -> bool:
 def format_report(report: WorldReport) -> str:
     """The report as text tables: actions, observations (per agent in a multi-agent world), properties.
 
-    >>> from dmrpc_gym.app.embedded import embedded_server
+    >>> from dmrpc_gym.worlds.embedded import embedded_server
     >>> print(format_report(inspect_world(embedded_server("catch").address)))  # doctest: +ELLIPSIS
     World '...' at 127.0.0.1:... (created for this report, destroyed after)
     <BLANKLINE>
@@ -392,7 +392,7 @@ def _spec_json(row: SpecRow) -> dict[str, Any]:
 def report_json(report: WorldReport) -> dict[str, Any]:
     """The report as plain data for ``json.dumps``: specs (per agent in a multi-agent world) and properties.
 
-    >>> from dmrpc_gym.app.embedded import embedded_server
+    >>> from dmrpc_gym.worlds.embedded import embedded_server
     >>> data = report_json(inspect_world(embedded_server("catch").address))
     >>> data["actions"][0]["name"], data["actions"][0]["space"], data["agents"]
     ('paddle', 'Discrete(3, start=-1, dtype=int8)', [])

@@ -108,7 +108,7 @@ class Batch:
     interrupt are read (and dropped) before the next submit, so every
     connection stays in step.
 
-    >>> from dmrpc_gym.app.embedded import embedded_server
+    >>> from dmrpc_gym.worlds.embedded import embedded_server
     >>> batch = Batch(2, embedded_server("catch").address)
     >>> [obs.shape for obs, info in batch.reset([0, 1], seeds=[None, None])]
     [(10, 10), (10, 10)]

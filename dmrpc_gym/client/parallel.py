@@ -160,7 +160,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
     step for an agent B whose stream died (rather than ending A's sequence) is
     bounded only by ``step_timeout``.
 
-    >>> from dmrpc_gym.app.embedded import embedded_server
+    >>> from dmrpc_gym.worlds.embedded import embedded_server
     >>> env = DmRpcParallelEnv(embedded_server("tag").address, world_settings={"evaders": 1},
     ...                        agents=["pursuer_0", "pursuer_1", "evader_0"])
     >>> observations, infos = env.reset(seed=3)

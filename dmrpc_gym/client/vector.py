@@ -141,7 +141,7 @@ class DmRpcVectorEnv(VectorEnv):
     ``reset(seed=s)`` seeds sub-env ``i`` with ``s + i``; ``options["reset_mask"]``
     resets only some sub-envs.
 
-    >>> from dmrpc_gym.app.embedded import embedded_server
+    >>> from dmrpc_gym.worlds.embedded import embedded_server
     >>> envs = DmRpcVectorEnv(3, embedded_server("catch").address, seed_setting="seed")
     >>> obs, infos = envs.reset(seed=0)
     >>> obs.shape, sorted(infos)

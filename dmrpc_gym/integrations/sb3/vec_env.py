@@ -24,7 +24,7 @@ import numpy as np
 from gymnasium.vector.utils import batch_space, iterate
 from stable_baselines3.common.vec_env import VecEnv
 
-from dmrpc_gym.app.embedded import resolve_address
+from dmrpc_gym.worlds.embedded import resolve_address
 from dmrpc_gym.client.env import DmRpcEnv
 from dmrpc_gym.client.fanout import RESTART, Batch
 from dmrpc_gym.client.vector import batch_observations
