@@ -1,0 +1,195 @@
+"""Where env calls run: a bounded pool of worker threads, and lanes that keep each env's calls in order.
+
+The server's event loop never calls an env itself. Each env (a gym agent's env,
+a PettingZoo world's env) has a :class:`Lane`: its calls (construction,
+``reset``, ``step``, ``render``, ``close``) run one at a time, in the order they
+were made, on one of the :class:`WorkerPool`'s threads, so an env is never
+called from two threads at once while different envs' calls overlap (envs that
+release the GIL, simulators in C or in another process, step in parallel) and
+a slow env delays nobody else. The loop awaits a call's result like any I/O.
+
+Worker threads are daemon threads and ``close()`` does not wait for them: a
+server can stop while an env is stuck in ``step`` (the stuck call's result is
+dropped). A pool of size 0 runs every call inline, on the caller's thread.
+
+>>> import asyncio
+>>> pool = WorkerPool(2)
+>>> lane = pool.lane()
+>>> async def demo():
+...     return await asyncio.gather(*(lane.call(pow, 2, k) for k in range(4)))
+>>> asyncio.run(demo())
+[1, 2, 4, 8]
+>>> pool.close()
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import logging
+import os
+import queue
+import threading
+from typing import Any, Callable
+
+__all__ = ["WorkerPool", "Lane", "default_workers", "rendered"]
+
+log = logging.getLogger("dmrpc_gym.server")
+
+
+def default_workers() -> int:
+    """The default pool size: ``min(32, cpu_count + 4)``, as the standard library's thread pool.
+
+    Threads mostly wait (on the GIL-free part of an env, or on a worker
+    process), so more threads than cores let that many envs overlap; the bound
+    keeps a server with many idle worlds from holding a thread per world.
+    """
+    return min(32, (os.cpu_count() or 1) + 4)
+
+
+def _deliver(future: asyncio.Future, ok: bool, value: Any) -> None:
+    if not future.done():
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+
+class Lane:
+    """One env's calls, run one at a time and in order on a :class:`WorkerPool` (inline without one)."""
+
+    __slots__ = ("_pool", "_items", "_lock", "_busy")
+
+    def __init__(self, pool: "WorkerPool | None"):
+        self._pool = pool
+        self._items: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        self._busy = False
+
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on a worker thread, after this lane's earlier calls; its result or exception.
+
+        Cancelling the awaiting task drops the result; a call not started yet is skipped.
+        """
+        if kwargs:
+            return await self.call(functools.partial(fn, **kwargs), *args)
+        if self._pool is None:
+            return fn(*args)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._put((fn, args, loop, future))
+        return await future
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` after this lane's earlier calls without waiting (errors are logged)."""
+        if self._pool is None:
+            _run_logged(fn, args)
+        else:
+            self._put((fn, args, None, None))
+
+    def _put(self, item: tuple) -> None:
+        with self._lock:
+            self._items.append(item)
+            if self._busy:
+                return
+            self._busy = True
+        self._pool._ready(self)  # type: ignore[union-attr]
+
+    def _run_one(self) -> None:
+        """Run the next call (on a worker thread); hand the lane back to the pool if more are waiting."""
+        with self._lock:
+            fn, args, loop, future = self._items.popleft()
+        if future is None:
+            _run_logged(fn, args)
+        elif not future.cancelled():
+            try:
+                ok, value = True, fn(*args)
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+                ok, value = False, exc
+            try:
+                loop.call_soon_threadsafe(_deliver, future, ok, value)
+            except RuntimeError:
+                pass  # the loop is closed: the server stopped while the env was busy
+        with self._lock:
+            if not self._items:
+                self._busy = False
+                return
+        self._pool._ready(self)  # type: ignore[union-attr]
+
+
+async def rendered(lane: Lane, render: Callable[[], Any] | None) -> Callable[[], Any] | None:
+    """Render now on ``lane``; a callable that gives the frame (or raises render's error) to encode with."""
+    if render is None:
+        return None
+    try:
+        frame = await lane.call(render)
+    except Exception as exc:  # noqa: BLE001 - raised again where the frame is used
+        error = exc
+
+        def fail() -> Any:
+            raise error
+        return fail
+    return lambda: frame
+
+
+def _run_logged(fn: Callable[..., Any], args: tuple) -> None:
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - nobody waits for a posted call
+        log.exception("%s failed", getattr(fn, "__qualname__", fn))
+
+
+class WorkerPool:
+    """Up to ``size`` daemon threads that run the calls of many :class:`Lane` s (``size=0``: inline).
+
+    Threads start on demand and stay for the pool's life.
+    """
+
+    def __init__(self, size: int, name: str = "dmrpc-gym-env"):
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ValueError(f"workers must be a whole number >= 0 (0 runs envs on the event loop), got {size!r}")
+        self.size, self.name = size, name
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def lane(self) -> Lane:
+        """A new lane (inline when the pool has no threads)."""
+        return Lane(self if self.size else None)
+
+    def _ready(self, lane: Lane) -> None:
+        if not self._idle.acquire(blocking=False):
+            with self._lock:
+                if not self._closed and len(self._threads) < self.size:
+                    thread = threading.Thread(target=self._work, daemon=True,
+                                              name=f"{self.name}-{len(self._threads)}")
+                    self._threads.append(thread)
+                    thread.start()
+        self._queue.put(lane)
+
+    def _work(self) -> None:
+        get, idle = self._queue.get, self._idle
+        while True:
+            lane = get()
+            if lane is None:
+                return
+            try:
+                lane._run_one()
+            except BaseException:  # noqa: BLE001 - a worker must survive anything
+                log.exception("an env worker call failed")
+            idle.release()
+
+    @property
+    def threads(self) -> int:
+        """Threads started so far."""
+        return len(self._threads)
+
+    def close(self) -> None:
+        """Let idle threads end; never waits (a thread stuck in an env call ends with the process)."""
+        with self._lock:
+            self._closed = True
+            count = len(self._threads)
+        for _ in range(count):
+            self._queue.put(None)
