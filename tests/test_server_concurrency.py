@@ -38,6 +38,8 @@ STEPS: list[tuple[int, str, float, float]] = []
 HOLD = threading.Event()
 #: Set when an env enters a held step.
 HELD = threading.Event()
+#: Seconds every Sleepy step sleeps on top of its own delay (thread mode).
+EXTRA = [0.0]
 WAIT = 30.0   # seconds a test waits for something that should happen at once
 
 
@@ -72,7 +74,7 @@ class Sleepy(gym.Env):
             HELD.set()
             HOLD.wait(WAIT)
         else:
-            time.sleep(self.delay)
+            time.sleep(self.delay + EXTRA[0])
         STEPS.append((id(self), threading.current_thread().name, start, time.monotonic()))
         return self._obs(), 1.0, False, False, {}
 
@@ -175,6 +177,40 @@ def test_workers_zero_runs_envs_on_the_loop_and_bad_numbers_are_refused():
         Server(Catch, workers=-1)
     with pytest.raises(ValueError, match="processes must be a whole number"):
         Server(Catch, processes=-2)
+
+
+def test_quick_steps_run_on_the_loop_until_one_is_slow():
+    STEPS.clear()
+    EXTRA[0] = 0.0
+    with Server(Sleepy) as server, Server(Sleepy, inline_below=0) as never:
+        loop_thread = f"dmrpc-gym-server {server.factory.name}"
+        env = DmRpcEnv(server.address, world_settings={"delay": 0.0})
+        env.reset(seed=0)
+        for _ in range(60):
+            env.step(0)
+        quick = [name for _, name, _, _ in STEPS]
+        # The first steps go to a worker; once a streak of quick ones is seen, they run on the loop.
+        assert all(name.startswith("dmrpc-gym-env") for name in quick[:8])
+        assert loop_thread in quick[8:]
+        STEPS.clear()
+        EXTRA[0] = 0.003   # the env turns slow: the first slow step sends the next ones to workers
+        try:
+            for _ in range(6):
+                env.step(0)
+        finally:
+            EXTRA[0] = 0.0
+        slow = [name for _, name, _, _ in STEPS]
+        assert all(name.startswith("dmrpc-gym-env") for name in slow[1:]), slow
+        env.close()
+        STEPS.clear()
+        env = DmRpcEnv(never.address, world_settings={"delay": 0.0})
+        env.reset(seed=0)
+        for _ in range(30):
+            env.step(0)
+        env.close()
+        assert all(name.startswith("dmrpc-gym-env") for _, name, _, _ in STEPS)
+    with pytest.raises(ValueError, match="inline_below must be"):
+        Server(Catch, inline_below=-1)
 
 
 # -- processes -----------------------------------------------------------------------------

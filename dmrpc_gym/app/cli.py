@@ -61,6 +61,9 @@ def add_serve(subparsers: Any) -> None:
     parser.add_argument("--workers", type=int, default=None, metavar="N",
                         help="threads env calls run on, so that worlds step concurrently "
                              "(default: min(32, CPUs + 4); 0 runs envs on the event loop)")
+    parser.add_argument("--inline-below", type=float, default=100e-6, metavar="SECONDS",
+                        help="an env whose recent steps each took less runs them on the event loop, "
+                             "cheaper than a thread hand-off (default: %(default)s; 0: never)")
     parser.add_argument("--processes", type=int, default=0, metavar="N",
                         help="build and step envs in N worker processes, for pure-Python envs "
                              "(default: 0, envs in the server's process)")
@@ -79,7 +82,7 @@ def start_server(args: argparse.Namespace):
     render: bool | str = {"rgb_array": True, "none": False}.get(args.render, args.render)
     return Server(args.target, kind=args.kind, address=f"{args.host}:{args.port}",
                   render=render, timeout=args.timeout, workers=args.workers,
-                  processes=args.processes).start()
+                  processes=args.processes, inline_below=args.inline_below).start()
 
 
 def run_serve(args: argparse.Namespace) -> int:

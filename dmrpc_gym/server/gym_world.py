@@ -235,7 +235,7 @@ class GymAgent:
         else:
             action = self.interface.actions(request.actions)
             try:
-                obs, reward, terminated, truncated, _ = await self.lane.call(self.env.step, action)
+                obs, reward, terminated, truncated, _ = await self.lane.quick(self.env.step, action)
             except Exception as exc:  # noqa: BLE001 - the env's error is the answer
                 self.running, self.broken = False, True
                 raise status.internal(

@@ -226,7 +226,7 @@ class ParallelWorld:
         self.pending.clear()
         generation = self.generation
         try:
-            obs, rewards, terminations, truncations, agents = await self.lane.call(_step, self.env, actions)
+            obs, rewards, terminations, truncations, agents = await self.lane.quick(_step, self.env, actions)
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
             if generation == self.generation:
                 self.failure = (self.episode, f"{self.factory.name}: step raised {type(exc).__name__}: "

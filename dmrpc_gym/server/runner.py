@@ -22,7 +22,7 @@ from dmrpc_gym.server.factories import Factory
 from dmrpc_gym.transport.h2_server import GrpcProtocol
 from dmrpc_gym.server.session import Session
 from dmrpc_gym.server.registry import WorldRegistry
-from dmrpc_gym.server.workers import WorkerPool, default_workers
+from dmrpc_gym.server.workers import INLINE_BELOW, WorkerPool, default_workers
 
 __all__ = ["Server", "serve"]
 
@@ -50,6 +50,9 @@ class Server:
         workers: threads that env calls run on (None: ``min(32, cpu_count + 4)``);
             envs that release the GIL overlap up to this many. 0 runs envs on
             the event loop (one at a time; the least overhead per step).
+        inline_below: seconds; an env whose recent steps each took less runs
+            its steps on the event loop, where they cost less than a thread
+            hand-off (see :mod:`~dmrpc_gym.server.workers`); 0: never.
         processes: 0 to keep envs in the server's process, or the number of
             worker processes (``spawn``) to build and step them in, for envs
             that hold the GIL; the factory must then be importable by the
@@ -68,10 +71,10 @@ class Server:
 
     def __init__(self, factory: Any, *, kind: str | None = None, address: str = "127.0.0.1:0",
                  render: bool | str = True, timeout: float = 30.0, default_world: bool = True,
-                 workers: int | None = None, processes: int = 0):
+                 workers: int | None = None, processes: int = 0, inline_below: float = INLINE_BELOW):
         self.factory = Factory(factory, kind=kind, render=render)
         self.workers = default_workers() if workers is None else workers
-        self._pool = WorkerPool(self.workers)   # checks the number
+        self._pool = WorkerPool(self.workers, inline_below=inline_below)   # checks the numbers
         self._processes: Any = None
         if processes:
             from dmrpc_gym.server.processes import ProcessHost

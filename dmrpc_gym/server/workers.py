@@ -8,6 +8,16 @@ called from two threads at once while different envs' calls overlap (envs that
 release the GIL, simulators in C or in another process, step in parallel) and
 a slow env delays nobody else. The loop awaits a call's result like any I/O.
 
+Handing a call to a thread costs a few tens of microseconds on an idle
+machine (far more on a loaded one), more than a trivial env's whole step. So
+:meth:`Lane.quick` (used for ``step``) runs inline, on the event loop, while
+the env's recent steps have each been shorter than the pool's ``inline_below``
+(default 100 us): after a streak of such steps (8 at first), until one is
+slower. A lane caught being slow inline needs twice as long a streak the next
+time, so an env that is only sometimes fast soon stays on the workers. Every
+other call (building, ``reset``, ``render``, ``close``) always goes to a worker.
+``inline_below=0`` sends every step to a worker.
+
 Worker threads are daemon threads and ``close()`` does not wait for them: a
 server can stop while an env is stuck in ``step`` (the stuck call's result is
 dropped). A pool of size 0 runs every call inline, on the caller's thread.
@@ -30,9 +40,14 @@ import logging
 import os
 import queue
 import threading
+import time
 from typing import Any, Callable
 
-__all__ = ["WorkerPool", "Lane", "default_workers", "rendered"]
+__all__ = ["WorkerPool", "Lane", "default_workers", "rendered", "INLINE_BELOW"]
+
+#: Steps shorter than this (seconds), every one of a streak, run on the event loop.
+INLINE_BELOW = 100e-6
+_FIRST_STREAK, _LONGEST_STREAK = 8, 4096
 
 log = logging.getLogger("dmrpc_gym.server")
 
@@ -58,13 +73,41 @@ def _deliver(future: asyncio.Future, ok: bool, value: Any) -> None:
 class Lane:
     """One env's calls, run one at a time and in order on a :class:`WorkerPool` (inline without one)."""
 
-    __slots__ = ("_pool", "_items", "_lock", "_busy")
+    __slots__ = ("_pool", "_items", "_lock", "_busy", "_fast", "_streak", "inline_calls")
 
     def __init__(self, pool: "WorkerPool | None"):
         self._pool = pool
         self._items: collections.deque = collections.deque()
         self._lock = threading.Lock()
         self._busy = False
+        self._fast = 0                  # quick calls in a row shorter than the pool's inline_below
+        self._streak = _FIRST_STREAK    # how many it takes to run inline
+        self.inline_calls = 0           # quick calls run on the caller's thread
+
+    async def quick(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """As :meth:`call`, but inline while this lane's recent quick calls were all short (see the module doc)."""
+        pool = self._pool
+        if pool is None:
+            return fn(*args)
+        if self._fast >= self._streak and not self._busy:
+            self.inline_calls += 1
+            start = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                self._timed(time.perf_counter() - start)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._put((fn, args, loop, future, True))
+        return await future
+
+    def _timed(self, seconds: float) -> None:
+        if seconds < self._pool.inline_below:  # type: ignore[union-attr]
+            self._fast += 1
+        else:
+            if self._fast >= self._streak:      # it was running inline: trust it less next time
+                self._streak = min(2 * self._streak, _LONGEST_STREAK)
+            self._fast = 0
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` on a worker thread, after this lane's earlier calls; its result or exception.
@@ -77,7 +120,7 @@ class Lane:
             return fn(*args)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._put((fn, args, loop, future))
+        self._put((fn, args, loop, future, False))
         return await future
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -85,7 +128,7 @@ class Lane:
         if self._pool is None:
             _run_logged(fn, args)
         else:
-            self._put((fn, args, None, None))
+            self._put((fn, args, None, None, False))
 
     def _put(self, item: tuple) -> None:
         with self._lock:
@@ -98,14 +141,17 @@ class Lane:
     def _run_one(self) -> None:
         """Run the next call (on a worker thread); hand the lane back to the pool if more are waiting."""
         with self._lock:
-            fn, args, loop, future = self._items.popleft()
+            fn, args, loop, future, timed = self._items.popleft()
         if future is None:
             _run_logged(fn, args)
         elif not future.cancelled():
+            start = time.perf_counter()
             try:
                 ok, value = True, fn(*args)
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
                 ok, value = False, exc
+            if timed:
+                self._timed(time.perf_counter() - start)
             try:
                 loop.call_soon_threadsafe(_deliver, future, ok, value)
             except RuntimeError:
@@ -142,13 +188,16 @@ def _run_logged(fn: Callable[..., Any], args: tuple) -> None:
 class WorkerPool:
     """Up to ``size`` daemon threads that run the calls of many :class:`Lane` s (``size=0``: inline).
 
-    Threads start on demand and stay for the pool's life.
+    Threads start on demand and stay for the pool's life. ``inline_below``:
+    see the module doc.
     """
 
-    def __init__(self, size: int, name: str = "dmrpc-gym-env"):
+    def __init__(self, size: int, name: str = "dmrpc-gym-env", inline_below: float = INLINE_BELOW):
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise ValueError(f"workers must be a whole number >= 0 (0 runs envs on the event loop), got {size!r}")
-        self.size, self.name = size, name
+        if not isinstance(inline_below, (int, float)) or not 0 <= inline_below < 1:
+            raise ValueError(f"inline_below must be a number of seconds in [0, 1), got {inline_below!r}")
+        self.size, self.name, self.inline_below = size, name, float(inline_below)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._idle = threading.Semaphore(0)
         self._threads: list[threading.Thread] = []
