@@ -9,7 +9,9 @@ mode) in which processes envs ran. Nothing here asserts a duration.
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import types
 import time
 
 import gymnasium as gym
@@ -253,9 +255,17 @@ def test_process_mode_serves_rgb_errors_and_properties():
         env.close()
 
 
-def test_process_mode_needs_a_factory_a_process_can_import():
+def test_process_mode_needs_a_factory_a_process_can_import(monkeypatch):
     with pytest.raises(ValueError, match="processes= needs a factory"):
         Server(lambda: Sleepy(), processes=1)
+    # Picklable here, but its module exists only in this process: the worker cannot load it.
+    ghost = types.ModuleType("ghost_module_of_this_test")
+    ghost.Ghost = type("Ghost", (Sleepy,), {"__module__": ghost.__name__})
+    monkeypatch.setitem(sys.modules, ghost.__name__, ghost)
+    server = Server(ghost.Ghost, processes=1)
+    with pytest.raises(ValueError, match="env worker process .*Ghost"):
+        server.start()
+    server.stop()
 
 
 def _tag_rounds(env) -> tuple[list, np.ndarray]:

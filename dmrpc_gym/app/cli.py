@@ -60,7 +60,7 @@ def add_serve(subparsers: Any) -> None:
                              "passed to the envs as is")
     parser.add_argument("--workers", type=int, default=None, metavar="N",
                         help="threads env calls run on, so that worlds step concurrently "
-                             "(default: min(32, CPUs + 4); 0 runs envs on the event loop)")
+                             "(default: 64, started as needed; 0 runs envs on the event loop)")
     parser.add_argument("--inline-below", type=float, default=100e-6, metavar="SECONDS",
                         help="an env whose recent steps each took less runs them on the event loop, "
                              "cheaper than a thread hand-off (default: %(default)s; 0: never)")

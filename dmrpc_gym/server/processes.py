@@ -31,6 +31,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import signal
 import threading
 from typing import Any, Mapping
 
@@ -44,6 +45,7 @@ __all__ = ["ProcessHost", "RemoteEnv", "RemoteFactory"]
 log = logging.getLogger("dmrpc_gym.server")
 
 _STOP_WAIT = 2.0
+_START_WAIT = 120.0   # a loaded machine may take long to start Python and import gymnasium
 
 
 # -- the worker process ------------------------------------------------------------------
@@ -97,7 +99,8 @@ def _answer(factory: Factory, envs: dict, op: str, key: int, args: tuple) -> Any
 
 
 def _serve(conn: Any, target: Any, kind: str | None, render: Any, spec: Any) -> None:
-    """A worker process: build envs and answer calls on them until the pipe closes or says exit."""
+    """A worker process: say ready (or why not), then build envs and answer calls until told to exit."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the server's to handle: it stops us
     envs: dict[int, tuple[Any, str]] = {}
     try:
         if spec is not None and spec.id not in gym.registry:
@@ -106,6 +109,7 @@ def _serve(conn: Any, target: Any, kind: str | None, render: Any, spec: Any) -> 
         failure: BaseException | None = None
     except Exception as exc:  # noqa: BLE001 - every request gets this answer
         factory, failure = None, exc
+    conn.send(None if failure is None else _portable(failure))
     try:
         while True:
             try:
@@ -142,6 +146,18 @@ class _Worker:
         child.close()
         self.lock = threading.Lock()
         self.envs = 0
+
+    def ready(self, name: str) -> None:
+        """Wait for the process to have loaded the factory; ``ValueError`` saying why it could not."""
+        try:
+            if not self.conn.poll(_START_WAIT):
+                raise ValueError(f"an env worker process did not start within {_START_WAIT:g} s")
+            failure = self.conn.recv()
+        except (EOFError, OSError):
+            raise ValueError(f"an env worker process exited while loading {name} "
+                             f"(exit code {self.process.exitcode}); is it importable there?") from None
+        if failure is not None:
+            raise ValueError(f"an env worker process cannot load {name}: {failure}")
 
     def request(self, op: str, key: int, *args: Any) -> Any:
         with self.lock:
@@ -248,12 +264,22 @@ class ProcessHost:
         self._lock = threading.Lock()
 
     def start(self) -> "ProcessHost":
-        """Start the processes (they import the factory in the background); returns ``self``."""
+        """Start the processes and wait until each has loaded the factory; returns ``self``.
+
+        ``ValueError`` (the processes stopped) when one cannot load it.
+        """
         render = self.factory.render_mode or False
         args = (self.factory.target, self.factory.kind, render, self._spec)
         with self._lock:
             while len(self._workers) < self.count:
                 self._workers.append(_Worker(self._context, args, len(self._workers)))
+            workers = list(self._workers)
+        try:
+            for worker in workers:
+                worker.ready(self.factory.name)
+        except BaseException:
+            self.close()
+            raise
         return self
 
     @property

@@ -47,7 +47,7 @@ class Server:
         timeout: seconds a multi-agent wait may see no progress before it fails.
         default_world: whether JoinWorld with an empty world name joins a world
             made on first use with no settings.
-        workers: threads that env calls run on (None: ``min(32, cpu_count + 4)``);
+        workers: threads that env calls run on (None: 64, started as needed);
             envs that release the GIL overlap up to this many. 0 runs envs on
             the event loop (one at a time; the least overhead per step).
         inline_below: seconds; an env whose recent steps each took less runs

@@ -37,13 +37,12 @@ import asyncio
 import collections
 import functools
 import logging
-import os
 import queue
 import threading
 import time
 from typing import Any, Callable
 
-__all__ = ["WorkerPool", "Lane", "default_workers", "rendered", "INLINE_BELOW"]
+__all__ = ["WorkerPool", "Lane", "default_workers", "rendered", "INLINE_BELOW", "DEFAULT_WORKERS"]
 
 #: Steps shorter than this (seconds), every one of a streak, run on the event loop.
 INLINE_BELOW = 100e-6
@@ -52,14 +51,22 @@ _FIRST_STREAK, _LONGEST_STREAK = 8, 4096
 log = logging.getLogger("dmrpc_gym.server")
 
 
-def default_workers() -> int:
-    """The default pool size: ``min(32, cpu_count + 4)``, as the standard library's thread pool.
+#: The default number of worker threads.
+DEFAULT_WORKERS = 64
 
-    Threads mostly wait (on the GIL-free part of an env, or on a worker
-    process), so more threads than cores let that many envs overlap; the bound
-    keeps a server with many idle worlds from holding a thread per world.
+
+def default_workers() -> int:
+    """The default pool size, :data:`DEFAULT_WORKERS` whatever the number of cores.
+
+    The threads mostly wait (in the GIL-free part of an env, or on a worker
+    process), so the bound is about how many worlds step at once, not about
+    cores: with fewer threads than the worlds a vector env steps together, the
+    last worlds wait for a second wave (8 worlds on ``cpu_count + 4`` = 6
+    threads took two step times). Threads start only when needed, so a server
+    with a few worlds has a few; the bound keeps thousands of worlds from
+    holding a thread each.
     """
-    return min(32, (os.cpu_count() or 1) + 4)
+    return DEFAULT_WORKERS
 
 
 def _deliver(future: asyncio.Future, ok: bool, value: Any) -> None:
