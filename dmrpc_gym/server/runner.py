@@ -52,7 +52,8 @@ class Server:
             the event loop (one at a time; the least overhead per step).
         inline_below: seconds; an env whose recent steps each took less runs
             its steps on the event loop, where they cost less than a thread
-            hand-off (see :mod:`~dmrpc_gym.server.workers`); 0: never.
+            hand-off (see :mod:`~dmrpc_gym.server.workers`); 0: never (always
+            with ``processes``).
         processes: 0 to keep envs in the server's process, or the number of
             worker processes (``spawn``) to build and step them in, for envs
             that hold the GIL; the factory must then be importable by the
@@ -77,6 +78,10 @@ class Server:
         self._pool = WorkerPool(self.workers, inline_below=inline_below)   # checks the numbers
         self._processes: Any = None
         if processes:
+            if not self.workers:
+                raise ValueError("processes= needs worker threads to wait on the processes; "
+                                 "leave workers at its default or give a number >= 1")
+            self._pool.inline_below = 0.0   # a step in a process is a wait on a pipe: never on the loop
             from dmrpc_gym.server.processes import ProcessHost
             self._processes = ProcessHost(self.factory, processes)
         host, sep, port = address.rpartition(":")
