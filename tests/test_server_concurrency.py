@@ -80,6 +80,33 @@ class Sleepy(gym.Env):
         return self._obs(), 1.0, False, False, {}
 
 
+class SlowTag(Tag):
+    """Tag whose ``reset`` and ``step`` sleep 20 ms and count the calls in progress at once."""
+
+    calls = {"now": 0, "most": 0, "steps": 0}
+    lock = threading.Lock()
+    entered = threading.Event()
+
+    def _timed(self, call, *args, **kwargs):
+        with self.lock:
+            self.calls["now"] += 1
+            self.calls["most"] = max(self.calls["most"], self.calls["now"])
+        self.entered.set()
+        try:
+            time.sleep(0.02)
+            return call(*args, **kwargs)
+        finally:
+            with self.lock:
+                self.calls["now"] -= 1
+
+    def reset(self, seed=None, options=None):
+        return self._timed(super().reset, seed=seed, options=options)
+
+    def step(self, actions):
+        self.calls["steps"] += 1
+        return self._timed(super().step, actions)
+
+
 def max_overlap(steps: list[tuple[int, str, float, float]]) -> int:
     """The most steps that were in progress at one moment."""
     events = sorted([(s, 1) for _, _, s, _ in steps] + [(e, -1) for _, _, _, e in steps])
@@ -111,8 +138,11 @@ def test_worlds_of_one_vector_env_step_at_the_same_time_off_the_loop():
     # Every step ran on a worker thread, never on the server's event-loop thread.
     assert all(name.startswith("dmrpc-gym-env") for _, name, _, _ in STEPS), {n for _, n, _, _ in STEPS}
     assert len({name for _, name, _, _ in STEPS}) >= 2
-    # Steps of different worlds were in progress together (one at a time would give 1).
+    # Steps of different worlds were in progress together (one at a time would give 1) ...
     assert max_overlap(STEPS) >= 4, max_overlap(STEPS)
+    # ... and never two steps of one env.
+    for env in {env for env, *_ in STEPS}:
+        assert max_overlap([step for step in STEPS if step[0] == env]) == 1
 
 
 def test_a_world_held_inside_step_delays_no_other_world_nor_other_requests():
@@ -291,6 +321,37 @@ def test_multi_agent_tag_and_its_properties(options):
             env.close()
     assert states[0] == sorted(agents)
     assert steps.item() == 3
+
+
+def test_a_multi_agent_env_is_called_one_call_at_a_time_through_resets_and_aborts():
+    SlowTag.calls.update(now=0, most=0, steps=0)
+    with Server(SlowTag, inline_below=0) as server:
+        agents = ["pursuer_0", "evader_0"]
+        env = dmrpc_gym.parallel_env(server.address, world_settings={"pursuers": 1, "evaders": 1, "size": 12},
+                                     agents=agents, step_timeout=WAIT)
+        other = Connection(server.address)
+        try:
+            env.reset(seed=0)
+            results: list = []
+            for round_ in range(6):
+                SlowTag.entered.clear()
+                stepping = threading.Thread(target=lambda: results.append(
+                    env.step({a: 0 for a in env.agents})), daemon=True)
+                stepping.start()
+                assert SlowTag.entered.wait(WAIT)
+                if round_ % 2:   # ResetWorld while the env steps: the episode ends for both agents
+                    other.send(pb.ResetWorldRequest(world_name=env.world_name))
+                stepping.join(WAIT)
+                assert not stepping.is_alive()
+                if not env.agents:
+                    env.reset(seed=round_)
+        finally:
+            other.close()
+            env.close()
+    # Rounds whose episode a ResetWorld ended came back truncated for every agent.
+    assert any(all(truncations.values()) for _, _, _, truncations, _ in results[1::2])
+    assert SlowTag.calls["steps"] >= 3
+    assert SlowTag.calls["most"] == 1, SlowTag.calls
 
 
 def test_tag_env_on_the_embedded_server_still_plays():
