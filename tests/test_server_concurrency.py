@@ -74,7 +74,7 @@ class Sleepy(gym.Env):
         if self.delay < 0:
             HELD.set()
             HOLD.wait(WAIT)
-        else:
+        elif self.delay + EXTRA[0] > 0:
             time.sleep(self.delay + EXTRA[0])
         STEPS.append((id(self), threading.current_thread().name, start, time.monotonic()))
         return self._obs(), 1.0, False, False, {}
@@ -224,7 +224,7 @@ def test_quick_steps_run_on_the_loop_until_one_is_slow():
         quick = [name for _, name, _, _ in STEPS]
         # The first steps go to a worker; once a streak of quick ones is seen, they run on the loop.
         assert all(name.startswith("dmrpc-gym-env") for name in quick[:8])
-        assert loop_thread in quick[8:]
+        assert loop_thread in quick[8:], quick
         STEPS.clear()
         EXTRA[0] = 0.003   # the env turns slow: the first slow step sends the next ones to workers
         try:

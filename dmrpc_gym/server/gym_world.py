@@ -50,6 +50,10 @@ __all__ = ["GymWorld", "GymAgent"]
 _RUNNING, _INTERRUPTED = pb.RUNNING, pb.INTERRUPTED
 
 
+def _close_built(built: tuple[Any, AgentInterface]) -> None:
+    close_quietly(built[0])
+
+
 class GymWorld:
     """A world of independent gymnasium agents built from one recipe (see the module doc).
 
@@ -91,7 +95,7 @@ class GymWorld:
             env, lane = self._spares.pop()
             return env, lane, self.interface
         lane = self._lane()
-        env, interface = await lane.call(self._build, kwargs, seed, not recipe)
+        env, interface = await lane.build(_close_built, self._build, kwargs, seed, not recipe)
         return env, lane, interface
 
     def give_back(self, env: Any, lane: Lane, kwargs: Mapping[str, Any], reusable: bool = True) -> None:
@@ -136,7 +140,7 @@ class GymWorld:
         recipe, seed = world_reset_settings(self, settings)
         if recipe is not None:
             lane = self._lane()
-            env, interface = await lane.call(self._build, recipe, seed, True)
+            env, interface = await lane.build(_close_built, self._build, recipe, seed, True)
             for spare, spare_lane in self._spares:
                 spare_lane.post(close_quietly, spare)
             self._spares, self.kwargs, self.interface = [(env, lane)], recipe, interface

@@ -306,29 +306,30 @@ class ParallelWorld:
         self.abort()
 
     async def _rebuild(self, recipe: dict[str, Any], seed: int | None) -> None:
-        env, interfaces = await self.lane.call(self._build, recipe, seed)
+        lane = self.lane
+        env, interfaces = await lane.build(lambda built: close_quietly(built[0]), self._build, recipe, seed)
+        if list(interfaces) != self.possible or any(    # checked on the loop: agents may have joined
+                interfaces[a].specs != self.interfaces[a].specs for a in self.agents):
+            lane.post(close_quietly, env)
+            raise status.failed_precondition(
+                f"these settings change the agents of world {self.name!r} or their specs; "
+                f"create a new world instead")
         self.abort()
-        self.lane.post(close_quietly, self.env)
+        lane.post(close_quietly, self.env)
         self.env, self.kwargs, self.interfaces = env, recipe, interfaces
         for agent in self.agents.values():
             agent.interface = interfaces[agent.name]
 
     def _build(self, recipe: dict[str, Any], seed: int | None) -> tuple[Any, dict[str, AgentInterface]]:
-        """A new env for ``recipe`` and its interfaces, checked to fit the joined agents (on the lane)."""
+        """A new env for ``recipe`` and its interfaces (on the lane)."""
         env, kind = self.factory.make(recipe)
         try:
             if kind != self.kind:
                 raise status.failed_precondition(f"{self.factory.name} returned a {kind} env")
-            interfaces = self._describe(env, seed)
-            if list(interfaces) != self.possible or any(
-                    interfaces[a].specs != self.interfaces[a].specs for a in self.agents):
-                raise status.failed_precondition(
-                    f"these settings change the agents of world {self.name!r} or their specs; "
-                    f"create a new world instead")
+            return env, self._describe(env, seed)
         except BaseException:
             close_quietly(env)
             raise
-        return env, interfaces
 
     def properties(self) -> list[Property]:
         return [

@@ -79,7 +79,7 @@ class WorldRegistry:
     async def _make(self, name: str, kwargs: dict[str, Any], seed: int | None) -> Any:
         self.factory.check(kwargs, "world")
         lane = self.pool.lane() if self.pool is not None else Lane(None)
-        world = await lane.call(self._build, name, kwargs, seed, lane)
+        world = await lane.build(lambda world: world.close(), self._build, name, kwargs, seed, lane)
         self._worlds[name] = world
         log.debug("created world %r (%s) with %s", name, world.kind, describe(kwargs))
         return world

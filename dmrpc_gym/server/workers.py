@@ -130,6 +130,19 @@ class Lane:
         self._put((fn, args, loop, future, False))
         return await future
 
+    async def build(self, dispose: Callable[[Any], Any], fn: Callable[..., Any], *args: Any) -> Any:
+        """As :meth:`call` for something to own (an env, a world): should the awaiting task be
+        cancelled (its stream ended), what ``fn`` returns is handed to ``dispose`` on this lane."""
+        future = asyncio.ensure_future(self.call(fn, *args))
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            def orphaned(done: asyncio.Future) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    self.post(dispose, done.result())
+            future.add_done_callback(orphaned)
+            raise
+
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` after this lane's earlier calls without waiting (errors are logged)."""
         if self._pool is None:
