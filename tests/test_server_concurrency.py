@@ -41,6 +41,8 @@ HOLD = threading.Event()
 HELD = threading.Event()
 #: Seconds every Sleepy step sleeps on top of its own delay (thread mode).
 EXTRA = [0.0]
+#: (id, building seconds) of every Sleepy closed (thread mode).
+CLOSED: list[tuple[int, float]] = []
 WAIT = 30.0   # seconds a test waits for something that should happen at once
 
 
@@ -53,8 +55,9 @@ class Sleepy(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, delay: float = 0.01, marker: str = "", fail: bool = False):
-        self.delay, self.marker, self.fail = float(delay), str(marker), bool(fail)
+    def __init__(self, delay: float = 0.01, marker: str = "", fail: bool = False, build: float = 0.0):
+        self.delay, self.marker, self.fail, self.build = float(delay), str(marker), bool(fail), float(build)
+        time.sleep(self.build)
         self.observation_space = gym.spaces.Box(0, 2**62, (1,), np.int64)
         self.action_space = gym.spaces.Discrete(2)
 
@@ -64,6 +67,9 @@ class Sleepy(gym.Env):
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         return self._obs(), {}
+
+    def close(self):
+        CLOSED.append((id(self), self.build))
 
     def step(self, action):
         start = time.monotonic()
@@ -194,6 +200,22 @@ def test_one_stream_is_answered_strictly_in_order():
             seen.append(int(answer.read_property.value.int64s.array[0]))
     # Each read answers after the step before it: the first step starts the sequence (0 taken).
     assert seen == list(range(rounds)), seen
+
+
+def test_an_env_built_for_a_stream_that_ended_meanwhile_is_closed():
+    CLOSED.clear()
+    with Server(Sleepy) as server:
+        first = Connection(server.address)
+        world = first.send(pb.CreateWorldRequest(settings={"build": tensors.pack(0.5)})).world_name
+        first.send(pb.JoinWorldRequest(world_name=world))      # takes the env CreateWorld built
+        second = Connection(server.address)
+        second.submit(pb.JoinWorldRequest(world_name=world))   # builds another env (0.5 s) ...
+        second.close()                                          # ... for a stream that ends at once
+        deadline = time.monotonic() + WAIT
+        while not CLOSED and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert CLOSED and CLOSED[0][1] == 0.5, CLOSED
+        first.close()
 
 
 def test_workers_zero_runs_envs_on_the_loop_and_bad_numbers_are_refused():
