@@ -150,9 +150,11 @@ class Case:
 
 def measure(cases: dict[str, Case], rounds: int, budget: float) -> dict[str, list[float]]:
     samples: dict[str, list[float]] = {key: [] for key in cases}
+    keys = list(cases)
     for r in range(rounds):
-        for key, case in cases.items():
-            samples[key].append(case.seconds_per_step(budget))
+        shift = r % len(keys)    # each round starts with another case: no case always goes first
+        for key in keys[shift:] + keys[:shift]:
+            samples[key].append(cases[key].seconds_per_step(budget))
         print(f"  round {r + 1}/{rounds} done", file=sys.stderr, flush=True)
     return samples
 
@@ -162,8 +164,10 @@ def ratio(samples: dict[str, list[float]], a: str, b: str) -> float:
     return statistics.median(x / y for x, y in zip(samples[a], samples[b]))
 
 
-def run(quick: bool, base: str | None, parts: str = "abc") -> str:
-    rounds, budget = (2, 0.3) if quick else (5, 1.0)
+def run(quick: bool, base: str | None, parts: str = "abc", rounds: int | None = None,
+        budget: float | None = None) -> str:
+    rounds = rounds or (2 if quick else 5)
+    budget = budget or (0.3 if quick else 1.0)
     servers = {}
     if "a" in parts:
         servers.update({"sleepy threads": ("sleepy",), "sleepy loop": ("sleepy", "--workers", "0")})
@@ -253,8 +257,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
     parser.add_argument("--base", metavar="DIR", help="a source tree whose server (c) compares against")
     parser.add_argument("--parts", default="abc", help="which of (a), (b), (c) to run (default: abc)")
+    parser.add_argument("--rounds", type=int, help="rounds of every case (default 5, quick 2)")
+    parser.add_argument("--seconds", type=float, help="seconds per case per round (default 1, quick 0.3)")
     args = parser.parse_args(argv)
-    print(run(args.quick, args.base, args.parts))
+    print(run(args.quick, args.base, args.parts, args.rounds, args.seconds))
 
 
 if __name__ == "__main__":

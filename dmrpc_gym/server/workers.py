@@ -12,10 +12,13 @@ Handing a call to a thread costs a few tens of microseconds on an idle
 machine (far more on a loaded one), more than a trivial env's whole step. So
 :meth:`Lane.quick` (used for ``step``) runs inline, on the event loop, while
 the env's recent steps have each been shorter than the pool's ``inline_below``
-(default 100 us): after a streak of such steps (8 at first), until one is
-slower. A lane caught being slow inline needs twice as long a streak the next
-time, so an env that is only sometimes fast soon stays on the workers. Every
-other call (building, ``reset``, ``render``, ``close``) always goes to a worker.
+(default 100 us): after a streak of such steps, until one is slower. The
+streak is 8 steps at first; after a slow step that ran inline it is as many
+steps as that one blocked the loop for in units of ``inline_below`` (a 10 ms
+stall: 100 steps, a 1 s stall: 4096, the most), so that what the steps
+saved by running inline pays for what the surprise cost the other worlds.
+Every other call (building, ``reset``, ``render``, ``close``) always goes to a
+worker.
 ``inline_below=0`` sends every step to a worker.
 
 Worker threads are daemon threads and ``close()`` does not wait for them: a
@@ -109,11 +112,12 @@ class Lane:
         return await future
 
     def _timed(self, seconds: float) -> None:
-        if seconds < self._pool.inline_below:  # type: ignore[union-attr]
+        below = self._pool.inline_below  # type: ignore[union-attr]
+        if seconds < below:
             self._fast += 1
         else:
-            if self._fast >= self._streak:      # it was running inline: trust it less next time
-                self._streak = min(2 * self._streak, _LONGEST_STREAK)
+            if self._fast >= self._streak:      # it ran inline: earn back what it cost the loop
+                self._streak = max(_FIRST_STREAK, min(int(seconds / below), _LONGEST_STREAK))
             self._fast = 0
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
