@@ -244,9 +244,10 @@ def test_quick_steps_run_on_the_loop_until_one_is_slow():
         for _ in range(60):
             env.step(0)
         quick = [name for _, name, _, _ in STEPS]
-        # The first steps go to a worker; once a streak of quick ones is seen, they run on the loop.
-        assert all(name.startswith("dmrpc-gym-env") for name in quick[:8])
-        assert loop_thread in quick[8:], quick
+        # The first calls (the reset, then 7 steps) go to a worker; once a streak of 8 quick
+        # ones is seen, they run on the loop.
+        assert all(name.startswith("dmrpc-gym-env") for name in quick[:7])
+        assert loop_thread in quick[7:], quick
         STEPS.clear()
         EXTRA[0] = 0.003   # the env turns slow: the first slow step sends the next ones to workers
         try:

@@ -214,7 +214,7 @@ class GymAgent:
             return await self._start()  # raises: the client must fetch the new specs first
         self.next_seed, self.interrupt, self.starting = None, False, True
         try:
-            obs, _ = await self.lane.call(self.env.reset, seed=seed)
+            obs, _ = await self.lane.quick(self.env.reset, seed=seed)
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
             self.broken = True
             if self.next_seed is None:

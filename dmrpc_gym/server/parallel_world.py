@@ -161,7 +161,7 @@ class ParallelWorld:
         generation = self.generation
         self.resetting = True
         try:
-            obs, agents = await self.lane.call(_reset, self.env, seed)
+            obs, agents = await self.lane.quick(_reset, self.env, seed)
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
             raise status.internal(f"{self.factory.name}: reset raised {type(exc).__name__}: {exc}") from None
         finally:

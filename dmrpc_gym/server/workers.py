@@ -1,25 +1,24 @@
 """Where env calls run: a bounded pool of worker threads, and lanes that keep each env's calls in order.
 
-The server's event loop never calls an env itself. Each env (a gym agent's env,
-a PettingZoo world's env) has a :class:`Lane`: its calls (construction,
-``reset``, ``step``, ``render``, ``close``) run one at a time, in the order they
-were made, on one of the :class:`WorkerPool`'s threads, so an env is never
-called from two threads at once while different envs' calls overlap (envs that
-release the GIL, simulators in C or in another process, step in parallel) and
-a slow env delays nobody else. The loop awaits a call's result like any I/O.
+Each env (a gym agent's env, a PettingZoo world's env) has a :class:`Lane`: its
+calls (construction, ``reset``, ``step``, ``render``, ``close``) run one at a
+time, in the order they were made, on one of the :class:`WorkerPool`'s
+threads, so an env is never called from two threads at once while different
+envs' calls overlap (envs that release the GIL, simulators in C or in another
+process, step in parallel), and a slow env delays nobody else. The event loop
+awaits a call's result like any I/O.
 
 Handing a call to a thread costs a few tens of microseconds on an idle
 machine (far more on a loaded one), more than a trivial env's whole step. So
-:meth:`Lane.quick` (used for ``step``) runs inline, on the event loop, while
-the env's recent steps have each been shorter than the pool's ``inline_below``
-(default 100 us): after a streak of such steps, until one is slower. The
-streak is 8 steps at first; after a slow step that ran inline it is as many
-steps as that one blocked the loop for in units of ``inline_below`` (a 10 ms
-stall: 100 steps, a 1 s stall: 4096, the most), so that what the steps
-saved by running inline pays for what the surprise cost the other worlds.
-Every other call (building, ``reset``, ``render``, ``close``) always goes to a
-worker.
-``inline_below=0`` sends every step to a worker.
+:meth:`Lane.quick` (used for ``step`` and ``reset``) runs the call inline, on
+the event loop, once a streak of the env's quick calls were each shorter than
+the pool's ``inline_below`` (default 100 us), until one is slower. The streak
+is 8 calls at first; after a slow call that ran inline, it is as many calls as
+that one blocked the loop for, in units of ``inline_below`` (a 10 ms stall:
+100, a 1 s stall: 4096, the most), so that what running inline saves pays
+for what the surprise cost the other worlds. The first calls of an env, and
+building, ``render`` and ``close``, always go to a worker; ``inline_below=0``
+sends every call to a worker.
 
 Worker threads are daemon threads and ``close()`` does not wait for them: a
 server can stop while an env is stuck in ``step`` (the stuck call's result is
@@ -94,8 +93,10 @@ class Lane:
         self._streak = _FIRST_STREAK    # how many it takes to run inline
         self.inline_calls = 0           # quick calls run on the caller's thread
 
-    async def quick(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def quick(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """As :meth:`call`, but inline while this lane's recent quick calls were all short (see the module doc)."""
+        if kwargs:
+            return await self.quick(functools.partial(fn, **kwargs), *args)
         pool = self._pool
         if pool is None:
             return fn(*args)
