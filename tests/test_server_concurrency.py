@@ -50,7 +50,9 @@ class Sleepy(gym.Env):
     """Each step sleeps ``delay`` s (outside the GIL) and is recorded in ``STEPS``.
 
     ``delay=-1`` waits for ``HOLD``; ``marker``: a file created when a step
-    starts; ``fail``: step raises. The observation is the pid the env runs in.
+    starts; ``fail``: step raises. The observation: the pid the env runs in,
+    and when its last step started and ended (``time.monotonic``, one clock for
+    every process of the machine).
     """
 
     metadata = {"render_modes": []}
@@ -58,11 +60,12 @@ class Sleepy(gym.Env):
     def __init__(self, delay: float = 0.01, marker: str = "", fail: bool = False, build: float = 0.0):
         self.delay, self.marker, self.fail, self.build = float(delay), str(marker), bool(fail), float(build)
         time.sleep(self.build)
-        self.observation_space = gym.spaces.Box(0, 2**62, (1,), np.int64)
+        self.observation_space = gym.spaces.Box(0.0, np.inf, (3,), np.float64)
+        self._last = (0.0, 0.0)
         self.action_space = gym.spaces.Discrete(2)
 
     def _obs(self) -> np.ndarray:
-        return np.array([os.getpid()], np.int64)
+        return np.array([os.getpid(), *self._last], np.float64)
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -82,7 +85,8 @@ class Sleepy(gym.Env):
             HOLD.wait(WAIT)
         elif self.delay + EXTRA[0] > 0:
             time.sleep(self.delay + EXTRA[0])
-        STEPS.append((id(self), threading.current_thread().name, start, time.monotonic()))
+        self._last = (start, time.monotonic())
+        STEPS.append((id(self), threading.current_thread().name, *self._last))
         return self._obs(), 1.0, False, False, {}
 
 
@@ -124,7 +128,7 @@ def max_overlap(steps: list[tuple[int, str, float, float]]) -> int:
 
 
 def pids_of(obs: np.ndarray) -> set[int]:
-    return {int(p) for p in np.asarray(obs).reshape(-1)}
+    return {int(p) for p in np.asarray(obs)[:, 0]}
 
 
 # -- threads -------------------------------------------------------------------------------
@@ -275,7 +279,7 @@ def test_envs_live_in_worker_processes():
     STEPS.clear()
     with Server(Sleepy, processes=2) as server:
         assert len(server.env_pids) == 2 and os.getpid() not in server.env_pids
-        envs = DmRpcVectorEnv(num_envs=2, address=server.address)
+        envs = DmRpcVectorEnv(num_envs=2, address=server.address, world_settings={"delay": 0.2})
         try:
             first, _ = envs.reset(seed=0)
             obs, *_ = envs.step(np.zeros(2, np.int64))
@@ -283,8 +287,11 @@ def test_envs_live_in_worker_processes():
             envs.close()
         pids = pids_of(obs)
         assert pids == pids_of(first)
-        # Two envs, each in its own worker process (the least loaded one gets the next env).
+        # Two envs, each in its own worker process (the least loaded one gets the next env) ...
         assert pids == set(server.env_pids)
+        # ... and the two processes were in their steps at the same time.
+        starts, ends = obs[:, 1], obs[:, 2]
+        assert starts.min() > 0 and starts.max() < ends.min(), obs
     assert not STEPS, "no step ran in the test's (the server's) process"
 
 
