@@ -252,7 +252,8 @@ def report(samples: dict[str, list[float]], rounds: int, budget: float) -> str:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:
-        return serve(argv[1:])
+        return serve(argv[1:])      # dmrpc_gym from the PYTHONPATH spawn() set
+    sys.path.insert(0, TREE)        # the clients: this tree's dmrpc_gym, not an installed one
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
     parser.add_argument("--base", metavar="DIR", help="a source tree whose server (c) compares against")
