@@ -66,6 +66,15 @@ def add_serve(subparsers: Any) -> None:
                         help="'rgb_array' offers the RGB observation of envs that can render it "
                              "(default), 'none' offers none, another mode (e.g. 'human') is "
                              "passed to the envs as is")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="threads env calls run on, so that worlds step concurrently "
+                             "(default: 64, started as needed; 0 runs envs on the event loop)")
+    parser.add_argument("--inline-below", type=float, default=100e-6, metavar="SECONDS",
+                        help="an env whose recent steps each took less runs them on the event loop, "
+                             "cheaper than a thread hand-off (default: %(default)s; 0: never)")
+    parser.add_argument("--processes", type=int, default=0, metavar="N",
+                        help="build and step envs in N worker processes, for pure-Python envs "
+                             "(default: 0, envs in the server's process)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every world and error")
     parser.set_defaults(run=run_serve)
 
@@ -102,7 +111,8 @@ def start_server(args: argparse.Namespace):
 
     render: bool | str = {"rgb_array": True, "none": False}.get(args.render, args.render)
     return Server(serve_target(args.target), kind=args.kind, address=f"{args.host}:{args.port}",
-                  render=render, timeout=args.timeout).start()
+                  render=render, timeout=args.timeout, workers=args.workers,
+                  processes=args.processes, inline_below=args.inline_below).start()
 
 
 def connect_line(server: Any) -> str:

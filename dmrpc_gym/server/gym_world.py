@@ -24,6 +24,10 @@ Per agent (the dm_env_rpc state machine):
   blocks. When new world settings change an agent's specs, its next sequence
   start fails with FAILED_PRECONDITION until it sends Reset (which returns
   the new specs) or joins again.
+
+Every env call (building, ``reset``, ``step``, ``render``, ``close``) runs on the
+env's :class:`~dmrpc_gym.server.workers.Lane`, off the event loop: the agents of
+a world, each with its own env, step concurrently.
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import Factory, close_quietly
 from dmrpc_gym.server.interface import AgentInterface, probe_render, rgb_render, sequence_state
 from dmrpc_gym.server.properties import Property
+from dmrpc_gym.server.workers import Lane, WorkerPool, rendered
 from dmrpc_gym.server.settings import (SEED, check_seed, pop_seed, same_settings, unpack_settings,
                                        world_reset_settings)
 from dmrpc_gym.protocol.wire import pb
@@ -45,50 +50,64 @@ __all__ = ["GymWorld", "GymAgent"]
 _RUNNING, _INTERRUPTED = pb.RUNNING, pb.INTERRUPTED
 
 
+def _close_built(built: tuple[Any, AgentInterface]) -> None:
+    close_quietly(built[0])
+
+
 class GymWorld:
-    """A world of independent gymnasium agents built from one recipe (see the module doc)."""
+    """A world of independent gymnasium agents built from one recipe (see the module doc).
+
+    Built on a worker thread (it probes ``env``); ``lane`` is ``env``'s, ``pool`` gives lanes to new envs.
+    """
 
     kind = "gym"
 
-    def __init__(self, name: str, factory: Factory, kwargs: dict[str, Any], seed: int | None, env: Any):
+    def __init__(self, name: str, factory: Factory, kwargs: dict[str, Any], seed: int | None, env: Any,
+                 lane: Lane, pool: WorkerPool | None = None):
         self.name, self.factory, self.kwargs, self.seed = name, factory, kwargs, seed
+        self.pool = pool
         self.interface = self._describe(env, seed)
-        self._spares = [env]
+        self._spares: list[tuple[Any, Lane]] = [(env, lane)]
         self.agents: dict[int, GymAgent] = {}
+
+    def _lane(self) -> Lane:
+        return self.pool.lane() if self.pool is not None else Lane(None)
 
     def _describe(self, env: Any, seed: int | None) -> AgentInterface:
         rgb = probe_render(self.factory, env, seed, rgb_render(env))
         return AgentInterface(env.observation_space, env.action_space, rgb, who=self.factory.name)
 
-    def _build(self, kwargs: Mapping[str, Any]) -> Any:
+    def _build(self, kwargs: Mapping[str, Any], seed: int | None, describe: bool) -> tuple[Any, AgentInterface]:
+        """Build (and unless ``describe`` is False, probe) an env; runs on a worker thread."""
         env, kind = self.factory.make(kwargs)
-        if kind != self.kind:
-            close_quietly(env)
-            raise status.failed_precondition(f"{self.factory.name} returned a {kind} env in a gym world")
-        return env
-
-    def take_env(self, kwargs: Mapping[str, Any], seed: int | None) -> tuple[Any, AgentInterface]:
-        """An env built with ``kwargs`` and its interface (a spare one when ``kwargs`` is the recipe)."""
-        if same_settings(kwargs, self.kwargs):
-            env = self._spares.pop() if self._spares else self._build(kwargs)
-            return env, self.interface
-        env = self._build(kwargs)
         try:
-            return env, self._describe(env, seed)
+            if kind != self.kind:
+                raise status.failed_precondition(f"{self.factory.name} returned a {kind} env in a gym world")
+            return env, (self._describe(env, seed) if describe else self.interface)
         except BaseException:
             close_quietly(env)
             raise
 
-    def give_back(self, env: Any, kwargs: Mapping[str, Any], reusable: bool = True) -> None:
-        """Keep ``env`` for the next agent when it follows the recipe, else close it."""
+    async def take_env(self, kwargs: Mapping[str, Any], seed: int | None) -> tuple[Any, Lane, AgentInterface]:
+        """An env built with ``kwargs``, its lane and interface (a spare one when ``kwargs`` is the recipe)."""
+        recipe = same_settings(kwargs, self.kwargs)
+        if recipe and self._spares:
+            env, lane = self._spares.pop()
+            return env, lane, self.interface
+        lane = self._lane()
+        env, interface = await lane.build(_close_built, self._build, kwargs, seed, not recipe)
+        return env, lane, interface
+
+    def give_back(self, env: Any, lane: Lane, kwargs: Mapping[str, Any], reusable: bool = True) -> None:
+        """Keep ``env`` for the next agent when it follows the recipe, else close it (on its lane)."""
         if reusable and same_settings(kwargs, self.kwargs):
-            self._spares.append(env)
+            self._spares.append((env, lane))
         else:
-            close_quietly(env)
+            lane.post(close_quietly, env)
 
     # -- protocol ----------------------------------------------------------------
 
-    def join(self, settings: Mapping[str, pb.Tensor]) -> "GymAgent":
+    async def join(self, settings: Mapping[str, pb.Tensor]) -> "GymAgent":
         """A new agent (JoinWorld). Join settings: ``seed`` only."""
         kwargs = unpack_settings(settings, "join")
         seed = pop_seed(kwargs, "join")
@@ -97,10 +116,16 @@ class GymWorld:
                 f"unknown join setting{'s' if len(kwargs) > 1 else ''} "
                 f"{', '.join(repr(k) for k in sorted(kwargs))} for world {self.name!r} (accepted: {SEED})")
         slot = next(i for i in itertools.count() if i not in self.agents)
-        if seed is None and self.seed is not None:
-            seed = self.seed + slot
-        env, interface = self.take_env(self.kwargs, seed)
-        agent = GymAgent(self, slot, env, interface, dict(self.kwargs), seed)
+        self.agents[slot] = None  # type: ignore[assignment]  # claimed while the env is built
+        try:
+            if seed is None and self.seed is not None:
+                seed = self.seed + slot
+            kwargs = dict(self.kwargs)
+            env, lane, interface = await self.take_env(kwargs, seed)
+        except BaseException:
+            del self.agents[slot]
+            raise
+        agent = GymAgent(self, slot, env, lane, interface, kwargs, seed)
         self.agents[slot] = agent
         return agent
 
@@ -108,54 +133,51 @@ class GymWorld:
         """The agent left: free its slot, keep or close its env."""
         if self.agents.get(agent.slot) is agent:
             del self.agents[agent.slot]
-            self.give_back(agent.env, agent.env_kwargs, reusable=not agent.broken)
+            self.give_back(agent.env, agent.lane, agent.env_kwargs, reusable=not agent.broken)
 
-    def reset_world(self, settings: Mapping[str, pb.Tensor], caller: Any) -> None:
-        """ResetWorld: new settings and seed for every agent's next sequence (never blocks)."""
+    async def reset_world(self, settings: Mapping[str, pb.Tensor], caller: Any) -> None:
+        """ResetWorld: new settings and seed for every agent's next sequence (never waits for agents)."""
         recipe, seed = world_reset_settings(self, settings)
         if recipe is not None:
-            env = self._build(recipe)
-            try:
-                interface = self._describe(env, seed)
-            except BaseException:
-                close_quietly(env)
-                raise
-            for spare in self._spares:
-                close_quietly(spare)
-            self._spares, self.kwargs, self.interface = [env], recipe, interface
+            lane = self._lane()
+            env, interface = await lane.build(_close_built, self._build, recipe, seed, True)
+            for spare, spare_lane in self._spares:
+                spare_lane.post(close_quietly, spare)
+            self._spares, self.kwargs, self.interface = [(env, lane)], recipe, interface
         if seed is not None:
             self.seed = seed
         for agent in self.agents.values():
-            agent.world_reset(None if seed is None else seed + agent.slot, caller is agent)
+            if agent is not None:
+                agent.world_reset(None if seed is None else seed + agent.slot, caller is agent)
 
     def properties(self) -> list[Property]:
         """World properties (none beyond the agent's for gym worlds)."""
         return []
 
     def close(self) -> None:
-        """Destroy: close every env (agents must have left)."""
-        for env in self._spares:
-            close_quietly(env)
+        """Destroy: close every env on its lane (never waits)."""
+        for env, lane in self._spares:
+            lane.post(close_quietly, env)
         self._spares = []
         for agent in list(self.agents.values()):
-            close_quietly(agent.env)
+            if agent is not None:
+                agent.lane.post(close_quietly, agent.env)
         self.agents.clear()
 
 
 class GymAgent:
     """One joined connection of a gym world, with its own env (see the module doc)."""
 
-    asynchronous = False
-
-    def __init__(self, world: GymWorld, slot: int, env: Any, interface: AgentInterface,
+    def __init__(self, world: GymWorld, slot: int, env: Any, lane: Lane, interface: AgentInterface,
                  env_kwargs: dict[str, Any], seed: int | None):
         self.world, self.slot = world, slot
-        self.env, self.interface, self.env_kwargs = env, interface, env_kwargs
+        self.env, self.lane, self.interface, self.env_kwargs = env, lane, interface, env_kwargs
         self._render = rgb_render(env) if interface.rgb_shape else None
         self.overrides: dict[str, Any] = {}
         self.next_seed = seed
         self.sequence_seed: int | None = None
         self.running = False
+        self.starting = False    # env.reset is in progress (a ResetWorld meanwhile interrupts)
         self.interrupt = False   # another connection reset the world while this one ran
         self.stale = False       # new world settings changed the specs the client holds
         self.broken = False      # the env raised: do not hand it to another agent
@@ -170,16 +192,16 @@ class GymAgent:
     def _recipe(self) -> dict[str, Any]:
         return {**self.world.kwargs, **self.overrides}
 
-    def _rebuild(self, recipe: dict[str, Any], seed: int | None) -> bool:
+    async def _rebuild(self, recipe: dict[str, Any], seed: int | None) -> bool:
         """Swap in an env built with ``recipe``; True when the specs changed."""
-        env, interface = self.world.take_env(recipe, seed)
-        self.world.give_back(self.env, self.env_kwargs, reusable=not self.broken)
+        env, lane, interface = await self.world.take_env(recipe, seed)
+        self.world.give_back(self.env, self.lane, self.env_kwargs, reusable=not self.broken)
         changed = interface.specs != self.interface.specs
-        self.env, self.interface, self.env_kwargs, self.broken = env, interface, recipe, False
+        self.env, self.lane, self.interface, self.env_kwargs, self.broken = env, lane, interface, recipe, False
         self._render = rgb_render(env) if interface.rgb_shape else None
         return changed
 
-    def _start(self) -> None:
+    async def _start(self) -> None:
         """Begin a sequence: ``env.reset`` with the pending seed."""
         if self.stale:
             raise status.failed_precondition(
@@ -187,25 +209,29 @@ class GymAgent:
                 f"ResetRequest (its response carries the new specs) or join again")
         seed = self.next_seed
         recipe = self._recipe()
-        if not same_settings(recipe, self.env_kwargs) and self._rebuild(recipe, seed):
+        if not same_settings(recipe, self.env_kwargs) and await self._rebuild(recipe, seed):
             self.stale = True
-            return self._start()  # raises: the client must fetch the new specs first
+            return await self._start()  # raises: the client must fetch the new specs first
+        self.next_seed, self.interrupt, self.starting = None, False, True
         try:
-            obs, _ = self.env.reset(seed=seed)
+            obs, _ = await self.lane.quick(self.env.reset, seed=seed)
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
             self.broken = True
+            if self.next_seed is None:
+                self.next_seed = seed
             raise status.internal(f"{self.world.factory.name}: reset raised {type(exc).__name__}: {exc}") from None
-        self.next_seed, self.sequence_seed = None, seed
-        self.running, self.interrupt = True, False
+        finally:
+            self.starting = False
+        self.sequence_seed, self.running = seed, True
         self.episode_step, self.episode_return = 0, 0.0
         self._obs = obs
 
-    def step(self, request: pb.StepRequest, out: pb.StepResponse) -> None:
-        """Answer one StepRequest into ``out``."""
+    async def step(self, request: pb.StepRequest, out: pb.StepResponse) -> None:
+        """Answer one StepRequest into ``out`` (the env steps on a worker thread)."""
         plan = self.interface.plan(request.requested_observations)
         reward, discount = 0.0, 1.0
         if not self.running:
-            self._start()
+            await self._start()
             out.state = _RUNNING
         elif self.interrupt:
             self.running = self.interrupt = False
@@ -213,7 +239,7 @@ class GymAgent:
         else:
             action = self.interface.actions(request.actions)
             try:
-                obs, reward, terminated, truncated, _ = self.env.step(action)
+                obs, reward, terminated, truncated, _ = await self.lane.quick(self.env.step, action)
             except Exception as exc:  # noqa: BLE001 - the env's error is the answer
                 self.running, self.broken = False, True
                 raise status.internal(
@@ -226,9 +252,10 @@ class GymAgent:
             out.state, discount = sequence_state(terminated, truncated)
             self.running = out.state == _RUNNING
         if plan.items:
-            self.interface.encode(plan, out.observations, self._obs, reward, discount, self._render)
+            render = await rendered(self.lane, self._render) if plan.rgb else self._render
+            self.interface.encode(plan, out.observations, self._obs, reward, discount, render)
 
-    def reset(self, settings: Mapping[str, pb.Tensor]) -> pb.ActionObservationSpecs:
+    async def reset(self, settings: Mapping[str, pb.Tensor]) -> pb.ActionObservationSpecs:
         """ResetRequest: settings for the next sequence (``seed``, world-setting overrides)."""
         kwargs = unpack_settings(settings, "reset")
         seed = pop_seed(kwargs, "reset")
@@ -238,7 +265,7 @@ class GymAgent:
             overrides = {**overrides, **kwargs}
         recipe = {**self.world.kwargs, **overrides}
         if not same_settings(recipe, self.env_kwargs):
-            self._rebuild(recipe, seed)
+            await self._rebuild(recipe, seed)
         self.overrides = overrides
         if seed is not None:
             self.next_seed = seed
@@ -251,7 +278,7 @@ class GymAgent:
             self.next_seed = seed
         if caller:
             self.running = self.interrupt = False
-        elif self.running:
+        elif self.running or self.starting:
             self.interrupt = True
 
     def leave(self) -> None:

@@ -28,6 +28,10 @@ progress for the server's ``timeout``, default 30 s; none can hang):
   round gets the error (INTERNAL) and the episode ends.
 - **Seeds** are the world's: the ``seed`` of CreateWorld, ResetWorld, Reset or
   a write of the ``seed`` property seeds the next ``env.reset``.
+
+The env is one object, so its calls (``reset``, ``step``, ``render``, ``close``)
+run one at a time on the world's :class:`~dmrpc_gym.server.workers.Lane`, off the
+event loop; the waiting between agents stays on the loop.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import Factory, close_quietly
 from dmrpc_gym.server.interface import AgentInterface, probe_render, rgb_render, sequence_state
 from dmrpc_gym.server.properties import Property
+from dmrpc_gym.server.workers import Lane, rendered
 from dmrpc_gym.server.settings import SEED, check_seed, pop_seed, unpack_settings, world_reset_settings
 from dmrpc_gym.protocol.wire import pb
 
@@ -59,28 +64,38 @@ def _names(agents: Any) -> str:
     return ", ".join(repr(a) for a in agents) or "none"
 
 
+def _reset(env: Any, seed: int | None) -> tuple[Any, list]:
+    """``env.reset`` and the agents it left in ``env.agents`` (on the world's lane)."""
+    obs, _ = env.reset(seed=seed)
+    return obs, list(env.agents)
+
+
+def _step(env: Any, actions: dict) -> tuple:
+    """``env.step`` and the agents it left in ``env.agents`` (on the world's lane)."""
+    return (*env.step(actions)[:4], list(env.agents))
+
+
 class ParallelWorld:
     """A PettingZoo ``ParallelEnv`` whose agents are joined connections (see the module doc).
 
     >>> from dmrpc_gym.worlds.tag import Tag
     >>> world = ParallelWorld("demo", Factory(Tag), {}, 0, Tag(evaders=1), timeout=5.0)
-    >>> agents = [world.join({}) for _ in world.possible]
-    >>> [agent.name for agent in agents]
-    ['pursuer_0', 'pursuer_1', 'evader_0']
     >>> async def first_steps():
+    ...     agents = [await world.join({}) for _ in world.possible]
     ...     outs = [pb.StepResponse() for _ in agents]
     ...     await asyncio.gather(*(a.step(pb.StepRequest(), o) for a, o in zip(agents, outs)))
-    ...     return [pb.EnvironmentStateType.Name(o.state) for o in outs]
+    ...     return [a.name for a in agents], [pb.EnvironmentStateType.Name(o.state) for o in outs]
     >>> asyncio.run(first_steps())
-    ['RUNNING', 'RUNNING', 'RUNNING']
+    (['pursuer_0', 'pursuer_1', 'evader_0'], ['RUNNING', 'RUNNING', 'RUNNING'])
     """
 
     kind = "pettingzoo"
 
     def __init__(self, name: str, factory: Factory, kwargs: dict[str, Any], seed: int | None,
-                 env: Any, timeout: float):
+                 env: Any, timeout: float, lane: Lane | None = None):
         self.name, self.factory, self.kwargs, self.timeout = name, factory, kwargs, timeout
         self.env = env
+        self.lane = lane if lane is not None else Lane(None)
         self.seed = seed                # seeds the next env.reset
         self.episode_seed: int | None = None
         self.interfaces = self._describe(env, seed)
@@ -93,6 +108,8 @@ class ParallelWorld:
         self.pending: dict[str, Any] = {}
         self.rounds = 0                 # env.step calls in the current episode
         self.failure: tuple[int, str] | None = None   # (episode, message) when env.step raised
+        self.generation = 0             # counts aborts: a round or reset that outlived one is void
+        self.resetting = False          # env.reset is running
         self._changed = asyncio.Event()
 
     def _describe(self, env: Any, seed: int | None) -> dict[str, AgentInterface]:
@@ -131,29 +148,36 @@ class ParallelWorld:
     # -- episodes ---------------------------------------------------------------------
 
     def abort(self) -> None:
-        """End the episode in progress: running agents get INTERRUPTED on their next step."""
+        """End the episode in progress (or starting): running agents get INTERRUPTED on their next step."""
+        self.generation += 1
         if self.running:
             self.running = False
             self.live = set()
             self.pending.clear()
             self._notify()
 
-    def _reset_env(self) -> None:
+    async def _reset_env(self) -> None:
         seed, self.seed = self.seed, None
+        generation = self.generation
+        self.resetting = True
         try:
-            obs, _ = self.env.reset(seed=seed)
+            obs, agents = await self.lane.quick(_reset, self.env, seed)
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
             raise status.internal(f"{self.factory.name}: reset raised {type(exc).__name__}: {exc}") from None
+        finally:
+            self.resetting = False
+            self._notify()
         self.episode += 1
         self.episode_seed = seed
-        self.live = set(self.env.agents)
+        self.live = set(agents)
         self.running = bool(self.live)
         self.obs = dict(obs)
         self.pending.clear()
         self.rounds = 0
-        self._notify()
         if not self.running:
             raise status.internal(f"{self.factory.name}: reset left no agents in env.agents")
+        if generation != self.generation or not self.live <= self.agents.keys():
+            self.abort()  # a ResetWorld, Reset or leave came while the env was resetting
 
     async def start_sequence(self, agent: "ParallelAgent") -> None:
         """Wait until ``agent`` is in a running episode (starting one when everyone is joined)."""
@@ -164,10 +188,13 @@ class ParallelWorld:
             if self.agents.get(agent.name) is not agent:
                 raise status.failed_precondition(f"agent {agent.name!r} is no longer joined to {self.name!r}")
             if not self.running:
-                if all(a in self.agents for a in self.possible):
-                    self._reset_env()
+                if self.resetting:
+                    await self._wait(lambda: "the env to reset")
+                elif all(a in self.agents for a in self.possible):
+                    await self._reset_env()
                     continue
-                await self._wait(self._missing)
+                else:
+                    await self._wait(self._missing)
             else:
                 await self._wait(lambda: f"the episode to end (agent {agent.name!r} has finished it)")
 
@@ -177,7 +204,8 @@ class ParallelWorld:
         self.pending[agent.name] = action
         agent.result = None
         if self.live <= self.pending.keys():
-            self._round()
+            # A task of its own: the round goes on for the others if this agent's stream ends.
+            asyncio.get_running_loop().create_task(self._round())
         try:
             while agent.result is None:
                 if self.failure is not None and self.failure[0] == episode:
@@ -192,18 +220,22 @@ class ParallelWorld:
         result, agent.result = agent.result, None
         return result
 
-    def _round(self) -> None:
-        """Every live agent has acted: ``env.step`` and hand out the results."""
+    async def _round(self) -> None:
+        """Every live agent has acted: ``env.step`` and hand out the results (or the failure)."""
         actions = {name: self.pending[name] for name in self.live}
         self.pending.clear()
+        generation = self.generation
         try:
-            obs, rewards, terminations, truncations, _ = self.env.step(actions)
+            obs, rewards, terminations, truncations, agents = await self.lane.quick(_step, self.env, actions)
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
-            self.failure = (self.episode, f"{self.factory.name}: step raised {type(exc).__name__}: {exc}; "
-                                          f"the episode ended")
-            self.running, self.live = False, set()
-            self._notify()
-            raise status.internal(self.failure[1]) from None
+            if generation == self.generation:
+                self.failure = (self.episode, f"{self.factory.name}: step raised {type(exc).__name__}: "
+                                              f"{exc}; the episode ended")
+                self.running, self.live = False, set()
+                self._notify()
+            return
+        if generation != self.generation:
+            return  # the episode was aborted while the env stepped: nobody waits for this round
         self.rounds += 1
         for name in actions:
             if name in obs:
@@ -212,7 +244,7 @@ class ParallelWorld:
             if joined is not None:
                 joined.result = (self.obs.get(name), float(rewards.get(name, 0.0)),
                                  bool(terminations.get(name, False)), bool(truncations.get(name, False)))
-        self.live = set(self.env.agents)
+        self.live = set(agents)
         for name in self.live:
             if name in obs:
                 self.obs[name] = obs[name]
@@ -222,7 +254,7 @@ class ParallelWorld:
 
     # -- protocol ----------------------------------------------------------------------
 
-    def join(self, settings: Mapping[str, pb.Tensor]) -> "ParallelAgent":
+    async def join(self, settings: Mapping[str, pb.Tensor]) -> "ParallelAgent":
         """Claim an agent (JoinWorld): the ``agent`` setting, or the first free one."""
         kwargs = unpack_settings(settings, "join")
         wanted = kwargs.pop(AGENT, None)
@@ -262,36 +294,42 @@ class ParallelWorld:
             self.abort()
         self._notify()
 
-    def reset_world(self, settings: Mapping[str, pb.Tensor], caller: Any) -> None:
+    async def reset_world(self, settings: Mapping[str, pb.Tensor], caller: Any) -> None:
         """ResetWorld: new seed / settings for the next episode; the current one ends."""
         recipe, seed = world_reset_settings(self, settings)
         if recipe is not None:
-            self._rebuild(recipe, seed)
+            await self._rebuild(recipe, seed)
         if seed is not None:
             self.seed = seed
         if isinstance(caller, ParallelAgent) and caller.world is self:
             caller.running = False
         self.abort()
 
-    def _rebuild(self, recipe: dict[str, Any], seed: int | None) -> None:
+    async def _rebuild(self, recipe: dict[str, Any], seed: int | None) -> None:
+        lane = self.lane
+        env, interfaces = await lane.build(lambda built: close_quietly(built[0]), self._build, recipe, seed)
+        if list(interfaces) != self.possible or any(    # checked on the loop: agents may have joined
+                interfaces[a].specs != self.interfaces[a].specs for a in self.agents):
+            lane.post(close_quietly, env)
+            raise status.failed_precondition(
+                f"these settings change the agents of world {self.name!r} or their specs; "
+                f"create a new world instead")
+        self.abort()
+        lane.post(close_quietly, self.env)
+        self.env, self.kwargs, self.interfaces = env, recipe, interfaces
+        for agent in self.agents.values():
+            agent.interface = interfaces[agent.name]
+
+    def _build(self, recipe: dict[str, Any], seed: int | None) -> tuple[Any, dict[str, AgentInterface]]:
+        """A new env for ``recipe`` and its interfaces (on the lane)."""
         env, kind = self.factory.make(recipe)
         try:
             if kind != self.kind:
                 raise status.failed_precondition(f"{self.factory.name} returned a {kind} env")
-            interfaces = self._describe(env, seed)
-            if list(interfaces) != self.possible or any(
-                    interfaces[a].specs != self.interfaces[a].specs for a in self.agents):
-                raise status.failed_precondition(
-                    f"these settings change the agents of world {self.name!r} or their specs; "
-                    f"create a new world instead")
+            return env, self._describe(env, seed)
         except BaseException:
             close_quietly(env)
             raise
-        self.abort()
-        close_quietly(self.env)
-        self.env, self.kwargs, self.interfaces = env, recipe, interfaces
-        for agent in self.agents.values():
-            agent.interface = interfaces[agent.name]
 
     def properties(self) -> list[Property]:
         return [
@@ -317,16 +355,14 @@ class ParallelWorld:
         self.seed = check_seed(value.item(), "property")
 
     def close(self) -> None:
-        """Destroy: end the episode and close the env."""
+        """Destroy: end the episode and close the env (on its lane; never waits)."""
         self.abort()
         self.agents.clear()
-        close_quietly(self.env)
+        self.lane.post(close_quietly, self.env)
 
 
 class ParallelAgent:
     """One joined connection of a PettingZoo world: one agent of its env."""
-
-    asynchronous = True
 
     def __init__(self, world: ParallelWorld, name: str, interface: AgentInterface):
         self.world, self.name, self.interface = world, name, interface
@@ -377,9 +413,10 @@ class ParallelAgent:
                 out.state, discount = sequence_state(terminated, truncated or self.name not in world.live)
                 self.running = out.state == _RUNNING
         if plan.items:
-            self.interface.encode(plan, out.observations, self._obs, reward, discount, self._render)
+            render = await rendered(world.lane, self._render) if plan.rgb else self._render
+            self.interface.encode(plan, out.observations, self._obs, reward, discount, render)
 
-    def reset(self, settings: Mapping[str, pb.Tensor]) -> pb.ActionObservationSpecs:
+    async def reset(self, settings: Mapping[str, pb.Tensor]) -> pb.ActionObservationSpecs:
         """ResetRequest: settings ``seed`` only; a running agent ends the episode for everyone."""
         kwargs = unpack_settings(settings, "reset")
         seed = pop_seed(kwargs, "reset")

@@ -1,8 +1,10 @@
 """Running the service: an HTTP/2 gRPC listener on its own event loop in a background thread.
 
 All streams of a server share that one loop, so world state needs no locks and
-multi-agent waits are asyncio events with timeouts; an env's ``step`` runs on
-the loop itself (no thread hand-off per step). The transport is
+multi-agent waits are asyncio events with timeouts. Env calls run off the loop,
+on a bounded pool of worker threads (:mod:`~dmrpc_gym.server.workers`), one
+at a time per env, so that worlds step concurrently; with ``processes=N`` the
+envs live in worker processes (:mod:`~dmrpc_gym.server.processes`). The transport is
 :mod:`dmrpc_gym.transport.h2_server` (its cost against grpcio's servers is in
 ``benchmarks/README.md``). Several servers in one process each have their own
 loop and thread.
@@ -19,6 +21,7 @@ from dmrpc_gym.server.factories import Factory
 from dmrpc_gym.transport.h2_server import GrpcProtocol
 from dmrpc_gym.server.session import Session
 from dmrpc_gym.server.registry import WorldRegistry
+from dmrpc_gym.server.workers import INLINE_BELOW, WorkerPool, default_workers
 
 __all__ = ["Server", "serve"]
 
@@ -43,6 +46,17 @@ class Server:
         timeout: seconds a multi-agent wait may see no progress before it fails.
         default_world: whether JoinWorld with an empty world name joins a world
             made on first use with no settings.
+        workers: threads that env calls run on (None: 64, started as needed);
+            envs that release the GIL overlap up to this many. 0 runs envs on
+            the event loop (one at a time; the least overhead per step).
+        inline_below: seconds; an env whose recent steps each took less runs
+            its steps on the event loop, where they cost less than a thread
+            hand-off (see :mod:`~dmrpc_gym.server.workers`); 0: never (always
+            with ``processes``).
+        processes: 0 to keep envs in the server's process, or the number of
+            worker processes (``spawn``) to build and step them in, for envs
+            that hold the GIL; the factory must then be importable by the
+            workers (an env id, ``"module:factory"`` or a module-level callable).
 
     ``start()`` returns the server, ``address`` / ``port`` say where it listens,
     ``stop()`` is idempotent and never hangs; it is also a context manager.
@@ -56,8 +70,19 @@ class Server:
     """
 
     def __init__(self, factory: Any, *, kind: str | None = None, address: str = "127.0.0.1:0",
-                 render: bool | str = True, timeout: float = 30.0, default_world: bool = True):
+                 render: bool | str = True, timeout: float = 30.0, default_world: bool = True,
+                 workers: int | None = None, processes: int = 0, inline_below: float = INLINE_BELOW):
         self.factory = Factory(factory, kind=kind, render=render)
+        self.workers = default_workers() if workers is None else workers
+        self._pool = WorkerPool(self.workers, inline_below=inline_below)   # checks the numbers
+        self._processes: Any = None
+        if processes:
+            if not self.workers:
+                raise ValueError("processes= needs worker threads to wait on the processes; "
+                                 "leave workers at its default or give a number >= 1")
+            self._pool.inline_below = 0.0   # a step in a process is a wait on a pipe: never on the loop
+            from dmrpc_gym.server.processes import ProcessHost
+            self._processes = ProcessHost(self.factory, processes)
         host, sep, port = address.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ValueError(f"address {address!r} is not of the form host:port")
@@ -84,6 +109,8 @@ class Server:
                 raise RuntimeError("this server was stopped; create a new Server")
             if self._thread is not None:
                 return self
+            if self._processes is not None:
+                self._processes.start()
             loop = asyncio.new_event_loop()
             ready: concurrent.futures.Future = concurrent.futures.Future()
             thread = threading.Thread(target=self._run, args=(loop, ready), daemon=True,
@@ -95,6 +122,7 @@ class Server:
                 if loop.is_running():
                     loop.call_soon_threadsafe(loop.stop)
                 thread.join(_STOP_MARGIN)
+                self._release_workers()
                 raise
             self._loop, self._thread = loop, thread
         log.info("serving %s on %s", self.factory.name, self.address)
@@ -115,7 +143,12 @@ class Server:
             loop.close()
 
     async def _listen(self, ready: concurrent.futures.Future) -> None:
-        registry = WorldRegistry(self.factory, default_world=self.default_world, timeout=self.timeout)
+        factory: Any = self.factory
+        if self._processes is not None:
+            from dmrpc_gym.server.processes import RemoteFactory
+            factory = RemoteFactory(self.factory, self._processes)
+        registry = WorldRegistry(factory, default_world=self.default_world, timeout=self.timeout,
+                                 pool=self._pool)
         connections: set[GrpcProtocol] = set()
         loop = asyncio.get_running_loop()
         host, port = self._bind.rsplit(":", 1)
@@ -136,6 +169,7 @@ class Server:
             self._stopped.set()
             loop, thread = self._loop, self._thread
         if loop is None or thread is None:
+            self._release_workers()
             return
 
         async def shutdown() -> None:
@@ -172,6 +206,18 @@ class Server:
         except RuntimeError:
             pass  # the loop is already closed
         thread.join(_STOP_MARGIN)
+        self._release_workers()
+
+    def _release_workers(self) -> None:
+        """End the worker threads (without waiting for any stuck in an env) and processes (terminated if stuck)."""
+        self._pool.close()
+        if self._processes is not None:
+            self._processes.close()
+
+    @property
+    def env_pids(self) -> list[int]:
+        """The process ids of the worker processes envs live in (empty without ``processes``)."""
+        return self._processes.pids if self._processes is not None else []
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the server is stopped (or ``timeout``); True when it is."""

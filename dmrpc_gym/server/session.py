@@ -17,6 +17,10 @@ Requests, by state:
 - JoinWorld: only when not joined (else FAILED_PRECONDITION).
 - Step, Reset: only when joined (else FAILED_PRECONDITION).
 - LeaveWorld: a no-op when not joined.
+
+Handlers that call envs await them (they run on worker threads): the stream's
+next request is read only after the answer, so one stream's requests are
+answered strictly in order while other streams go on.
 """
 from __future__ import annotations
 
@@ -83,10 +87,7 @@ class Session:
                 agent = self.agent
                 if agent is None:
                     raise status.failed_precondition("step needs a joined world: send JoinWorldRequest first")
-                if agent.asynchronous:
-                    await agent.step(request.step, response.step)
-                else:
-                    agent.step(request.step, response.step)
+                await agent.step(request.step, response.step)
             else:
                 handler = self._handlers.get(which)
                 if handler is None:
@@ -94,7 +95,7 @@ class Session:
                         raise status.unimplemented("the request's payload is not one this server knows "
                                                    "(dm_env_rpc v1 requests and the properties extension)")
                     raise status.invalid_argument("the request is empty (no payload is set)")
-                handler(getattr(request, which), response)
+                await handler(getattr(request, which), response)
         except DmRpcError as exc:
             log.info("%s refused: %s: %s", which, exc.code_name, exc.message)
             return error_response(exc.code, exc.message)
@@ -109,36 +110,37 @@ class Session:
             raise status.failed_precondition(f"{what} needs a joined world: send JoinWorldRequest first")
         return self.agent
 
-    def _create_world(self, request: pb.CreateWorldRequest, response: pb.EnvironmentResponse) -> None:
-        response.create_world.world_name = self.registry.create(request.settings)
+    async def _create_world(self, request: pb.CreateWorldRequest, response: pb.EnvironmentResponse) -> None:
+        response.create_world.world_name = await self.registry.create(request.settings)
 
-    def _join_world(self, request: pb.JoinWorldRequest, response: pb.EnvironmentResponse) -> None:
+    async def _join_world(self, request: pb.JoinWorldRequest, response: pb.EnvironmentResponse) -> None:
         if self.agent is not None:
             raise status.failed_precondition(
                 f"this connection is already joined to world {self.agent.world.name!r}; "
                 f"send LeaveWorld first (one world per connection)")
-        world = self.registry.get(request.world_name)
-        self.agent = world.join(request.settings)
+        world = await self.registry.get(request.world_name)
+        self.agent = await world.join(request.settings)
         log.info("joined world %r%s", world.name, f" as {self.agent.name!r}" if hasattr(self.agent, "name") else "")
         response.join_world.specs.CopyFrom(self.agent.specs)
 
-    def _reset(self, request: pb.ResetRequest, response: pb.EnvironmentResponse) -> None:
-        specs = self._joined("reset").reset(request.settings)
+    async def _reset(self, request: pb.ResetRequest, response: pb.EnvironmentResponse) -> None:
+        specs = await self._joined("reset").reset(request.settings)
         response.reset.specs.CopyFrom(specs)
 
-    def _reset_world(self, request: pb.ResetWorldRequest, response: pb.EnvironmentResponse) -> None:
-        self.registry.get(request.world_name).reset_world(request.settings, self.agent)
+    async def _reset_world(self, request: pb.ResetWorldRequest, response: pb.EnvironmentResponse) -> None:
+        world = await self.registry.get(request.world_name)
+        await world.reset_world(request.settings, self.agent)
         response.reset_world.SetInParent()
 
-    def _leave_world(self, request: pb.LeaveWorldRequest, response: pb.EnvironmentResponse) -> None:
+    async def _leave_world(self, request: pb.LeaveWorldRequest, response: pb.EnvironmentResponse) -> None:
         self.leave()
         response.leave_world.SetInParent()
 
-    def _destroy_world(self, request: pb.DestroyWorldRequest, response: pb.EnvironmentResponse) -> None:
+    async def _destroy_world(self, request: pb.DestroyWorldRequest, response: pb.EnvironmentResponse) -> None:
         self.registry.destroy(request.world_name, None if self.agent is None else self.agent.world)
         response.destroy_world.SetInParent()
 
-    def _extension(self, request: Any, response: pb.EnvironmentResponse) -> None:
+    async def _extension(self, request: Any, response: pb.EnvironmentResponse) -> None:
         table = {prop.key: prop for prop in self.properties()}
         response.extension.CopyFrom(properties.handle(request, table))
 

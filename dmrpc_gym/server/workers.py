@@ -1,0 +1,269 @@
+"""Where env calls run: a bounded pool of worker threads, and lanes that keep each env's calls in order.
+
+Each env (a gym agent's env, a PettingZoo world's env) has a :class:`Lane`: its
+calls (construction, ``reset``, ``step``, ``render``, ``close``) run one at a
+time, in the order they were made, on one of the :class:`WorkerPool`'s
+threads, so an env is never called from two threads at once while different
+envs' calls overlap (envs that release the GIL, simulators in C or in another
+process, step in parallel), and a slow env delays nobody else. The event loop
+awaits a call's result like any I/O.
+
+Handing a call to a thread costs a few tens of microseconds on an idle
+machine (far more on a loaded one), more than a trivial env's whole step. So
+:meth:`Lane.quick` (used for ``step`` and ``reset``) runs the call inline, on
+the event loop, once a streak of the env's quick calls were each shorter than
+the pool's ``inline_below`` (default 100 us), until one is slower. The streak
+is 8 calls at first; after a slow call that ran inline, it is as many calls as
+that one blocked the loop for, in units of ``inline_below`` (a 10 ms stall:
+100, a 1 s stall: 4096, the most), so that what running inline saves pays
+for what the surprise cost the other worlds. The first calls of an env, and
+building, ``render`` and ``close``, always go to a worker; ``inline_below=0``
+sends every call to a worker.
+
+Worker threads are daemon threads and ``close()`` does not wait for them: a
+server can stop while an env is stuck in ``step`` (the stuck call's result is
+dropped). A pool of size 0 runs every call inline, on the caller's thread.
+
+>>> import asyncio
+>>> pool = WorkerPool(2)
+>>> lane = pool.lane()
+>>> async def demo():
+...     return await asyncio.gather(*(lane.call(pow, 2, k) for k in range(4)))
+>>> asyncio.run(demo())
+[1, 2, 4, 8]
+>>> pool.close()
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import logging
+import queue
+import threading
+import time
+from typing import Any, Callable
+
+__all__ = ["WorkerPool", "Lane", "default_workers", "rendered", "INLINE_BELOW", "DEFAULT_WORKERS"]
+
+#: Steps shorter than this (seconds), every one of a streak, run on the event loop.
+INLINE_BELOW = 100e-6
+_FIRST_STREAK, _LONGEST_STREAK = 8, 4096
+
+log = logging.getLogger("dmrpc_gym.server")
+
+
+#: The default number of worker threads.
+DEFAULT_WORKERS = 64
+
+
+def default_workers() -> int:
+    """The default pool size, :data:`DEFAULT_WORKERS` whatever the number of cores.
+
+    The threads mostly wait (in the GIL-free part of an env, or on a worker
+    process), so the bound is about how many worlds step at once, not about
+    cores: with fewer threads than the worlds a vector env steps together, the
+    last worlds wait for a second wave (8 worlds on ``cpu_count + 4`` = 6
+    threads took two step times). Threads start only when needed, so a server
+    with a few worlds has a few; the bound keeps thousands of worlds from
+    holding a thread each.
+    """
+    return DEFAULT_WORKERS
+
+
+def _deliver(future: asyncio.Future, ok: bool, value: Any) -> None:
+    if not future.done():
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+
+class Lane:
+    """One env's calls, run one at a time and in order on a :class:`WorkerPool` (inline without one)."""
+
+    __slots__ = ("_pool", "_items", "_lock", "_busy", "_fast", "_streak", "inline_calls")
+
+    def __init__(self, pool: "WorkerPool | None"):
+        self._pool = pool
+        self._items: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        self._busy = False
+        self._fast = 0                  # quick calls in a row shorter than the pool's inline_below
+        self._streak = _FIRST_STREAK    # how many it takes to run inline
+        self.inline_calls = 0           # quick calls run on the caller's thread
+
+    async def quick(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """As :meth:`call`, but inline while this lane's recent quick calls were all short (see the module doc)."""
+        if kwargs:
+            return await self.quick(functools.partial(fn, **kwargs), *args)
+        pool = self._pool
+        if pool is None:
+            return fn(*args)
+        if self._fast >= self._streak and not self._busy:
+            self.inline_calls += 1
+            start = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                self._timed(time.perf_counter() - start)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._put((fn, args, loop, future, True))
+        return await future
+
+    def _timed(self, seconds: float) -> None:
+        below = self._pool.inline_below  # type: ignore[union-attr]
+        if seconds < below:
+            self._fast += 1
+        else:
+            if self._fast >= self._streak:      # it ran inline: earn back what it cost the loop
+                self._streak = max(_FIRST_STREAK, min(int(seconds / below), _LONGEST_STREAK))
+            self._fast = 0
+
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on a worker thread, after this lane's earlier calls; its result or exception.
+
+        Cancelling the awaiting task drops the result; a call not started yet is skipped.
+        """
+        if kwargs:
+            return await self.call(functools.partial(fn, **kwargs), *args)
+        if self._pool is None:
+            return fn(*args)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._put((fn, args, loop, future, False))
+        return await future
+
+    async def build(self, dispose: Callable[[Any], Any], fn: Callable[..., Any], *args: Any) -> Any:
+        """As :meth:`call` for something to own (an env, a world): should the awaiting task be
+        cancelled (its stream ended), what ``fn`` returns is handed to ``dispose`` on this lane."""
+        future = asyncio.ensure_future(self.call(fn, *args))
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            def orphaned(done: asyncio.Future) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    self.post(dispose, done.result())
+            future.add_done_callback(orphaned)
+            raise
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` after this lane's earlier calls without waiting (errors are logged)."""
+        if self._pool is None:
+            _run_logged(fn, args)
+        else:
+            self._put((fn, args, None, None, False))
+
+    def _put(self, item: tuple) -> None:
+        with self._lock:
+            self._items.append(item)
+            if self._busy:
+                return
+            self._busy = True
+        self._pool._ready(self)  # type: ignore[union-attr]
+
+    def _run_one(self) -> None:
+        """Run the next call (on a worker thread); hand the lane back to the pool if more are waiting."""
+        with self._lock:
+            fn, args, loop, future, timed = self._items.popleft()
+        if future is None:
+            _run_logged(fn, args)
+        elif not future.cancelled():
+            start = time.perf_counter()
+            try:
+                ok, value = True, fn(*args)
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+                ok, value = False, exc
+            if timed:
+                self._timed(time.perf_counter() - start)
+            try:
+                loop.call_soon_threadsafe(_deliver, future, ok, value)
+            except RuntimeError:
+                pass  # the loop is closed: the server stopped while the env was busy
+        with self._lock:
+            if not self._items:
+                self._busy = False
+                return
+        self._pool._ready(self)  # type: ignore[union-attr]
+
+
+async def rendered(lane: Lane, render: Callable[[], Any] | None) -> Callable[[], Any] | None:
+    """Render now on ``lane``; a callable that gives the frame (or raises render's error) to encode with."""
+    if render is None:
+        return None
+    try:
+        frame = await lane.call(render)
+    except Exception as exc:  # noqa: BLE001 - raised again where the frame is used
+        error = exc
+
+        def fail() -> Any:
+            raise error
+        return fail
+    return lambda: frame
+
+
+def _run_logged(fn: Callable[..., Any], args: tuple) -> None:
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - nobody waits for a posted call
+        log.exception("%s failed", getattr(fn, "__qualname__", fn))
+
+
+class WorkerPool:
+    """Up to ``size`` daemon threads that run the calls of many :class:`Lane` s (``size=0``: inline).
+
+    Threads start on demand and stay for the pool's life. ``inline_below``:
+    see the module doc.
+    """
+
+    def __init__(self, size: int, name: str = "dmrpc-gym-env", inline_below: float = INLINE_BELOW):
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ValueError(f"workers must be a whole number >= 0 (0 runs envs on the event loop), got {size!r}")
+        if not isinstance(inline_below, (int, float)) or not 0 <= inline_below < 1:
+            raise ValueError(f"inline_below must be a number of seconds in [0, 1), got {inline_below!r}")
+        self.size, self.name, self.inline_below = size, name, float(inline_below)
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def lane(self) -> Lane:
+        """A new lane (inline when the pool has no threads)."""
+        return Lane(self if self.size else None)
+
+    def _ready(self, lane: Lane) -> None:
+        if not self._idle.acquire(blocking=False):
+            with self._lock:
+                if not self._closed and len(self._threads) < self.size:
+                    thread = threading.Thread(target=self._work, daemon=True,
+                                              name=f"{self.name}-{len(self._threads)}")
+                    self._threads.append(thread)
+                    thread.start()
+        self._queue.put(lane)
+
+    def _work(self) -> None:
+        get, idle = self._queue.get, self._idle
+        while True:
+            lane = get()
+            if lane is None:
+                return
+            try:
+                lane._run_one()
+            except BaseException:  # noqa: BLE001 - a worker must survive anything
+                log.exception("an env worker call failed")
+            idle.release()
+
+    @property
+    def threads(self) -> int:
+        """Threads started so far."""
+        return len(self._threads)
+
+    def close(self) -> None:
+        """Let idle threads end; never waits (a thread stuck in an env call ends with the process)."""
+        with self._lock:
+            self._closed = True
+            count = len(self._threads)
+        for _ in range(count):
+            self._queue.put(None)
