@@ -22,7 +22,6 @@ import dmrpc_gym
 import servers
 import test_compliance as tc
 from dmrpc_gym import DmRpcEnv
-from dmrpc_gym.app import cli
 from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.client.properties import Properties
 from dmrpc_gym.protocol import tensors

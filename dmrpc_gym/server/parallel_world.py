@@ -41,27 +41,21 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import Factory, close_quietly
-from dmrpc_gym.server.interface import AgentInterface, probe_render, rgb_render, sequence_state
+from dmrpc_gym.server.interface import AgentInterface, probe_render, rgb_render
+from dmrpc_gym.server.parallel_agent import AGENT, ParallelAgent, names_text
 from dmrpc_gym.server.properties import Property
-from dmrpc_gym.server.workers import Lane, rendered
-from dmrpc_gym.server.settings import SEED, check_seed, pop_seed, unpack_settings, world_reset_settings
+from dmrpc_gym.server.workers import Lane
+from dmrpc_gym.server.settings import SEED, check_seed, unpack_settings, world_reset_settings
 from dmrpc_gym.protocol.wire import pb
 
-__all__ = ["ParallelWorld", "ParallelAgent", "AGENT"]
+__all__ = ["ParallelWorld", "AGENT"]
 
 log = logging.getLogger("dmrpc_gym.server")
 
-#: The join setting naming the agent to play.
-AGENT = "agent"
 
 _RUNNING, _INTERRUPTED = pb.RUNNING, pb.INTERRUPTED
-
-
-def _names(agents: Any) -> str:
-    return ", ".join(repr(a) for a in agents) or "none"
 
 
 def _reset(env: Any, seed: int | None) -> tuple[Any, list]:
@@ -139,11 +133,11 @@ class ParallelWorld:
 
     def _missing(self) -> str:
         missing = [a for a in self.possible if a not in self.agents]
-        return f"agent{'s' if len(missing) > 1 else ''} {_names(missing)} to join"
+        return f"agent{'s' if len(missing) > 1 else ''} {names_text(missing)} to join"
 
     def _late(self) -> str:
         late = sorted(self.live - self.pending.keys())
-        return f"agent{'s' if len(late) > 1 else ''} {_names(late)} to step"
+        return f"agent{'s' if len(late) > 1 else ''} {names_text(late)} to step"
 
     # -- episodes ---------------------------------------------------------------------
 
@@ -260,13 +254,13 @@ class ParallelWorld:
         wanted = kwargs.pop(AGENT, None)
         if kwargs:
             raise status.invalid_argument(
-                f"unknown join setting{'s' if len(kwargs) > 1 else ''} {_names(sorted(kwargs))} "
+                f"unknown join setting{'s' if len(kwargs) > 1 else ''} {names_text(sorted(kwargs))} "
                 f"for world {self.name!r} (accepted: {AGENT})")
         free = [a for a in self.possible if a not in self.agents]
         if wanted is None:
             if not free:
                 raise status.failed_precondition(
-                    f"every agent of world {self.name!r} is taken ({_names(self.possible)})")
+                    f"every agent of world {self.name!r} is taken ({names_text(self.possible)})")
             name = free[0]
         else:
             if isinstance(wanted, (int, np.integer)) and not isinstance(wanted, bool) \
@@ -276,10 +270,10 @@ class ParallelWorld:
                 name = wanted
             else:
                 raise status.invalid_argument(
-                    f"world {self.name!r} has no agent {wanted!r} (agents: {_names(self.possible)})")
+                    f"world {self.name!r} has no agent {wanted!r} (agents: {names_text(self.possible)})")
             if name in self.agents:
                 raise status.failed_precondition(
-                    f"agent {name!r} of world {self.name!r} is taken (free: {_names(free)})")
+                    f"agent {name!r} of world {self.name!r} is taken (free: {names_text(free)})")
         agent = ParallelAgent(self, name, self.interfaces[name])
         self.agents[name] = agent
         self._notify()
@@ -359,97 +353,3 @@ class ParallelWorld:
         self.abort()
         self.agents.clear()
         self.lane.post(close_quietly, self.env)
-
-
-class ParallelAgent:
-    """One joined connection of a PettingZoo world: one agent of its env."""
-
-    def __init__(self, world: ParallelWorld, name: str, interface: AgentInterface):
-        self.world, self.name, self.interface = world, name, interface
-        self.running = False
-        self.episode = 0
-        self.result: tuple | None = None
-        self.episode_return = 0.0
-        self._obs: Any = None
-        self._render = self._frame if interface.rgb_shape else None
-
-    @property
-    def specs(self) -> pb.ActionObservationSpecs:
-        return self.interface.specs
-
-    def _frame(self) -> Any:
-        return self.world.env.render()
-
-    def begin(self, episode: int) -> None:
-        """Start this agent's sequence in ``episode``."""
-        self.running, self.episode, self.episode_return = True, episode, 0.0
-        self._obs = self.world.obs.get(self.name)
-
-    async def step(self, request: pb.StepRequest, out: pb.StepResponse) -> None:
-        """Answer one StepRequest into ``out`` (may wait for the other agents)."""
-        plan = self.interface.plan(request.requested_observations)
-        world = self.world
-        reward, discount = 0.0, 1.0
-        if not self.running:
-            await world.start_sequence(self)
-            out.state = _RUNNING
-        elif not world.running or world.episode != self.episode or self.name not in world.live:
-            self.running = False
-            out.state = _INTERRUPTED
-        else:
-            action = self.interface.actions(request.actions)
-            try:
-                result = await world.act(self, action)
-            except DmRpcError:
-                if not (world.running and world.episode == self.episode):
-                    self.running = False
-                raise
-            if result is None:
-                self.running = False
-                out.state = _INTERRUPTED
-            else:
-                self._obs, reward, terminated, truncated = result
-                self.episode_return += reward
-                out.state, discount = sequence_state(terminated, truncated or self.name not in world.live)
-                self.running = out.state == _RUNNING
-        if plan.items:
-            render = await rendered(world.lane, self._render) if plan.rgb else self._render
-            self.interface.encode(plan, out.observations, self._obs, reward, discount, render)
-
-    async def reset(self, settings: Mapping[str, pb.Tensor]) -> pb.ActionObservationSpecs:
-        """ResetRequest: settings ``seed`` only; a running agent ends the episode for everyone."""
-        kwargs = unpack_settings(settings, "reset")
-        seed = pop_seed(kwargs, "reset")
-        if kwargs:
-            raise status.invalid_argument(
-                f"unknown reset setting{'s' if len(kwargs) > 1 else ''} {_names(sorted(kwargs))} "
-                f"for an agent of world {self.world.name!r} (accepted: {SEED})")
-        world = self.world
-        in_current = world.running and world.episode == self.episode and self.name in world.live
-        joins_current = world.running and self.name in world.live and not in_current
-        if seed is not None:
-            if joins_current and seed == world.episode_seed:
-                pass  # the episode this agent is about to start already used this seed
-            elif joins_current:
-                world.seed = seed
-                world.abort()
-            else:
-                world.seed = seed
-        if self.running:
-            self.running = False
-            if in_current:
-                world.abort()
-        return self.interface.specs
-
-    def leave(self) -> None:
-        self.world.release(self)
-
-    def properties(self) -> list[Property]:
-        return [
-            Property("world_name", pb.STRING, "the world this connection is joined to",
-                     read=lambda: self.world.name),
-            Property(AGENT, pb.STRING, "the agent this connection plays", read=lambda: self.name),
-            Property("episode_return", pb.DOUBLE, "sum of this agent's rewards in its current sequence",
-                     read=lambda: self.episode_return),
-            *self.world.properties(),
-        ]

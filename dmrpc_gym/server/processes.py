@@ -20,6 +20,7 @@ registered at runtime are handed to the workers with their ``EnvSpec``.
 >>> env, kind = host.make({"rows": 5})
 >>> kind, env.observation_space["board"].shape, env.reset(seed=0)[0]["board"].shape
 ('gym', (5, 10), (5, 10))
+>>> import os
 >>> env.pid != os.getpid()
 True
 >>> host.close()
@@ -29,7 +30,6 @@ from __future__ import annotations
 import itertools
 import logging
 import multiprocessing
-import os
 import pickle
 import signal
 import threading

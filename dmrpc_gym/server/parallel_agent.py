@@ -1,0 +1,126 @@
+"""One agent of a PettingZoo world: a joined connection's steps, resets and properties.
+
+The world (:mod:`~dmrpc_gym.server.parallel_world`) holds the env and makes the
+agents wait for each other; an agent turns its connection's requests into the
+world's calls and the world's results into StepResponses.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+from dmrpc_gym.protocol.errors import DmRpcError
+from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.server import status
+from dmrpc_gym.server.interface import AgentInterface, sequence_state
+from dmrpc_gym.server.properties import Property
+from dmrpc_gym.server.settings import SEED, pop_seed, unpack_settings
+from dmrpc_gym.server.workers import rendered
+
+if TYPE_CHECKING:
+    from dmrpc_gym.server.parallel_world import ParallelWorld
+
+__all__ = ["ParallelAgent", "AGENT"]
+
+#: The join setting naming the agent to play.
+AGENT = "agent"
+
+_RUNNING, _INTERRUPTED = pb.RUNNING, pb.INTERRUPTED
+
+
+def names_text(agents: Any) -> str:
+    """Agent names for a message: ``'a', 'b'``."""
+    return ", ".join(repr(a) for a in agents) or "none"
+
+
+class ParallelAgent:
+    """One joined connection of a PettingZoo world: one agent of its env."""
+
+    def __init__(self, world: "ParallelWorld", name: str, interface: AgentInterface):
+        self.world, self.name, self.interface = world, name, interface
+        self.running = False
+        self.episode = 0
+        self.result: tuple | None = None
+        self.episode_return = 0.0
+        self._obs: Any = None
+        self._render = self._frame if interface.rgb_shape else None
+
+    @property
+    def specs(self) -> pb.ActionObservationSpecs:
+        return self.interface.specs
+
+    def _frame(self) -> Any:
+        return self.world.env.render()
+
+    def begin(self, episode: int) -> None:
+        """Start this agent's sequence in ``episode``."""
+        self.running, self.episode, self.episode_return = True, episode, 0.0
+        self._obs = self.world.obs.get(self.name)
+
+    async def step(self, request: pb.StepRequest, out: pb.StepResponse) -> None:
+        """Answer one StepRequest into ``out`` (may wait for the other agents)."""
+        plan = self.interface.plan(request.requested_observations)
+        world = self.world
+        reward, discount = 0.0, 1.0
+        if not self.running:
+            await world.start_sequence(self)
+            out.state = _RUNNING
+        elif not world.running or world.episode != self.episode or self.name not in world.live:
+            self.running = False
+            out.state = _INTERRUPTED
+        else:
+            action = self.interface.actions(request.actions)
+            try:
+                result = await world.act(self, action)
+            except DmRpcError:
+                if not (world.running and world.episode == self.episode):
+                    self.running = False
+                raise
+            if result is None:
+                self.running = False
+                out.state = _INTERRUPTED
+            else:
+                self._obs, reward, terminated, truncated = result
+                self.episode_return += reward
+                out.state, discount = sequence_state(terminated, truncated or self.name not in world.live)
+                self.running = out.state == _RUNNING
+        if plan.items:
+            render = await rendered(world.lane, self._render) if plan.rgb else self._render
+            self.interface.encode(plan, out.observations, self._obs, reward, discount, render)
+
+    async def reset(self, settings: Mapping[str, pb.Tensor]) -> pb.ActionObservationSpecs:
+        """ResetRequest: settings ``seed`` only; a running agent ends the episode for everyone."""
+        kwargs = unpack_settings(settings, "reset")
+        seed = pop_seed(kwargs, "reset")
+        if kwargs:
+            raise status.invalid_argument(
+                f"unknown reset setting{'s' if len(kwargs) > 1 else ''} {names_text(sorted(kwargs))} "
+                f"for an agent of world {self.world.name!r} (accepted: {SEED})")
+        world = self.world
+        in_current = world.running and world.episode == self.episode and self.name in world.live
+        joins_current = world.running and self.name in world.live and not in_current
+        if seed is not None:
+            if joins_current and seed == world.episode_seed:
+                pass  # the episode this agent is about to start already used this seed
+            elif joins_current:
+                world.seed = seed
+                world.abort()
+            else:
+                world.seed = seed
+        if self.running:
+            self.running = False
+            if in_current:
+                world.abort()
+        return self.interface.specs
+
+    def leave(self) -> None:
+        self.world.release(self)
+
+    def properties(self) -> list[Property]:
+        return [
+            Property("world_name", pb.STRING, "the world this connection is joined to",
+                     read=lambda: self.world.name),
+            Property(AGENT, pb.STRING, "the agent this connection plays", read=lambda: self.name),
+            Property("episode_return", pb.DOUBLE, "sum of this agent's rewards in its current sequence",
+                     read=lambda: self.episode_return),
+            *self.world.properties(),
+        ]
