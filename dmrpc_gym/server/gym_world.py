@@ -40,7 +40,7 @@ from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import Factory, close_quietly
 from dmrpc_gym.server.interface import AgentInterface, probe_render, rgb_render, sequence_state
 from dmrpc_gym.server.properties import Property
-from dmrpc_gym.server.workers import Lane, WorkerPool, rendered
+from dmrpc_gym.server.workers import Lane, WorkerPool
 from dmrpc_gym.server.settings import (SEED, check_seed, pop_seed, same_settings, unpack_settings,
                                        world_reset_settings)
 from dmrpc_gym.protocol.wire import pb
@@ -251,9 +251,7 @@ class GymAgent:
             self.episode_return += reward
             out.state, discount = sequence_state(terminated, truncated)
             self.running = out.state == _RUNNING
-        if plan.items:
-            render = await rendered(self.lane, self._render) if plan.rgb else self._render
-            self.interface.encode(plan, out.observations, self._obs, reward, discount, render)
+        await self.interface.answer(plan, out, self._obs, reward, discount, self.lane, self._render)
 
     async def reset(self, settings: Mapping[str, pb.Tensor]) -> pb.ActionObservationSpecs:
         """ResetRequest: settings for the next sequence (``seed``, world-setting overrides)."""

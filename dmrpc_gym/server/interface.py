@@ -35,6 +35,7 @@ from gymnasium.spaces import Space
 from dmrpc_gym import spaces
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.server import status
+from dmrpc_gym.server.workers import Lane, rendered
 from dmrpc_gym.protocol.spec_table import SpecTable
 from dmrpc_gym.protocol.specs import SpecChecker
 from dmrpc_gym.protocol.wire import pb
@@ -238,6 +239,14 @@ class AgentInterface:
                 out[uid].doubles.array.append(discount)
             else:
                 tensors.pack_into(out[uid], self._frame(render), pb.UINT8)
+
+    async def answer(self, plan: _Plan, out: pb.StepResponse, observation: Any, reward: float, discount: float,
+                     lane: Lane, render: Callable[[], Any] | None) -> None:
+        """Fill ``out``'s planned observations; a frame asked for is rendered on the env's ``lane``."""
+        if plan.items:
+            if plan.rgb:
+                render = await rendered(lane, render)
+            self.encode(plan, out.observations, observation, reward, discount, render)
 
     def _frame(self, render: Callable[[], Any] | None) -> np.ndarray:
         if render is None:

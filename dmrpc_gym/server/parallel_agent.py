@@ -14,7 +14,6 @@ from dmrpc_gym.server import status
 from dmrpc_gym.server.interface import AgentInterface, sequence_state
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.settings import SEED, pop_seed, unpack_settings
-from dmrpc_gym.server.workers import rendered
 
 if TYPE_CHECKING:
     from dmrpc_gym.server.parallel_world import ParallelWorld
@@ -83,9 +82,7 @@ class ParallelAgent:
                 self.episode_return += reward
                 out.state, discount = sequence_state(terminated, truncated or self.name not in world.live)
                 self.running = out.state == _RUNNING
-        if plan.items:
-            render = await rendered(world.lane, self._render) if plan.rgb else self._render
-            self.interface.encode(plan, out.observations, self._obs, reward, discount, render)
+        await self.interface.answer(plan, out, self._obs, reward, discount, world.lane, self._render)
 
     async def reset(self, settings: Mapping[str, pb.Tensor]) -> pb.ActionObservationSpecs:
         """ResetRequest: settings ``seed`` only; a running agent ends the episode for everyone."""
