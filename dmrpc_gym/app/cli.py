@@ -58,6 +58,12 @@ def add_serve(subparsers: Any) -> None:
                         help="'rgb_array' offers the RGB observation of envs that can render it "
                              "(default), 'none' offers none, another mode (e.g. 'human') is "
                              "passed to the envs as is")
+    parser.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate (chain) file")
+    parser.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    parser.add_argument("--token", help="a shared secret every call must carry (metadata "
+                                        "'authorization: Bearer TOKEN'); default: $DMRPC_GYM_TOKEN if set")
+    parser.add_argument("--max-message-size", type=int, default=None, metavar="BYTES",
+                        help="largest request accepted (default: 64 MiB)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every world and error")
     parser.set_defaults(run=run_serve)
 
@@ -70,9 +76,20 @@ def start_server(args: argparse.Namespace):
     """
     from dmrpc_gym.server import Server
 
+    import os
+
+    from dmrpc_gym.transport.security import TOKEN_ENV
+
     render: bool | str = {"rgb_array": True, "none": False}.get(args.render, args.render)
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ValueError("--tls-cert and --tls-key go together")
+    options: dict[str, Any] = {"token": args.token or os.environ.get(TOKEN_ENV) or None}
+    if args.tls_cert is not None:
+        options["tls"] = (args.tls_cert, args.tls_key)
+    if args.max_message_size is not None:
+        options["max_message_size"] = args.max_message_size
     return Server(args.target, kind=args.kind, address=f"{args.host}:{args.port}",
-                  render=render, timeout=args.timeout).start()
+                  render=render, timeout=args.timeout, **options).start()
 
 
 def run_serve(args: argparse.Namespace) -> int:

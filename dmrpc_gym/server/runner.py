@@ -17,7 +17,9 @@ import threading
 from typing import Any
 
 from dmrpc_gym.server.factories import Factory
+from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
 from dmrpc_gym.transport.h2_server import GrpcProtocol
+from dmrpc_gym.transport.security import server_context, token_metadata
 from dmrpc_gym.server.session import Session
 from dmrpc_gym.server.registry import WorldRegistry
 
@@ -44,6 +46,10 @@ class Server:
         timeout: seconds a multi-agent wait may see no progress before it fails.
         default_world: whether JoinWorld with an empty world name joins a world
             made on first use with no settings.
+        tls: serve TLS (ALPN ``h2``): ``(certfile, keyfile)`` or an ``ssl.SSLContext``.
+        token: a shared secret every call must carry as metadata
+            ``authorization: Bearer <token>``; others are answered UNAUTHENTICATED.
+        max_message_size: the largest request accepted, in bytes (RESOURCE_EXHAUSTED beyond).
 
     ``start()`` returns the server, ``address`` / ``port`` say where it listens,
     ``stop()`` is idempotent and never hangs; it is also a context manager.
@@ -57,8 +63,12 @@ class Server:
     """
 
     def __init__(self, factory: Any, *, kind: str | None = None, address: str = "127.0.0.1:0",
-                 render: bool | str = True, timeout: float = 30.0, default_world: bool = True):
+                 render: bool | str = True, timeout: float = 30.0, default_world: bool = True,
+                 tls: Any = None, token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE):
         self.factory = Factory(factory, kind=kind, render=render)
+        self._tls = server_context(tls)
+        token_metadata(token)                 # checks it
+        self._token, self._max_message = token, int(max_message_size)
         host, sep, port = address.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ValueError(f"address {address!r} is not of the form host:port")
@@ -121,8 +131,9 @@ class Server:
         loop = asyncio.get_running_loop()
         host, port = self._bind.rsplit(":", 1)
         server = await loop.create_server(
-            lambda: GrpcProtocol(lambda: Session(registry), connections),
-            host.strip("[]"), int(port), reuse_address=True)
+            lambda: GrpcProtocol(lambda: Session(registry), connections, token=self._token,
+                                 max_message_size=self._max_message),
+            host.strip("[]"), int(port), reuse_address=True, ssl=self._tls)
         self._listener, self._connections, self._registry = server, connections, registry
         ready.set_result(server.sockets[0].getsockname()[1])
 
@@ -143,6 +154,8 @@ class Server:
             try:
                 self._listener.close()
                 if grace:
+                    for connection in list(self._connections):
+                        connection.go_away()     # open streams may finish; no new ones
                     deadline = loop.time() + grace
                     while self._connections and loop.time() < deadline:
                         await asyncio.sleep(0.05)

@@ -21,11 +21,17 @@ from typing import Awaitable, Callable, Protocol
 
 import hpack
 
-from dmrpc_gym.transport import frames as h2
-from dmrpc_gym.transport.frames import (U32, ACK, CONTINUATION, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADER, HEADERS, MAX_WINDOW,
-                          PADDED, PING, PREFACE, RST_STREAM, SETTING_FRAME, SETTING_HEADER_TABLE,
-                          SETTING_WINDOW, SETTINGS, WINDOW_UPDATE, MessageSplitter, frame, parse_settings)
 from dmrpc_gym.protocol.wire import METHOD_PATH
+from dmrpc_gym.transport import compression as encodings
+from dmrpc_gym.transport import frames as h2
+from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM,
+                                        FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADER, HEADERS,
+                                        MAX_WINDOW, NO_ERROR, PADDED, PING, PREFACE, PROTOCOL_ERROR,
+                                        PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTING_FRAME,
+                                        SETTING_HEADER_TABLE, SETTING_WINDOW, SETTINGS, U32, WINDOW_UPDATE,
+                                        MessageSplitter, ProtocolError, StreamError, check_frame, frame,
+                                        parse_settings)
+from dmrpc_gym.transport.security import token_matches
 
 __all__ = ["StreamHandler", "GrpcProtocol"]
 
@@ -33,7 +39,11 @@ log = logging.getLogger("dmrpc_gym.server")
 
 _OUR_FRAME = 1 << 20             # largest frame we accept (we advertise it)
 _CHUNK = 1 << 18                 # largest DATA frame we write in one go
-_UNIMPLEMENTED, _INTERNAL = 12, 13
+_MAX_HEADER_BLOCK = 1 << 20      # a header block larger than this ends the connection
+_UNIMPLEMENTED, _INTERNAL, _UNAUTHENTICATED = 12, 13, 16
+_HTTP1_BODY = b"This is a gRPC server: it speaks HTTP/2 only.\n"
+_HTTP1_ANSWER = (b"HTTP/1.1 505 HTTP Version Not Supported\r\nConnection: close\r\nContent-Type: text/plain\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(_HTTP1_BODY), _HTTP1_BODY))
 
 
 class StreamHandler(Protocol):
@@ -45,33 +55,44 @@ class StreamHandler(Protocol):
 
 
 class _Stream:
-    __slots__ = ("id", "window", "received", "splitter", "inbox", "wake", "task", "open", "replied")
+    __slots__ = ("id", "window", "received", "splitter", "inbox", "wake", "task", "open", "replied",
+                 "compress", "encoding", "client_done")
 
-    def __init__(self, stream_id: int, window: int):
+    def __init__(self, stream_id: int, window: int, limit: int):
         self.id = stream_id
         self.window = window
         self.received = 0                # bytes taken in since our last WINDOW_UPDATE for it
-        self.splitter = MessageSplitter()
+        self.splitter = MessageSplitter(limit)
         self.inbox: deque = deque()      # requests, then None once the client is done writing
         self.wake = asyncio.Event()
         self.task: asyncio.Task | None = None
         self.open = True
         self.replied = False
+        self.compress = None             # compresses our answers in the client's request encoding
+        self.encoding = None
+        self.client_done = False
 
 
 class GrpcProtocol(asyncio.Protocol):
-    """One HTTP/2 connection: any number of gRPC streams, each served by its own session."""
+    """One HTTP/2 connection: any number of gRPC streams, each served by its own session.
 
-    def __init__(self, new_session: Callable[[], StreamHandler], connections: set):
+    ``token``: when set, a call must carry ``authorization: Bearer <token>``;
+    ``max_message_size``: the largest request accepted, in bytes (RESOURCE_EXHAUSTED beyond).
+    """
+
+    def __init__(self, new_session: Callable[[], StreamHandler], connections: set, *,
+                 token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE):
         self._new_session = new_session
         self._connections = connections
+        self._token = token
+        self._max_message = max_message_size
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._preface = False
         self._streams: dict[int, _Stream] = {}
         self._decoder = hpack.Decoder()
         self._encoder = hpack.Encoder()
-        self._block = bytearray()
+        self._block: bytearray | None = None
         self._block_stream = 0
         self._block_flags = 0
         self._conn_window = 65535
@@ -83,6 +104,7 @@ class GrpcProtocol(asyncio.Protocol):
         self._can_write.set()
         self._closed = False
         self._last_stream = 0
+        self._draining = False           # a GOAWAY went either way: close once the streams are done
 
     # -- asyncio.Protocol --------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:
@@ -95,33 +117,51 @@ class GrpcProtocol(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
-        settings = b"".join(struct.pack(">HL", k, v) for k, v in (
-            (SETTING_WINDOW, MAX_WINDOW), (SETTING_FRAME, _OUR_FRAME)))
-        transport.write(frame(SETTINGS, 0, 0, settings)
-                        + frame(WINDOW_UPDATE, 0, 0, U32.pack(MAX_WINDOW - 65535)))
 
     def data_received(self, data: bytes) -> None:
         buf = self._buf
         buf += data
         try:
-            if not self._preface:
-                if len(buf) < len(PREFACE):
-                    return
-                if bytes(buf[:len(PREFACE)]) != PREFACE:
-                    raise ConnectionError("the client did not send the HTTP/2 preface")
-                del buf[:len(PREFACE)]
-                self._preface = True
+            if not self._preface and not self._check_preface(buf):
+                return
             while len(buf) >= 9:
                 hi, lo, kind, flags, stream = HEADER.unpack_from(buf)
-                end = 9 + ((hi << 16) | lo)
+                length = (hi << 16) | lo
+                if length > _OUR_FRAME:
+                    raise ProtocolError(FRAME_SIZE_ERROR, f"a frame of {length} bytes exceeds our "
+                                                          f"SETTINGS_MAX_FRAME_SIZE of {_OUR_FRAME}")
+                end = 9 + length
                 if len(buf) < end:
                     return
-                payload = bytes(buf[9:end])
+                payload = bytes(memoryview(buf)[9:end])
                 del buf[:end]
                 self._on_frame(kind, flags, stream & 0x7FFFFFFF, payload)
+        except ProtocolError as exc:
+            log.info("closing an HTTP/2 connection: %s", exc)
+            self.abort(exc.code, str(exc))
         except Exception as exc:  # noqa: BLE001 - a broken peer loses its connection, nobody else
             log.info("closing an HTTP/2 connection: %s", exc)
-            self.abort(protocol_error=True)
+            self.abort(PROTOCOL_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _check_preface(self, buf: bytearray) -> bool:
+        """Whether the client preface is complete; an HTTP/1.x request is answered and closed at once."""
+        head = bytes(buf[:len(PREFACE)])
+        if not PREFACE.startswith(head):
+            self._buf = bytearray()
+            if self._transport is not None and head[:1].isalpha():
+                self._transport.write(_HTTP1_ANSWER)
+                self._transport.close()
+                self._closed = True
+                return False
+            raise ProtocolError(PROTOCOL_ERROR, "the client did not send the HTTP/2 preface")
+        if len(buf) < len(PREFACE):
+            return False
+        del buf[:len(PREFACE)]
+        self._preface = True
+        settings = b"".join(struct.pack(">HL", k, v) for k, v in (
+            (SETTING_WINDOW, MAX_WINDOW), (SETTING_FRAME, _OUR_FRAME)))
+        self._write(frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, U32.pack(MAX_WINDOW - 65535)))
+        return True
 
     def pause_writing(self) -> None:
         self._can_write.clear()
@@ -139,70 +179,119 @@ class GrpcProtocol(asyncio.Protocol):
 
     # -- frames --------------------------------------------------------------------
     def _on_frame(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
+        if kind != DATA or self._block is not None:
+            check_frame(kind, flags, sid, len(payload))
+            if self._block is not None and (kind != CONTINUATION or sid != self._block_stream):
+                raise ProtocolError(PROTOCOL_ERROR, "a frame interrupted a header block")
         if kind == DATA:
             self._on_data(flags, sid, payload)
         elif kind in (HEADERS, CONTINUATION):
             self._on_headers(kind, flags, sid, payload)
         elif kind == SETTINGS:
             if not flags & ACK:
-                for key, value in parse_settings(payload):
-                    if key == SETTING_WINDOW:
-                        for stream in self._streams.values():
-                            stream.window += value - self._peer_window
-                        self._peer_window = value
-                    elif key == SETTING_FRAME:
-                        self._peer_frame = value
-                    elif key == SETTING_HEADER_TABLE:
-                        self._encoder.header_table_size = value
-                self._write(frame(SETTINGS, ACK, 0))
-                self._window_open.set()
+                self._on_settings(payload)
         elif kind == PING:
             if not flags & ACK:
                 self._write(frame(PING, ACK, 0, payload))
         elif kind == WINDOW_UPDATE:
-            increment = U32.unpack(payload)[0] & 0x7FFFFFFF
-            if sid == 0:
-                self._conn_window += increment
-            elif sid in self._streams:
-                self._streams[sid].window += increment
-            self._window_open.set()
+            self._on_window_update(sid, U32.unpack(payload)[0] & 0x7FFFFFFF)
         elif kind == RST_STREAM:
+            if sid > self._last_stream:
+                raise ProtocolError(PROTOCOL_ERROR, f"RST_STREAM on idle stream {sid}")
             stream = self._streams.get(sid)
             if stream is not None:
                 self._end_stream(stream)
-        elif kind == GOAWAY:
-            self.abort()
-        # PRIORITY, PUSH_PROMISE (never sent by clients) and unknown types: ignored.
+        elif kind == GOAWAY:             # RFC 9113 6.8: the streams already open run to completion
+            self._draining = True
+            self._close_if_done()
+        elif kind == PUSH_PROMISE:
+            raise ProtocolError(PROTOCOL_ERROR, "a client sent PUSH_PROMISE")
+        # PRIORITY and unknown types: ignored.
+
+    def _on_settings(self, payload: bytes) -> None:
+        for key, value in parse_settings(payload):
+            if key == SETTING_WINDOW:
+                for stream in self._streams.values():
+                    stream.window += value - self._peer_window
+                self._peer_window = value
+            elif key == SETTING_FRAME:
+                self._peer_frame = value
+            elif key == SETTING_HEADER_TABLE:
+                self._encoder.header_table_size = value
+        self._write(frame(SETTINGS, ACK, 0))
+        self._window_open.set()
+
+    def _on_window_update(self, sid: int, increment: int) -> None:
+        if sid == 0:
+            if not increment:
+                raise ProtocolError(PROTOCOL_ERROR, "a WINDOW_UPDATE of 0 on the connection")
+            self._conn_window += increment
+            if self._conn_window > MAX_WINDOW:
+                raise ProtocolError(FLOW_CONTROL_ERROR, "a WINDOW_UPDATE took the connection window past 2**31-1")
+        elif sid in self._streams:
+            stream = self._streams[sid]
+            stream.window += increment
+            if not increment or stream.window > MAX_WINDOW:
+                self._reset(stream, PROTOCOL_ERROR if not increment else FLOW_CONTROL_ERROR)
+        elif sid > self._last_stream:
+            raise ProtocolError(PROTOCOL_ERROR, f"WINDOW_UPDATE on idle stream {sid}")
+        self._window_open.set()
 
     def _on_headers(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
         if kind == HEADERS:
             self._block = bytearray(h2.header_fragment(flags, payload))
             self._block_stream, self._block_flags = sid, flags
+        elif self._block is None:
+            raise ProtocolError(PROTOCOL_ERROR, "a CONTINUATION frame without a HEADERS frame before it")
         else:
             self._block += payload
+        if len(self._block) > _MAX_HEADER_BLOCK:
+            raise ProtocolError(ENHANCE_YOUR_CALM, f"a header block of more than {_MAX_HEADER_BLOCK} bytes")
         if not flags & END_HEADERS:
             return
+        block, self._block = self._block, None
         sid, flags = self._block_stream, self._block_flags
-        headers = h2.decode_headers(self._decoder, self._block)
-        if sid in self._streams:          # trailers from the client: treat as end of its requests
-            if flags & END_STREAM:
+        headers = h2.decode_headers(self._decoder, block)
+        if sid <= self._last_stream:      # trailers from the client: the end of its requests
+            if sid in self._streams and flags & END_STREAM:
                 self._client_done(self._streams[sid])
+            elif not flags & END_STREAM:
+                raise ProtocolError(PROTOCOL_ERROR, f"trailers without END_STREAM on stream {sid}")
             return
-        if sid <= self._last_stream or not sid % 2:
-            raise ConnectionError(f"stream id {sid} is not a new client stream")
+        if not sid % 2:
+            raise ProtocolError(PROTOCOL_ERROR, f"stream id {sid} is not a client stream (odd)")
         self._last_stream = sid
-        stream = _Stream(sid, self._peer_window)
-        path = headers.get(":path", "")
-        if path != METHOD_PATH or headers.get(":method") != "POST":
-            self._trailers_only(stream, _UNIMPLEMENTED, f"unknown method {path}; this server serves {METHOD_PATH}")
+        if self._draining:
+            self._write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
             return
-        if headers.get("grpc-encoding", "identity") != "identity":
-            self._trailers_only(stream, _UNIMPLEMENTED, f"message encoding {headers['grpc-encoding']} is not supported")
+        stream = _Stream(sid, self._peer_window, self._max_message)
+        refusal = self._refusal(headers)
+        if refusal is not None:
+            self._trailers(stream, *refusal)
+            if not flags & END_STREAM:
+                self._write(frame(RST_STREAM, 0, sid, U32.pack(NO_ERROR)))
             return
+        encoding = headers.get("grpc-encoding", "identity")
+        if encoding != "identity":
+            stream.splitter.decompress = encodings.decompressor(encoding, self._max_message)
+            stream.compress, stream.encoding = encodings.compressor(encoding), encoding
         self._streams[sid] = stream
         stream.task = asyncio.get_running_loop().create_task(self._serve(stream))
         if flags & END_STREAM:
             self._client_done(stream)
+
+    def _refusal(self, headers: dict[str, str]) -> tuple[int, str, tuple] | None:
+        """``(status, message, extra trailers)`` for a call we will not serve, else None."""
+        path = headers.get(":path", "")
+        if path != METHOD_PATH or headers.get(":method") != "POST":
+            return _UNIMPLEMENTED, f"unknown method {path}; this server serves {METHOD_PATH}", ()
+        if self._token is not None and not token_matches(headers, self._token):
+            return _UNAUTHENTICATED, "this server requires a token (metadata authorization: Bearer <token>)", ()
+        encoding = headers.get("grpc-encoding", "identity")
+        if encoding != "identity" and encoding not in encodings.ENCODINGS:
+            return (_UNIMPLEMENTED, f"message encoding {encoding} is not supported; this server accepts "
+                    f"{encodings.ACCEPT_ENCODING}", (("grpc-accept-encoding", encodings.ACCEPT_ENCODING),))
+        return None
 
     def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
         # Windows start (and are topped up) at 2**31-1: give back what was used once half is.
@@ -212,21 +301,31 @@ class GrpcProtocol(asyncio.Protocol):
             self._received = 0
         stream = self._streams.get(sid)
         if stream is None:
+            if sid > self._last_stream or not sid:
+                raise ProtocolError(PROTOCOL_ERROR, f"DATA on idle stream {sid}")
             return                       # a stream we already ended
+        if stream.client_done:
+            self._reset(stream, 0x5)     # STREAM_CLOSED: DATA after the client's END_STREAM
+            return
         stream.received += len(payload)
         if stream.received > MAX_WINDOW // 2:
             self._write(frame(WINDOW_UPDATE, 0, sid, U32.pack(stream.received)))
             stream.received = 0
         if flags & PADDED:
-            payload = payload[1:len(payload) - payload[0]]
+            payload = h2.unpad(payload)
         before = len(stream.inbox)
-        stream.splitter.feed(payload, stream.inbox)
+        try:
+            stream.splitter.feed(payload, stream.inbox)
+        except StreamError as err:       # too large, badly compressed: this stream only
+            self._refuse(stream, err, flags & END_STREAM)
+            return
         if len(stream.inbox) != before:
             stream.wake.set()
         if flags & END_STREAM:
             self._client_done(stream)
 
     def _client_done(self, stream: _Stream) -> None:
+        stream.client_done = True
         stream.inbox.append(None)
         stream.wake.set()
 
@@ -252,22 +351,34 @@ class GrpcProtocol(asyncio.Protocol):
         finally:
             session.close()
             self._streams.pop(stream.id, None)
+            self._close_if_done()
+
+    def _headers(self, stream: _Stream) -> list[tuple[str, str]]:
+        stream.replied = True
+        fields = [(":status", "200"), ("content-type", "application/grpc"),
+                  ("grpc-accept-encoding", encodings.ACCEPT_ENCODING)]
+        if stream.encoding:
+            fields.append(("grpc-encoding", stream.encoding))
+        return fields
 
     async def _send(self, stream: _Stream, message: bytes) -> None:
         if not stream.replied:
-            stream.replied = True
-            self._write(frame(HEADERS, END_HEADERS, stream.id, self._encoder.encode(
-                [(":status", "200"), ("content-type", "application/grpc")])))
+            self._write(h2.header_frames(stream.id, 0, self._encoder.encode(self._headers(stream)),
+                                         self._peer_frame))
         n = len(message) + 5
-        if n <= _CHUNK and n <= stream.window and n <= self._conn_window and n <= self._peer_frame:
+        if (n <= _CHUNK and n <= stream.window and n <= self._conn_window and n <= self._peer_frame
+                and stream.compress is None):
             stream.window -= n
             self._conn_window -= n
             self._write(h2.grpc_frame(message, stream.id))
             return
+        flag = b"\x00"
+        if stream.compress is not None:
+            message, flag = stream.compress(message), b"\x01"
         # A large message goes out in chunks, each written only while the socket keeps
         # up (pause_writing / resume_writing): asyncio's write buffer then stays small,
         # where one huge write would be moved down its buffer once per partial send.
-        data = memoryview(b"\x00" + U32.pack(len(message)) + message)
+        data = memoryview(flag + U32.pack(len(message)) + message)
         while data:
             while min(stream.window, self._conn_window) <= 0 or not self._can_write.is_set():
                 if self._closed or not stream.open:
@@ -280,38 +391,64 @@ class GrpcProtocol(asyncio.Protocol):
             n = min(len(data), stream.window, self._conn_window, self._peer_frame, _CHUNK)
             stream.window -= n
             self._conn_window -= n
-            self._write(frame(DATA, 0, stream.id, bytes(data[:n])))
+            self._write(HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id))
+            self._write(data[:n])
             data = data[n:]
 
-    def _trailers(self, stream: _Stream, code: int, message: str) -> None:
+    def _trailers(self, stream: _Stream, code: int, message: str, extra: tuple = ()) -> None:
         if not stream.open or self._closed:
             return
         stream.open = False
-        fields = [] if stream.replied else [(":status", "200"), ("content-type", "application/grpc")]
+        fields = [] if stream.replied else self._headers(stream)
         fields.append(("grpc-status", str(code)))
         if message:
             fields.append(("grpc-message", urllib.parse.quote(message, safe=" !#$&'()*+,/:;=?@[]~")))
-        self._write(frame(HEADERS, END_HEADERS | END_STREAM, stream.id, self._encoder.encode(fields)))
+        fields.extend(extra)
+        self._write(h2.header_frames(stream.id, END_STREAM, self._encoder.encode(fields), self._peer_frame))
 
-    def _trailers_only(self, stream: _Stream, code: int, message: str) -> None:
-        self._trailers(stream, code, message)
+    def _refuse(self, stream: _Stream, err: StreamError, client_done: bool) -> None:
+        """End one stream with ``err``'s status; the client need send no more (RST_STREAM NO_ERROR)."""
+        log.info("ending stream %d: %s", stream.id, err)
+        self._trailers(stream, err.status, str(err))
+        if not client_done and not stream.client_done:
+            self._write(frame(RST_STREAM, 0, stream.id, U32.pack(NO_ERROR)))
+        self._end_stream(stream)
+
+    def _reset(self, stream: _Stream, code: int) -> None:
+        self._write(frame(RST_STREAM, 0, stream.id, U32.pack(code)))
+        self._end_stream(stream)
 
     def _end_stream(self, stream: _Stream) -> None:
         stream.open = False
         self._streams.pop(stream.id, None)
         if stream.task is not None and not stream.task.done():
             stream.task.cancel()
+        else:
+            self._close_if_done()
 
     # -- output --------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
         if not self._closed and self._transport is not None:
             self._transport.write(data)
 
-    def abort(self, protocol_error: bool = False) -> None:
-        """Say GOAWAY and drop the connection; its streams end and their sessions close."""
+    def _close_if_done(self) -> None:
+        if self._draining and not self._streams and not self._closed and self._transport is not None:
+            self._closed = True
+            self._transport.close()
+
+    def go_away(self) -> None:
+        """Graceful close (RFC 9113 6.8): GOAWAY NO_ERROR; the open streams finish, no new ones start."""
+        if self._closed or self._transport is None or self._draining:
+            return
+        self._draining = True
+        self._transport.write(frame(GOAWAY, 0, 0, struct.pack(">LL", self._last_stream, NO_ERROR)))
+        self._close_if_done()
+
+    def abort(self, code: int = NO_ERROR, debug: str = "") -> None:
+        """Say GOAWAY (``code``, ``debug`` text) and drop the connection; its streams end and their sessions close."""
         if self._closed or self._transport is None:
             return
-        code = 1 if protocol_error else 0
-        self._transport.write(frame(GOAWAY, 0, 0, struct.pack(">LL", self._last_stream, code)))
+        self._transport.write(frame(GOAWAY, 0, 0, struct.pack(">LL", self._last_stream, code)
+                                    + debug.encode("utf-8", "replace")[:256]))
         self._closed = True
         self._transport.close()
