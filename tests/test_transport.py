@@ -327,3 +327,26 @@ def test_the_cli_serves_tls_with_a_token_from_the_environment(certificate, monke
                 conn.send(pb.CreateWorldRequest())
     finally:
         server.stop()
+
+
+def test_the_token_reaches_every_connection_of_vector_and_parallel_envs():
+    import dmrpc_gym
+    from dmrpc_gym.worlds.tag import Tag
+
+    with Server(Catch, token="s3cret") as server:
+        envs = dmrpc_gym.DmRpcVectorEnv(2, server.address, token="s3cret", compression="gzip")
+        try:
+            obs, _ = envs.reset(seed=0)
+            assert obs.shape == (2, 10, 10)
+        finally:
+            envs.close()
+        with pytest.raises(DmRpcError, match="UNAUTHENTICATED"):
+            dmrpc_gym.DmRpcVectorEnv(2, server.address)
+    with Server(Tag, token="s3cret") as server:
+        env = dmrpc_gym.parallel_env(server.address, world_settings={"pursuers": 1, "evaders": 1},
+                                     agents=["pursuer_0", "evader_0"], token="s3cret")
+        try:
+            observations, _ = env.reset(seed=0)
+            assert set(observations) == {"pursuer_0", "evader_0"}
+        finally:
+            env.close()
