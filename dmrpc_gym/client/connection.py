@@ -20,7 +20,8 @@ from dmrpc_gym.protocol.errors import DmRpcError, status_name
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport.base import StreamEnded, Transport, parse_address
 from dmrpc_gym.transport.grpcio_client import GrpcioTransport
-from dmrpc_gym.transport.h2_client import DEFAULT_MAX_MESSAGE, H2Transport
+from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
+from dmrpc_gym.transport.h2_transport import H2Transport
 from dmrpc_gym.transport.security import token_metadata
 
 __all__ = ["Connection", "parse_address", "settings_tensors", "transport_options"]

@@ -28,6 +28,7 @@ REFUSED_STREAM, ENHANCE_YOUR_CALM = 0x7, 0xB
 MIN_FRAME, MAX_FRAME = 16384, 2**24 - 1
 #: Default largest gRPC message either end accepts: 64 MiB (see the README's "Security and transport").
 DEFAULT_MAX_MESSAGE = 64 << 20
+_BIG = 1 << 16                     # messages at least this large are assembled in place
 MAX_WINDOW = 2**31 - 1
 HEADER = struct.Struct(">BHBBL")  # length (24 bits as 8+16), type, flags, stream id
 U32 = struct.Struct(">L")          # a big-endian 32-bit field
@@ -176,15 +177,26 @@ class MessageSplitter:
     flagged compressed; without it such a message is a :class:`StreamError`.
     """
 
-    __slots__ = ("_data", "limit", "decompress")
+    __slots__ = ("_data", "limit", "decompress", "_big", "_filled", "_flag")
 
     def __init__(self, limit: int = MAX_WINDOW, decompress=None):
         self._data = bytearray()
         self.limit = limit
         self.decompress = decompress
+        self._big: bytearray | None = None   # a large message being filled in place (one copy)
+        self._filled = 0
+        self._flag = 0
 
-    def feed(self, payload: bytes, out: "deque[bytes] | list[bytes]") -> None:
-        """Append ``payload``; every message it completes goes to ``out``."""
+    def feed(self, payload, out: "deque[bytes] | list[bytes]") -> None:
+        """Append ``payload`` (bytes-like); every message it completes goes to ``out``."""
+        if self._big is not None:
+            payload = memoryview(payload)
+            n = min(len(payload), len(self._big) - self._filled)
+            self._big[self._filled:self._filled + n] = payload[:n]
+            self.advance(n, out)
+            payload = payload[n:]
+            if not payload:
+                return
         data = self._data
         data += payload
         while len(data) >= 5:
@@ -193,15 +205,34 @@ class MessageSplitter:
                 del data[:]
                 raise MessageTooLarge(size, self.limit)
             if len(data) < 5 + size:
+                if size >= _BIG:                  # fill it in place from now on
+                    self._big, self._flag = bytearray(size), data[0]
+                    self._filled = len(data) - 5
+                    self._big[:self._filled] = memoryview(data)[5:]
+                    del data[:]
                 break
             flag = data[0]
             message = bytes(memoryview(data)[5:5 + size])
             del data[:5 + size]
-            if flag:
-                if flag != 1 or self.decompress is None:
-                    raise StreamError(13, f"a gRPC message flagged {'compressed' if flag == 1 else flag} "
-                                          "on a stream without a message encoding")
-                message = self.decompress(message)
-            out.append(message)
+            self._deliver(flag, message, out)
 
+    def room(self) -> memoryview | None:
+        """Where the large message being filled wants its next bytes (None: no large message)."""
+        if self._big is None:
+            return None
+        return memoryview(self._big)[self._filled:]
 
+    def advance(self, n: int, out: "deque[bytes] | list[bytes]") -> None:
+        """``n`` bytes were written into :meth:`room`; a completed message goes to ``out``."""
+        self._filled += n
+        if self._filled == len(self._big):
+            message, self._big = self._big, None
+            self._deliver(self._flag, message, out)
+
+    def _deliver(self, flag: int, message, out) -> None:
+        if flag:
+            if flag != 1 or self.decompress is None:
+                raise StreamError(13, f"a gRPC message flagged {'compressed' if flag == 1 else flag} "
+                                      "on a stream without a message encoding")
+            message = self.decompress(message)
+        out.append(message)

@@ -6,7 +6,8 @@ step is one small request and one answer, so that hand-off dominates the cost
 of a round trip. A dm_env_rpc connection is one stream, so a blocking socket
 speaking just the part of HTTP/2 that one client stream needs does the same
 work with one ``send`` and one ``recv``: no threads, no event loop, and so it
-works unchanged inside Jupyter, whose thread already runs an event loop. Only
+works unchanged inside Jupyter, whose thread already runs an event loop
+(:class:`~dmrpc_gym.transport.h2_transport.H2Transport` opens the socket). Only
 while the connection sits idle does a watcher thread
 (:mod:`~dmrpc_gym.transport.keepalive`) answer the server's PINGs.
 
@@ -27,27 +28,27 @@ from collections import deque
 
 import hpack
 
-from dmrpc_gym.protocol.wire import METHOD_PATH
 from dmrpc_gym.transport import compression as encodings
-from dmrpc_gym.transport.base import StreamEnded, parse_address
+from dmrpc_gym.transport.base import StreamEnded
 from dmrpc_gym.transport.frames import (ACK, CANCEL, DEFAULT_MAX_MESSAGE, CONTINUATION, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADER,
                                         HEADERS, MAX_WINDOW, PADDED, PING, PREFACE, PROTOCOL_ERROR, PUSH_PROMISE,
                                         RST_STREAM, SETTING_FRAME, SETTING_PUSH, SETTING_WINDOW, SETTINGS, U32,
                                         WINDOW_UPDATE, MessageSplitter, ProtocolError, StreamError, check_frame,
                                         decode_headers, frame, grpc_frame, header_fragment, header_frames,
                                         parse_settings, unpad)
+from dmrpc_gym.transport.h2_large import _LargeMessages
 from dmrpc_gym.transport.keepalive import IdleWatcher
-from dmrpc_gym.transport.security import client_context
 
-__all__ = ["GrpcStream", "H2Transport", "DEFAULT_MAX_MESSAGE"]
+__all__ = ["GrpcStream", "DEFAULT_MAX_MESSAGE"]
 
 _STREAM = 1                      # the one stream this connection carries
 _OUR_FRAME = 2**24 - 1           # largest frame we accept
 _RECV_CHUNK = 1 << 18
 _MAX_HEADER_BLOCK = 1 << 20      # a server's header block larger than this ends the connection
+_DIRECT = 1 << 16                # DATA frames at least this large are read straight into their message
 
 
-class GrpcStream:
+class GrpcStream(_LargeMessages):
     """A client-side gRPC bidi stream: ``write`` messages, ``read`` answers in order.
 
     Args:
@@ -93,6 +94,7 @@ class GrpcStream:
         self._peer_frame = 16384
         self._received = 0              # bytes received since our last WINDOW_UPDATE
         self._goaway: str | None = None
+        self._partial: tuple[int, int, int] | None = None   # a large DATA frame being read in place
         headers = [(":method", "POST"), (":scheme", scheme), (":path", path),
                    (":authority", authority), ("content-type", "application/grpc"),
                    ("te", "trailers"), ("user-agent", "dmrpc-gym"),
@@ -151,27 +153,8 @@ class GrpcStream:
                 return
             self._write_large(message)
 
-    def _write_large(self, message: bytes) -> None:
-        flag = b"\x00"
-        if self._compress:
-            message, flag = self._compress(message), b"\x01"
-        data = memoryview(flag + U32.pack(len(message)) + message)
-        self.broken = True               # until the last frame of this message is committed
-        self.messages_sent += 1
-        while data:
-            while min(self._send_stream, self._send_conn) <= 0:
-                self._read_frame()
-                if self._ended is not None:
-                    raise self._ended
-            n = min(len(data), self._send_stream, self._send_conn, self._peer_frame)
-            self._send_stream -= n
-            self._send_conn -= n
-            self._send(HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, _STREAM), data[:n])
-            data = data[n:]
-        self.broken = False
-
-    def _send(self, data: bytes, body: memoryview | bytes = b"", message: bool = False) -> None:
-        """Send ``data`` (then ``body``) after any bytes an interrupted send left behind."""
+    def _send(self, data: bytes, message: bool = False) -> None:
+        """Send ``data`` after any bytes an interrupted send left behind."""
         pending = self._unsent + data if self._unsent else data
         # One straight-line step (no call, no loop): an interrupt lands before or after it.
         self._unsent, self.messages_sent = pending, self.messages_sent + message
@@ -181,14 +164,6 @@ class GrpcStream:
                 sent += self._sock.send(pending[sent:])
         finally:
             self._unsent = pending[sent:]
-        if body:
-            self._unsent = body
-            view, sent = memoryview(body), 0
-            try:
-                while sent < len(view):
-                    sent += self._sock.send(view[sent:])
-            finally:
-                self._unsent = bytes(view[sent:])
 
     def read(self, timeout: float | None | bool = False) -> bytes:
         """The next gRPC message; ``StreamEnded`` once the server has ended the stream.
@@ -239,6 +214,8 @@ class GrpcStream:
     def _pump(self) -> bool:
         """The idle watcher's turn (lock held): read what is there, handle whole frames."""
         sock = self._sock
+        if self._partial:
+            return True                      # a call stopped inside a frame: it finishes that frame
         try:
             sock.settimeout(0.0)
             try:
@@ -262,6 +239,8 @@ class GrpcStream:
             return False
 
     def _read_frame(self) -> None:
+        if self._partial:
+            return self._read_data_direct(*self._partial)
         buf = self._buf
         if len(buf) < 9:
             self._fill(9)
@@ -271,6 +250,8 @@ class GrpcStream:
         if len(buf) < end:
             self._fill(end)
         stream &= 0x7FFFFFFF
+        if kind == DATA and length >= _DIRECT and stream == _STREAM and not flags & PADDED and len(buf) < end:
+            return self._read_data_direct(flags, length)
         if kind == WINDOW_UPDATE and length == 4:   # grpcio servers send two with every answer: read in place
             increment = U32.unpack_from(buf, 9)[0] & 0x7FFFFFFF
             del buf[:end]
@@ -345,14 +326,18 @@ class GrpcStream:
         self._send(frame(SETTINGS, ACK, 0))
         self._settled = True
 
-    def _on_data(self, flags: int, payload: bytes) -> None:
-        self._received += len(payload)
-        if flags & PADDED:
-            payload = unpad(payload)
+    def _feed(self, payload) -> None:
         try:
             self._splitter.feed(payload, self._messages)
         except StreamError as err:
             self._reset(err)
+
+    def _on_data(self, flags: int, payload: bytes) -> None:
+        self._feed(unpad(payload) if flags & PADDED else payload)
+        self._data_done(flags, len(payload))
+
+    def _data_done(self, flags: int, length: int) -> None:
+        self._received += length
         if self._received > MAX_WINDOW // 2:
             update = U32.pack(self._received)
             self._send(frame(WINDOW_UPDATE, 0, 0, update) + frame(WINDOW_UPDATE, 0, _STREAM, update))
@@ -396,56 +381,3 @@ class GrpcStream:
     def _end(self, status: int | None, message: str) -> None:
         if self._ended is None:
             self._ended = StreamEnded(status, message)
-
-
-class H2Transport:
-    """A :class:`~dmrpc_gym.transport.base.Transport`: :class:`GrpcStream` over TCP or TLS to ``address``.
-
-    ``tls``: None (plain TCP), True, a CA bundle path or an ``ssl.SSLContext``
-    (see :mod:`~dmrpc_gym.transport.security`). ``keepalive``: answer the
-    server's PINGs while idle (a watcher thread).
-    """
-
-    def __init__(self, address: str, metadata, connect_timeout: float | None, *, tls=None,
-                 compression: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
-                 keepalive: bool = True):
-        host, port = parse_address(address)
-        context = client_context(tls)
-        encodings.check_encoding(compression)
-        try:
-            sock = socket.create_connection((host, port), timeout=connect_timeout)
-        except OSError as err:
-            raise ConnectionError(f"cannot reach a dm_env_rpc server at {address}: {err}") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            if context is not None:
-                try:
-                    sock = context.wrap_socket(sock, server_hostname=host)
-                except ssl.SSLError as err:
-                    raise ConnectionError(f"the TLS handshake failed: {err}") from None
-                if sock.selected_alpn_protocol() != "h2":
-                    raise ConnectionError(f"the TLS server did not agree to HTTP/2 (ALPN h2); "
-                                          f"it chose {sock.selected_alpn_protocol()!r}")
-            self._stream = GrpcStream(sock, METHOD_PATH, address, tuple(metadata or ()),
-                                      scheme="https" if context is not None else "http",
-                                      compression=compression, max_message_size=max_message_size)
-            self._stream.handshake()
-        except (OSError, ConnectionError) as err:
-            sock.close()
-            raise ConnectionError(
-                f"{address} did not answer as a gRPC (HTTP/2) server: {err}") from None
-        if keepalive:
-            self._stream.keepalive()
-        self.write = self._stream.write
-        self.read = self._stream.read
-
-    @property
-    def messages_sent(self) -> int:
-        return self._stream.messages_sent
-
-    @property
-    def broken(self) -> bool:
-        return self._stream.broken
-
-    def close(self) -> None:
-        self._stream.close()

@@ -16,61 +16,28 @@ import logging
 import socket
 import struct
 import urllib.parse
-from collections import deque
-from typing import Awaitable, Callable, Protocol
+from typing import Callable
 
 import hpack
 
-from dmrpc_gym.protocol.wire import METHOD_PATH
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport import frames as h2
-from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM,
-                                        FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADER, HEADERS,
-                                        MAX_WINDOW, NO_ERROR, PADDED, PING, PREFACE, PROTOCOL_ERROR,
+from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, END_HEADERS, END_STREAM,
+                                        ENHANCE_YOUR_CALM, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADER,
+                                        HEADERS, MAX_WINDOW, NO_ERROR, PADDED, PING, PREFACE, PROTOCOL_ERROR,
                                         PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTING_FRAME,
                                         SETTING_HEADER_TABLE, SETTING_WINDOW, SETTINGS, U32, WINDOW_UPDATE,
-                                        MessageSplitter, ProtocolError, StreamError, check_frame, frame,
-                                        parse_settings)
-from dmrpc_gym.transport.security import token_matches
+                                        ProtocolError, StreamError, check_frame, frame, parse_settings)
+from dmrpc_gym.transport.h2_calls import HTTP1_ANSWER, Stream, StreamHandler, refusal_of
 
-__all__ = ["StreamHandler", "GrpcProtocol"]
+__all__ = ["StreamHandler", "GrpcProtocol"]   # StreamHandler: re-exported from h2_calls
 
 log = logging.getLogger("dmrpc_gym.server")
 
 _OUR_FRAME = 1 << 20             # largest frame we accept (we advertise it)
 _CHUNK = 1 << 18                 # largest DATA frame we write in one go
 _MAX_HEADER_BLOCK = 1 << 20      # a header block larger than this ends the connection
-_UNIMPLEMENTED, _INTERNAL, _UNAUTHENTICATED = 12, 13, 16
-_HTTP1_BODY = b"This is a gRPC server: it speaks HTTP/2 only.\n"
-_HTTP1_ANSWER = (b"HTTP/1.1 505 HTTP Version Not Supported\r\nConnection: close\r\nContent-Type: text/plain\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (len(_HTTP1_BODY), _HTTP1_BODY))
-
-
-class StreamHandler(Protocol):
-    """What a stream talks to: answers requests in order, and is closed when the stream ends."""
-
-    def handle(self, raw: bytes) -> Awaitable[bytes]: ...
-
-    def close(self) -> None: ...
-
-
-class _Stream:
-    __slots__ = ("id", "window", "received", "splitter", "inbox", "wake", "task", "open", "replied",
-                 "compress", "encoding", "client_done")
-
-    def __init__(self, stream_id: int, window: int, limit: int):
-        self.id = stream_id
-        self.window = window
-        self.received = 0                # bytes taken in since our last WINDOW_UPDATE for it
-        self.splitter = MessageSplitter(limit)
-        self.inbox: deque = deque()      # requests, then None once the client is done writing
-        self.wake = asyncio.Event()
-        self.task: asyncio.Task | None = None
-        self.open = True
-        self.replied = False
-        self.compress = None             # compresses our answers in the client's request encoding
-        self.encoding = None
-        self.client_done = False
+_INTERNAL = 13
 
 
 class GrpcProtocol(asyncio.Protocol):
@@ -89,7 +56,7 @@ class GrpcProtocol(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._preface = False
-        self._streams: dict[int, _Stream] = {}
+        self._streams: dict[int, Stream] = {}
         self._decoder = hpack.Decoder()
         self._encoder = hpack.Encoder()
         self._block: bytearray | None = None
@@ -133,14 +100,19 @@ class GrpcProtocol(asyncio.Protocol):
                 end = 9 + length
                 if len(buf) < end:
                     return
-                payload = bytes(memoryview(buf)[9:end])
+                if kind == DATA and self._block is None:   # its payload is copied once, into its message
+                    with memoryview(buf) as view:
+                        self._on_data(flags, stream & 0x7FFFFFFF, view[9:end])
+                else:
+                    self._on_frame(kind, flags, stream & 0x7FFFFFFF, bytes(memoryview(buf)[9:end]))
                 del buf[:end]
-                self._on_frame(kind, flags, stream & 0x7FFFFFFF, payload)
         except ProtocolError as exc:
             log.info("closing an HTTP/2 connection: %s", exc)
+            self._buf = bytearray()
             self.abort(exc.code, str(exc))
         except Exception as exc:  # noqa: BLE001 - a broken peer loses its connection, nobody else
             log.info("closing an HTTP/2 connection: %s", exc)
+            self._buf = bytearray()
             self.abort(PROTOCOL_ERROR, f"{type(exc).__name__}: {exc}")
 
     def _check_preface(self, buf: bytearray) -> bool:
@@ -149,7 +121,7 @@ class GrpcProtocol(asyncio.Protocol):
         if not PREFACE.startswith(head):
             self._buf = bytearray()
             if self._transport is not None and head[:1].isalpha():
-                self._transport.write(_HTTP1_ANSWER)
+                self._transport.write(HTTP1_ANSWER)
                 self._transport.close()
                 self._closed = True
                 return False
@@ -264,8 +236,8 @@ class GrpcProtocol(asyncio.Protocol):
         if self._draining:
             self._write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
             return
-        stream = _Stream(sid, self._peer_window, self._max_message)
-        refusal = self._refusal(headers)
+        stream = Stream(sid, self._peer_window, self._max_message)
+        refusal = refusal_of(headers, self._token)
         if refusal is not None:
             self._trailers(stream, *refusal)
             if not flags & END_STREAM:
@@ -279,19 +251,6 @@ class GrpcProtocol(asyncio.Protocol):
         stream.task = asyncio.get_running_loop().create_task(self._serve(stream))
         if flags & END_STREAM:
             self._client_done(stream)
-
-    def _refusal(self, headers: dict[str, str]) -> tuple[int, str, tuple] | None:
-        """``(status, message, extra trailers)`` for a call we will not serve, else None."""
-        path = headers.get(":path", "")
-        if path != METHOD_PATH or headers.get(":method") != "POST":
-            return _UNIMPLEMENTED, f"unknown method {path}; this server serves {METHOD_PATH}", ()
-        if self._token is not None and not token_matches(headers, self._token):
-            return _UNAUTHENTICATED, "this server requires a token (metadata authorization: Bearer <token>)", ()
-        encoding = headers.get("grpc-encoding", "identity")
-        if encoding != "identity" and encoding not in encodings.ENCODINGS:
-            return (_UNIMPLEMENTED, f"message encoding {encoding} is not supported; this server accepts "
-                    f"{encodings.ACCEPT_ENCODING}", (("grpc-accept-encoding", encodings.ACCEPT_ENCODING),))
-        return None
 
     def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
         # Windows start (and are topped up) at 2**31-1: give back what was used once half is.
@@ -324,13 +283,13 @@ class GrpcProtocol(asyncio.Protocol):
         if flags & END_STREAM:
             self._client_done(stream)
 
-    def _client_done(self, stream: _Stream) -> None:
+    def _client_done(self, stream: Stream) -> None:
         stream.client_done = True
         stream.inbox.append(None)
         stream.wake.set()
 
     # -- streams -------------------------------------------------------------------
-    async def _serve(self, stream: _Stream) -> None:
+    async def _serve(self, stream: Stream) -> None:
         session = self._new_session()
         try:
             inbox = stream.inbox
@@ -353,7 +312,7 @@ class GrpcProtocol(asyncio.Protocol):
             self._streams.pop(stream.id, None)
             self._close_if_done()
 
-    def _headers(self, stream: _Stream) -> list[tuple[str, str]]:
+    def _headers(self, stream: Stream) -> list[tuple[str, str]]:
         stream.replied = True
         fields = [(":status", "200"), ("content-type", "application/grpc"),
                   ("grpc-accept-encoding", encodings.ACCEPT_ENCODING)]
@@ -361,7 +320,7 @@ class GrpcProtocol(asyncio.Protocol):
             fields.append(("grpc-encoding", stream.encoding))
         return fields
 
-    async def _send(self, stream: _Stream, message: bytes) -> None:
+    async def _send(self, stream: Stream, message: bytes) -> None:
         if not stream.replied:
             self._write(h2.header_frames(stream.id, 0, self._encoder.encode(self._headers(stream)),
                                          self._peer_frame))
@@ -378,8 +337,9 @@ class GrpcProtocol(asyncio.Protocol):
         # A large message goes out in chunks, each written only while the socket keeps
         # up (pause_writing / resume_writing): asyncio's write buffer then stays small,
         # where one huge write would be moved down its buffer once per partial send.
-        data = memoryview(flag + U32.pack(len(message)) + message)
-        while data:
+        prefix, body = flag + U32.pack(len(message)), memoryview(message)
+        total, done = len(message) + 5, 0
+        while done < total:
             while min(stream.window, self._conn_window) <= 0 or not self._can_write.is_set():
                 if self._closed or not stream.open:
                     raise asyncio.CancelledError()
@@ -388,14 +348,19 @@ class GrpcProtocol(asyncio.Protocol):
                     await self._window_open.wait()
                 else:
                     await self._can_write.wait()
-            n = min(len(data), stream.window, self._conn_window, self._peer_frame, _CHUNK)
+            n = min(total - done, stream.window, self._conn_window, self._peer_frame, _CHUNK)
             stream.window -= n
             self._conn_window -= n
-            self._write(HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id))
-            self._write(data[:n])
-            data = data[n:]
+            head = HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id)
+            if done < 5:
+                head += prefix[done:done + n]
+            self._write(head)
+            start, end = max(done - 5, 0), done + n - 5
+            if end > start:
+                self._write(body[start:end])
+            done += n
 
-    def _trailers(self, stream: _Stream, code: int, message: str, extra: tuple = ()) -> None:
+    def _trailers(self, stream: Stream, code: int, message: str, extra: tuple = ()) -> None:
         if not stream.open or self._closed:
             return
         stream.open = False
@@ -406,7 +371,7 @@ class GrpcProtocol(asyncio.Protocol):
         fields.extend(extra)
         self._write(h2.header_frames(stream.id, END_STREAM, self._encoder.encode(fields), self._peer_frame))
 
-    def _refuse(self, stream: _Stream, err: StreamError, client_done: bool) -> None:
+    def _refuse(self, stream: Stream, err: StreamError, client_done: bool) -> None:
         """End one stream with ``err``'s status; the client need send no more (RST_STREAM NO_ERROR)."""
         log.info("ending stream %d: %s", stream.id, err)
         self._trailers(stream, err.status, str(err))
@@ -414,11 +379,11 @@ class GrpcProtocol(asyncio.Protocol):
             self._write(frame(RST_STREAM, 0, stream.id, U32.pack(NO_ERROR)))
         self._end_stream(stream)
 
-    def _reset(self, stream: _Stream, code: int) -> None:
+    def _reset(self, stream: Stream, code: int) -> None:
         self._write(frame(RST_STREAM, 0, stream.id, U32.pack(code)))
         self._end_stream(stream)
 
-    def _end_stream(self, stream: _Stream) -> None:
+    def _end_stream(self, stream: Stream) -> None:
         stream.open = False
         self._streams.pop(stream.id, None)
         if stream.task is not None and not stream.task.done():
