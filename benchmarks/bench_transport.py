@@ -61,7 +61,8 @@ def serve(obs_bytes: int, action_bytes: int, tls: str | None) -> None:
         options["tls"] = tuple(tls.split(","))
     server = Server(Constant, kind="gym", **options).start()
     print(f"ADDRESS {server.address}", flush=True)
-    sys.stdin.read()
+    for _ in sys.stdin:                      # each line: report the CPU seconds used so far
+        print(time.process_time(), flush=True)
     server.stop(0)
 
 
@@ -90,11 +91,11 @@ def client(impl: str, address: str, tls: str | None, action_bytes: int, watcher:
     print("READY", flush=True)
     for line in sys.stdin:
         seconds = float(line)
-        n, start = 0, time.perf_counter()
+        n, start, cpu = 0, time.perf_counter(), time.process_time()
         while n < 3 or time.perf_counter() - start < seconds:
             step(arg)
             n += 1
-        print(n, time.perf_counter() - start, flush=True)
+        print(n, time.perf_counter() - start, time.process_time() - cpu, flush=True)
     env.close()
 
 
@@ -134,25 +135,31 @@ def certificate(folder: str) -> tuple[str, str]:
     return cert, key
 
 
-def measure(cases: dict[str, Proc], rounds: int, seconds: float) -> dict[str, float]:
-    """Median steps/s of each case, taking turns round after round."""
-    rates: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(rounds):
-        for name, proc in cases.items():
-            steps, elapsed = proc.ask(str(seconds)).split()
-            rates[name].append(int(steps) / float(elapsed))
-    return {name: statistics.median(values) for name, values in rates.items()}
+def measure(cases: dict[str, tuple[Proc, Proc]], rounds: int, seconds: float) -> dict[str, tuple[float, ...]]:
+    """Per case (client, server): median steps/s, client and server CPU us per step, taking turns."""
+    samples: dict[str, list[tuple[float, float, float]]] = {name: [] for name in cases}
+    names = list(cases)
+    for i in range(rounds):
+        for name in names[i % len(names):] + names[:i % len(names)]:   # each case leads a round in turn
+            proc, server = cases[name]
+            before = float(server.ask("cpu"))
+            steps, elapsed, cpu = proc.ask(str(seconds)).split()
+            served = float(server.ask("cpu")) - before
+            n = int(steps)
+            samples[name].append((n / float(elapsed), float(cpu) / n * 1e6, served / n * 1e6))
+    return {name: tuple(statistics.median(column) for column in zip(*rows)) for name, rows in samples.items()}
 
 
-def table(title: str, rates: dict[str, float], pairs: list[tuple[str, str, str]]) -> None:
+def table(title: str, rates: dict[str, tuple[float, ...]], pairs: list[tuple[str, str, str]]) -> None:
     print(f"\n{title}\n")
-    print("| case | steps/s |\n|---|---:|")
-    for name, rate in rates.items():
-        print(f"| {name} | {rate:,.1f} |")
+    print("| case | steps/s (wall) | client CPU us/step | server CPU us/step |\n|---|---:|---:|---:|")
+    for name, (rate, client_cpu, server_cpu) in rates.items():
+        print(f"| {name} | {rate:,.1f} | {client_cpu:,.0f} | {server_cpu:,.0f} |")
     if pairs:
-        print("\n| ratio | value |\n|---|---:|")
+        print("\n| ratio | steps/s | client+server CPU per step |\n|---|---:|---:|")
         for label, a, b in pairs:
-            print(f"| {label} | {rates[a] / rates[b]:.2f}x |")
+            cost_a, cost_b = rates[a][1] + rates[a][2], rates[b][1] + rates[b][2]
+            print(f"| {label} | {rates[a][0] / rates[b][0]:.2f}x | {cost_a / cost_b:.2f}x |")
 
 
 def main() -> None:
@@ -193,28 +200,30 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             if not args.skip_small:
                 cert, key = certificate(tmp)
-                plain = address(start(TREE, "serve"))
-                secure = address(start(TREE, "serve", "--tls", f"{cert},{key}"))
-                cases = {"small, this tree": start(TREE, "client", "--address", plain),
-                         "small, this tree, TLS": start(TREE, "client", "--address", secure, "--tls", cert),
+                plain = start(TREE, "serve")
+                secure = start(TREE, "serve", "--tls", f"{cert},{key}")
+                cases = {"small, this tree": (start(TREE, "client", "--address", address(plain)), plain),
+                         "small, this tree, TLS":
+                             (start(TREE, "client", "--address", address(secure), "--tls", cert), secure),
                          "small, this tree, no keepalive watcher":
-                             start(TREE, "client", "--address", plain, "--no-watcher")}
+                             (start(TREE, "client", "--address", address(plain), "--no-watcher"), plain)}
                 pairs = [("TLS / plain", "small, this tree, TLS", "small, this tree"),
                          ("watcher on / off", "small, this tree", "small, this tree, no keepalive watcher")]
                 if args.base:
-                    base = address(start(args.base, "serve"))
-                    cases["small, baseline"] = start(args.base, "client", "--address", base)
+                    base = start(args.base, "serve")
+                    cases["small, baseline"] = (start(args.base, "client", "--address", address(base)), base)
                     pairs.insert(0, ("this tree / baseline", "small, this tree", "small, baseline"))
                 table("(c) small steps (DmRpcEnv, our server)", measure(cases, rounds, seconds), pairs)
             if not args.skip_large:
-                obs = address(start(TREE, "serve", "--obs-bytes", str(MIB16)))
-                act = address(start(TREE, "serve", "--action-bytes", str(MIB16)))
-                cases = {"obs 16 MiB, ours": start(TREE, "client", "--address", obs),
-                         "obs 16 MiB, official": start(TREE, "client", "--address", obs, "--impl", "official"),
-                         "action 16 MiB, ours": start(TREE, "client", "--address", act,
-                                                      "--action-bytes", str(MIB16)),
-                         "action 16 MiB, official": start(TREE, "client", "--address", act, "--impl", "official",
-                                                          "--action-bytes", str(MIB16))}
+                obs = start(TREE, "serve", "--obs-bytes", str(MIB16))
+                act = start(TREE, "serve", "--action-bytes", str(MIB16))
+                big = ["--action-bytes", str(MIB16)]
+                cases = {"obs 16 MiB, ours": (start(TREE, "client", "--address", address(obs)), obs),
+                         "obs 16 MiB, official":
+                             (start(TREE, "client", "--address", address(obs), "--impl", "official"), obs),
+                         "action 16 MiB, ours": (start(TREE, "client", "--address", address(act), *big), act),
+                         "action 16 MiB, official":
+                             (start(TREE, "client", "--address", address(act), "--impl", "official", *big), act)}
                 table("(b) 16 MiB payloads (our server; official = DmEnvAdaptor over grpcio, limits lifted)",
                       measure(cases, max(2, rounds // 2), seconds * 2),
                       [("obs: ours / official", "obs 16 MiB, ours", "obs 16 MiB, official"),

@@ -214,7 +214,7 @@ class MessageSplitter:
             flag = data[0]
             message = bytes(memoryview(data)[5:5 + size])
             del data[:5 + size]
-            self._deliver(flag, message, out)
+            out.append(self._decode(flag, message) if flag else message)
 
     def room(self) -> memoryview | None:
         """Where the large message being filled wants its next bytes (None: no large message)."""
@@ -227,12 +227,10 @@ class MessageSplitter:
         self._filled += n
         if self._filled == len(self._big):
             message, self._big = self._big, None
-            self._deliver(self._flag, message, out)
+            out.append(self._decode(self._flag, message) if self._flag else message)
 
-    def _deliver(self, flag: int, message, out) -> None:
-        if flag:
-            if flag != 1 or self.decompress is None:
-                raise StreamError(13, f"a gRPC message flagged {'compressed' if flag == 1 else flag} "
-                                      "on a stream without a message encoding")
-            message = self.decompress(message)
-        out.append(message)
+    def _decode(self, flag: int, message):
+        if flag != 1 or self.decompress is None:
+            raise StreamError(13, f"a gRPC message flagged {'compressed' if flag == 1 else flag} "
+                                  "on a stream without a message encoding")
+        return self.decompress(message)

@@ -333,8 +333,13 @@ class GrpcStream(_LargeMessages):
             self._reset(err)
 
     def _on_data(self, flags: int, payload: bytes) -> None:
-        self._feed(unpad(payload) if flags & PADDED else payload)
-        self._data_done(flags, len(payload))
+        try:
+            self._splitter.feed(unpad(payload) if flags & PADDED else payload, self._messages)
+        except StreamError as err:
+            self._reset(err)
+        self._received += len(payload)
+        if self._received > MAX_WINDOW // 2 or flags & END_STREAM:
+            self._data_done(flags, 0)
 
     def _data_done(self, flags: int, length: int) -> None:
         self._received += length

@@ -37,6 +37,7 @@ log = logging.getLogger("dmrpc_gym.server")
 _OUR_FRAME = 1 << 20             # largest frame we accept (we advertise it)
 _CHUNK = 1 << 18                 # largest DATA frame we write in one go
 _MAX_HEADER_BLOCK = 1 << 20      # a header block larger than this ends the connection
+_BIG_FRAME = 1 << 16             # DATA frames at least this large are not copied out of the read buffer
 _INTERNAL = 13
 
 
@@ -100,7 +101,7 @@ class GrpcProtocol(asyncio.Protocol):
                 end = 9 + length
                 if len(buf) < end:
                     return
-                if kind == DATA and self._block is None:   # its payload is copied once, into its message
+                if kind == DATA and length >= _BIG_FRAME and self._block is None:   # copied once, into its message
                     with memoryview(buf) as view:
                         self._on_data(flags, stream & 0x7FFFFFFF, view[9:end])
                 else:
