@@ -114,7 +114,7 @@ class Connection:
         transport = self._transport
         before = transport.messages_sent
         try:
-            transport.write(_TAGS[field] + tensors.varint(len(body)) + body)
+            transport.write(body, _TAGS[field] + tensors.varint(len(body)))
         except StreamEnded as ended:
             raise self._ended_error(ended, field) from None
         except OSError as err:

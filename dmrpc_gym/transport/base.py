@@ -41,8 +41,8 @@ class Transport(Protocol):
     #: True while an interrupted write left a message half-sent: the stream is unusable.
     broken: bool
 
-    def write(self, message: bytes) -> None:
-        """Send one gRPC message."""
+    def write(self, message: bytes, head: bytes = b"") -> None:
+        """Send ``head + message`` as one gRPC message (a large ``message`` is not copied to join them)."""
 
     def read(self, timeout: float | None) -> bytes:
         """The next answer message, waiting at most ``timeout`` seconds (None: no limit)."""

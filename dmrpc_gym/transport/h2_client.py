@@ -133,8 +133,8 @@ class GrpcStream(_LargeMessages):
         if self._watcher is None:
             self._watcher = IdleWatcher(self._sock, self.lock, lambda: self.messages_sent, self._pump)
 
-    def write(self, message: bytes) -> None:
-        """Send one gRPC message (blocks only while the peer's flow-control window is full).
+    def write(self, message: bytes, head: bytes = b"") -> None:
+        """Send ``head + message`` as one gRPC message (blocks only while the peer's window is full).
 
         ``messages_sent`` counts the messages committed to the stream. A
         message is committed before its first byte is sent: if an interrupt
@@ -145,13 +145,13 @@ class GrpcStream(_LargeMessages):
         with self.lock:
             if self._ended is not None or self._dead is not None:
                 raise self._ended or self._dead
-            n = len(message) + 5
+            n = len(head) + len(message) + 5
             if n <= self._send_stream and n <= self._send_conn and n <= self._peer_frame and not self._compress:
                 self._send_stream -= n
                 self._send_conn -= n
-                self._send(grpc_frame(message, _STREAM), message=True)
+                self._send(grpc_frame(head + message if head else message, _STREAM), message=True)
                 return
-            self._write_large(message)
+            self._write_large(message, head)
 
     def _send(self, data: bytes, message: bool = False) -> None:
         """Send ``data`` after any bytes an interrupted send left behind."""

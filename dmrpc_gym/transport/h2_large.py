@@ -21,13 +21,13 @@ _RECV_CHUNK = 1 << 18
 class _LargeMessages:
     """The large-message paths of :class:`~dmrpc_gym.transport.h2_client.GrpcStream` (a mixin)."""
 
-    def _write_large(self, message: bytes) -> None:
+    def _write_large(self, message: bytes, head: bytes = b"") -> None:
         flag = b"\x00"
         if self._compress:
-            message, flag = self._compress(message), b"\x01"
+            message, head, flag = self._compress(head + message), b"", b"\x01"
         body = memoryview(message)
-        prefix = flag + U32.pack(len(message))
-        total, done = len(message) + 5, 0
+        prefix = flag + U32.pack(len(head) + len(message)) + head
+        total, done = len(prefix) + len(message), 0
         self.broken = True               # until the last frame of this message is committed
         self.messages_sent += 1
         while done < total:
@@ -39,9 +39,9 @@ class _LargeMessages:
             self._send_stream -= n
             self._send_conn -= n
             parts = [HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, _STREAM)]
-            if done < 5:
+            if done < len(prefix):
                 parts.append(prefix[done:done + n])
-            start, end = max(done - 5, 0), done + n - 5
+            start, end = max(done - len(prefix), 0), done + n - len(prefix)
             if end > start:
                 parts.append(body[start:end])
             self._send_parts(parts)
