@@ -212,7 +212,7 @@ class MessageSplitter:
                     del data[:]
                 break
             flag = data[0]
-            message = bytes(memoryview(data)[5:5 + size])
+            message = bytes(memoryview(data)[5:5 + size]) if size >= _BIG else bytes(data[5:5 + size])
             del data[:5 + size]
             out.append(self._decode(flag, message) if flag else message)
 

@@ -260,7 +260,7 @@ class GrpcStream(_LargeMessages):
             except ProtocolError as err:
                 self._fail(err)
             return
-        payload = bytes(memoryview(buf)[9:end])
+        payload = bytes(memoryview(buf)[9:end]) if length >= _DIRECT else bytes(buf[9:end])
         del buf[:end]
         try:
             if kind != DATA or self._header_block is not None:

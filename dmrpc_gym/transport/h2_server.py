@@ -105,7 +105,7 @@ class GrpcProtocol(asyncio.Protocol):
                     with memoryview(buf) as view:
                         self._on_data(flags, stream & 0x7FFFFFFF, view[9:end])
                 else:
-                    self._on_frame(kind, flags, stream & 0x7FFFFFFF, bytes(memoryview(buf)[9:end]))
+                    self._on_frame(kind, flags, stream & 0x7FFFFFFF, bytes(buf[9:end]))
                 del buf[:end]
         except ProtocolError as exc:
             log.info("closing an HTTP/2 connection: %s", exc)
