@@ -7,7 +7,11 @@ HTTP/2 itself (sharing the framing of :mod:`dmrpc_gym.transport.frames`): each s
 ``/dm_env_rpc.v1.Environment/Process`` gets a session whose ``handle(bytes)``
 answers each request in order; streams run concurrently, so one may wait on
 another (multi-agent steps). Any HTTP/2 gRPC client works with it: grpcio's
-(the official ``dm-env-rpc`` client), ours, or another language's.
+(the official ``dm-env-rpc`` client), ours, or another language's (grpc-js
+and grpclib are tested). It reads gzip/deflate requests and answers in kind,
+accepts header blocks split in CONTINUATION frames and splits its own, refuses
+a message over ``max_message_size`` from its 5-byte prefix, closes gracefully
+on GOAWAY either way, and answers malformed frames with the RFC 9113 GOAWAY.
 """
 from __future__ import annotations
 
