@@ -73,6 +73,8 @@ class GrpcStream(_LargeMessages):
         self._sock = sock
         self.lock = threading.Lock()
         self._buf = bytearray()
+        self._rbuf = bytearray(_RECV_CHUNK)
+        self._rview = memoryview(self._rbuf)
         self._splitter = MessageSplitter(max_message_size)
         self._max_message = max_message_size
         self._messages: deque[bytes] = deque()
@@ -204,12 +206,13 @@ class GrpcStream(_LargeMessages):
         while len(buf) < n:
             if self._dead is not None:
                 raise self._dead
-            chunk = self._sock.recv(max(_RECV_CHUNK, n - len(buf)))
-            if not chunk:
+            # Into a buffer kept for the purpose: recv(n) would allocate n bytes every call.
+            got = self._sock.recv_into(self._rbuf)
+            if not got:
                 why = f" after GOAWAY ({self._goaway})" if self._goaway else ""
                 self._dead = ConnectionResetError(f"the server closed the connection{why}")
                 raise self._dead
-            buf += chunk
+            buf += self._rview[:got]
 
     def _pump(self) -> bool:
         """The idle watcher's turn (lock held): read what is there, handle whole frames."""
