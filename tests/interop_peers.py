@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 # -- a minimal dm_env_rpc world ---------------------------------------------------------
-def specs(obs_size: int = 4) -> "pb.ActionObservationSpecs":
+def specs(obs_size: int = 4) -> pb.ActionObservationSpecs:
     """One uint8 observation ``obs`` of ``obs_size`` elements (uid 1) and an int32 action ``act`` (uid 1)."""
     out = pb.ActionObservationSpecs()
     obs = out.observations[1]
@@ -37,7 +37,7 @@ def specs(obs_size: int = 4) -> "pb.ActionObservationSpecs":
     return out
 
 
-def answer(request: "pb.EnvironmentRequest", obs_size: int = 4) -> "pb.EnvironmentResponse":
+def answer(request: pb.EnvironmentRequest, obs_size: int = 4) -> pb.EnvironmentResponse:
     """The echo world's answer: the observation is ``obs_size`` bytes all equal to the last action."""
     kind = request.WhichOneof("payload")
     response = pb.EnvironmentResponse()
@@ -115,7 +115,7 @@ class GrpclibServer:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
 
-    def __enter__(self) -> "GrpclibServer":
+    def __enter__(self) -> GrpclibServer:
         return self
 
     def __exit__(self, *exc: Any) -> None:

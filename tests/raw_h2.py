@@ -7,8 +7,19 @@ import struct
 import hpack
 
 from dmrpc_gym.protocol.wire import METHOD_PATH, pb
-from dmrpc_gym.transport.frames import (CONTINUATION, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADER, HEADERS,
-                                        PREFACE, SETTINGS, U32, frame)
+from dmrpc_gym.transport.frames import (
+    CONTINUATION,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    HEADER,
+    HEADERS,
+    PREFACE,
+    SETTINGS,
+    U32,
+    frame,
+)
 
 
 class RawClient:
@@ -81,7 +92,7 @@ class RawClient:
         self.sock.close()
 
 
-def message(request: "pb.EnvironmentRequest", flag: int = 0) -> bytes:
+def message(request: pb.EnvironmentRequest, flag: int = 0) -> bytes:
     """One length-prefixed gRPC message."""
     body = request.SerializeToString()
     return bytes([flag]) + U32.pack(len(body)) + body

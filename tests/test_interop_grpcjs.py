@@ -15,12 +15,12 @@ import subprocess
 import time
 
 import pytest
-
 import servers
+from interop_peers import self_signed
+
 from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.worlds.catch import Catch
-from interop_peers import self_signed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULES = os.environ.get("DMRPC_NODE_MODULES", "")
@@ -63,7 +63,7 @@ class GrpcjsServer:
             self.proc.kill()
             self.proc.wait()
 
-    def __enter__(self) -> "GrpcjsServer":
+    def __enter__(self) -> GrpcjsServer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -79,7 +79,7 @@ def grpcjs_client(address: str, requests: list[dict], **options) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def step(value: int = 7) -> "pb.StepRequest":
+def step(value: int = 7) -> pb.StepRequest:
     return pb.StepRequest(actions={1: pb.Tensor(int32s=pb.Tensor.Int32Array(array=[value]))})
 
 

@@ -7,20 +7,20 @@ import ssl
 import time
 
 import pytest
-
 import servers
+from interop_peers import GrpclibServer, grpclib_exchange, self_signed
+
 from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.worlds.catch import Catch
-from interop_peers import GrpclibServer, grpclib_exchange, self_signed
 
 if os.environ.get("DMRPC_REQUIRE_INTEROP") != "1":     # CI: a missing grpclib is a failure
     pytest.importorskip("grpclib")
 IDLE = 2.5           # seconds the client leaves the connection idle: many of the server's ping timeouts
 
 
-def create() -> "pb.EnvironmentRequest":
+def create() -> pb.EnvironmentRequest:
     return pb.EnvironmentRequest(create_world=pb.CreateWorldRequest())
 
 

@@ -10,19 +10,32 @@ import threading
 import grpc
 import numpy as np
 import pytest
-
 import servers
 from dm_env_rpc.v1 import dm_env_rpc_pb2 as dpb
+from interop_peers import self_signed
+from raw_h2 import RawClient, data, message
+
 from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.client.env import DmRpcEnv
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import METHOD_PATH, pb
 from dmrpc_gym.server import Server
-from dmrpc_gym.transport.frames import (CONTINUATION, DATA, END_HEADERS, GOAWAY, HEADERS, PING, PREFACE,
-                                        PUSH_PROMISE, RST_STREAM, SETTINGS, U32, WINDOW_UPDATE, frame)
+from dmrpc_gym.transport.frames import (
+    CONTINUATION,
+    DATA,
+    END_HEADERS,
+    GOAWAY,
+    HEADERS,
+    PING,
+    PREFACE,
+    PUSH_PROMISE,
+    RST_STREAM,
+    SETTINGS,
+    U32,
+    WINDOW_UPDATE,
+    frame,
+)
 from dmrpc_gym.worlds.catch import Catch
-from interop_peers import self_signed
-from raw_h2 import RawClient, data, message
 
 PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR = 1, 3, 6
 RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL, UNAUTHENTICATED = 8, 12, 13, 16
@@ -35,7 +48,7 @@ def catch():
     server.stop()
 
 
-def create() -> "pb.EnvironmentRequest":
+def create() -> pb.EnvironmentRequest:
     return pb.EnvironmentRequest(create_world=pb.CreateWorldRequest())
 
 
