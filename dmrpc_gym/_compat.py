@@ -25,7 +25,7 @@ ALIASES = {
     "dmrpc_gym.errors": "dmrpc_gym.protocol.errors",
     "dmrpc_gym.tensors": "dmrpc_gym.protocol.tensors",
     "dmrpc_gym.specs": "dmrpc_gym.protocol.specs",
-    "dmrpc_gym.h2": "dmrpc_gym.transport.h2_client",
+    "dmrpc_gym.h2": ("dmrpc_gym.transport.h2_client", "dmrpc_gym.transport.h2_transport"),
     "dmrpc_gym.connection": "dmrpc_gym.client.connection",
     "dmrpc_gym.agent": "dmrpc_gym.client.agent",
     "dmrpc_gym.env": "dmrpc_gym.client.env",

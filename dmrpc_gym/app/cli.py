@@ -75,6 +75,12 @@ def add_serve(subparsers: Any) -> None:
     parser.add_argument("--processes", type=int, default=0, metavar="N",
                         help="build and step envs in N worker processes, for pure-Python envs "
                              "(default: 0, envs in the server's process)")
+    parser.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate (chain) file")
+    parser.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    parser.add_argument("--token", help="a shared secret every call must carry (metadata "
+                                        "'authorization: Bearer TOKEN'); default: $DMRPC_GYM_TOKEN if set")
+    parser.add_argument("--max-message-size", type=int, default=None, metavar="BYTES",
+                        help="largest request accepted (default: 64 MiB)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every world and error")
     parser.set_defaults(run=run_serve)
 
@@ -108,11 +114,19 @@ def start_server(args: argparse.Namespace):
     ``OSError`` when the address is busy.
     """
     from dmrpc_gym.server import Server
+    from dmrpc_gym.transport.security import TOKEN_ENV
 
     render: bool | str = {"rgb_array": True, "none": False}.get(args.render, args.render)
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ValueError("--tls-cert and --tls-key go together")
+    options: dict[str, Any] = {"token": args.token or os.environ.get(TOKEN_ENV) or None}
+    if args.tls_cert is not None:
+        options["tls"] = (args.tls_cert, args.tls_key)
+    if args.max_message_size is not None:
+        options["max_message_size"] = args.max_message_size
     return Server(serve_target(args.target), kind=args.kind, address=f"{args.host}:{args.port}",
                   render=render, timeout=args.timeout, workers=args.workers,
-                  processes=args.processes, inline_below=args.inline_below).start()
+                  processes=args.processes, inline_below=args.inline_below, **options).start()
 
 
 def connect_line(server: Any) -> str:

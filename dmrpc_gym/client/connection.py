@@ -20,9 +20,11 @@ from dmrpc_gym.protocol.errors import DmRpcError, status_name
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport.base import StreamEnded, Transport, parse_address
 from dmrpc_gym.transport.grpcio_client import GrpcioTransport
-from dmrpc_gym.transport.h2_client import H2Transport
+from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
+from dmrpc_gym.transport.h2_transport import H2Transport
+from dmrpc_gym.transport.security import token_metadata
 
-__all__ = ["Connection", "parse_address", "settings_tensors"]
+__all__ = ["Connection", "parse_address", "settings_tensors", "transport_options"]
 
 # Request class -> (envelope field name, the envelope's tag bytes for that field).
 _FIELDS = {
@@ -41,9 +43,14 @@ class Connection:
     """A dm_env_rpc client connection (one gRPC stream).
 
     Args:
-        address: ``"host:port"`` of the server (insecure).
+        address: ``"host:port"`` of the server (plain TCP unless ``tls``).
         channel: an existing ``grpc.Channel`` to use instead of ``address``.
-        credentials: ``grpc.ChannelCredentials`` for a secure channel to ``address``.
+        credentials: ``grpc.ChannelCredentials`` for a secure channel to ``address`` (through grpcio).
+        tls: TLS on our own fast path: True (the system's CA store), a CA bundle path, or
+            an ``ssl.SSLContext``.
+        token: a shared secret the server requires (sent as ``authorization: Bearer <token>``).
+        compression: ``"gzip"`` or ``"deflate"`` to compress requests (answers are decoded either way).
+        max_message_size: the largest answer accepted, in bytes (default 64 MiB).
         metadata: call metadata, a sequence of ``(key, value)`` pairs.
         connect_timeout: seconds to wait for the server; then ``ConnectionError``.
         timeout: seconds to wait for each answer (``None``: no limit); then ``TimeoutError``.
@@ -60,16 +67,22 @@ class Connection:
     def __init__(self, address: str | None = None, *, channel: grpc.Channel | None = None,
                  credentials: grpc.ChannelCredentials | None = None,
                  metadata: Iterable[tuple[str, str]] | None = None,
-                 connect_timeout: float | None = 10.0, timeout: float | None = None):
+                 connect_timeout: float | None = 10.0, timeout: float | None = None,
+                 tls: Any = None, token: str | None = None, compression: str | None = None,
+                 max_message_size: int = DEFAULT_MAX_MESSAGE):
         if (address is None) == (channel is None):
             raise ValueError("give exactly one of address= or channel=")
+        if tls not in (None, False) and (channel is not None or credentials is not None):
+            raise ValueError("tls= is for our own client; with channel= or credentials= grpcio does TLS")
         self.address = address if address is not None else getattr(channel, "_target", "<channel>")
         if isinstance(self.address, bytes):
             self.address = self.address.decode()
         self.timeout = timeout
-        metadata = tuple(metadata or ())
+        metadata = tuple(metadata or ()) + token_metadata(token)
         if channel is None and credentials is None:
-            self._transport: Transport = H2Transport(address, metadata, connect_timeout)
+            self._transport: Transport = H2Transport(address, metadata, connect_timeout, tls=tls,
+                                                     compression=compression,
+                                                     max_message_size=max_message_size)
         else:
             if channel is None:
                 channel = grpc.secure_channel(address, credentials)
@@ -101,7 +114,7 @@ class Connection:
         transport = self._transport
         before = transport.messages_sent
         try:
-            transport.write(_TAGS[field] + tensors.varint(len(body)) + body)
+            transport.write(body, _TAGS[field] + tensors.varint(len(body)))
         except StreamEnded as ended:
             raise self._ended_error(ended, field) from None
         except OSError as err:
@@ -218,3 +231,10 @@ def settings_tensors(settings: Mapping[str, Any] | None) -> dict[str, pb.Tensor]
     """World / join / reset settings (Python values or arrays) as Tensors."""
     return {str(k): v if isinstance(v, pb.Tensor) else tensors.pack(v)
             for k, v in (settings or {}).items()}
+
+
+def transport_options(tls: Any = None, token: str | None = None, compression: str | None = None,
+                      max_message_size: int | None = None) -> dict[str, Any]:
+    """The :class:`Connection` keywords an env passes on (those left at None keep their defaults)."""
+    options = dict(tls=tls, token=token, compression=compression, max_message_size=max_message_size)
+    return {k: v for k, v in options.items() if v is not None}

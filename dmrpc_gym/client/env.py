@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 
 from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State, reset_settings
-from dmrpc_gym.client.connection import Connection, settings_tensors
+from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.client.lifecycle import RemoteResource
 from dmrpc_gym.protocol.wire import pb
@@ -112,7 +112,10 @@ class DmRpcEnv(RemoteResource, gym.Env):
     agent, and maps its specs to spaces (see :mod:`dmrpc_gym.spaces`).
     TERMINATED ends an episode with ``terminated=True``, INTERRUPTED with
     ``truncated=True``. ``info`` carries ``discount``, ``state`` and the
-    observations that have no gymnasium space.
+    observations that have no gymnasium space. ``tls``, ``token``,
+    ``compression`` and ``max_message_size`` go to the
+    :class:`~dmrpc_gym.client.connection.Connection` (TLS, the server's shared
+    secret, gzip/deflate requests, the largest answer accepted).
 
     >>> import gymnasium as gym, dmrpc_gym
     >>> env = gym.make("dmrpc/Catch-v0")
@@ -135,7 +138,8 @@ class DmRpcEnv(RemoteResource, gym.Env):
                  seed_setting: str | None = None, render_mode: str | None = None,
                  render_observation: str | None = None, connect_timeout: float | None = 10.0,
                  step_timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
-                 metadata: Sequence[tuple[str, str]] | None = None):
+                 metadata: Sequence[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
+                 compression: str | None = None, max_message_size: int | None = None):
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode={render_mode!r}; DmRpcEnv renders {self.metadata['render_modes']}; "
@@ -147,7 +151,8 @@ class DmRpcEnv(RemoteResource, gym.Env):
         self._closed = False
         self._agent = None
         self.connection = Connection(address, channel=channel, credentials=credentials, metadata=metadata,
-                                     connect_timeout=connect_timeout, timeout=connect_timeout)
+                                     connect_timeout=connect_timeout, timeout=connect_timeout,
+                                     **transport_options(tls, token, compression, max_message_size))
         try:   # CreateWorld and JoinWorld are part of connecting: bounded by connect_timeout
             self.world_name, self._created = open_world(self.connection, world_settings, world_name)
             self._agent = RemoteAgent(

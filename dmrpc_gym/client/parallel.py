@@ -48,7 +48,7 @@ import numpy as np
 from pettingzoo import ParallelEnv
 
 from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State, reset_settings
-from dmrpc_gym.client.connection import Connection, settings_tensors
+from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
 from dmrpc_gym.client.env import close_world, open_world
 from dmrpc_gym.client.fanout import receive_all, submit_all
 from dmrpc_gym.protocol.errors import DmRpcError
@@ -152,6 +152,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         connect_timeout: seconds to reach the server and to join, per agent.
         step_timeout: seconds to wait for each answer (``None``: no limit).
         credentials / metadata: gRPC channel credentials and call metadata.
+        tls / token / compression / max_message_size: as for :class:`~dmrpc_gym.client.connection.Connection`.
 
     Once an agent fails (its connection dies, or the server answers with an
     error), the others' answers are awaited at most ``abandon_timeout`` seconds,
@@ -184,7 +185,8 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
                  render_mode: str | None = None, render_agent: str | None = None,
                  render_observation: str | None = None, connect_timeout: float | None = 10.0,
                  step_timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
-                 metadata: Iterable[tuple[str, str]] | None = None):
+                 metadata: Iterable[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
+                 compression: str | None = None, max_message_size: int | None = None):
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self._closed = False
         self._created = False
@@ -211,7 +213,8 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
             for name in self.possible_agents:
                 self.connections[name] = Connection(
                     address, credentials=credentials, metadata=metadata,
-                    connect_timeout=connect_timeout, timeout=step_timeout)
+                    connect_timeout=connect_timeout, timeout=step_timeout,
+                    **transport_options(tls, token, compression, max_message_size))
             self.world_name, self._created = open_world(
                 self.connections[self.possible_agents[0]], world_settings, world_name)
             options = dict(reward=reward, discount=discount, observations=observations, actions=actions)

@@ -18,7 +18,9 @@ import threading
 from typing import Any
 
 from dmrpc_gym.server.factories import Factory
+from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
 from dmrpc_gym.transport.h2_server import GrpcProtocol
+from dmrpc_gym.transport.security import server_context, token_metadata
 from dmrpc_gym.server.session import Session
 from dmrpc_gym.server.registry import WorldRegistry
 from dmrpc_gym.server.workers import INLINE_BELOW, WorkerPool, default_workers
@@ -57,6 +59,10 @@ class Server:
             worker processes (``spawn``) to build and step them in, for envs
             that hold the GIL; the factory must then be importable by the
             workers (an env id, ``"module:factory"`` or a module-level callable).
+        tls: serve TLS (ALPN ``h2``): ``(certfile, keyfile)`` or an ``ssl.SSLContext``.
+        token: a shared secret every call must carry as metadata
+            ``authorization: Bearer <token>``; others are answered UNAUTHENTICATED.
+        max_message_size: the largest request accepted, in bytes (RESOURCE_EXHAUSTED beyond).
 
     ``start()`` returns the server, ``address`` / ``port`` say where it listens,
     ``stop()`` is idempotent and never hangs; it is also a context manager.
@@ -71,7 +77,8 @@ class Server:
 
     def __init__(self, factory: Any, *, kind: str | None = None, address: str = "127.0.0.1:0",
                  render: bool | str = True, timeout: float = 30.0, default_world: bool = True,
-                 workers: int | None = None, processes: int = 0, inline_below: float = INLINE_BELOW):
+                 workers: int | None = None, processes: int = 0, inline_below: float = INLINE_BELOW,
+                 tls: Any = None, token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE):
         self.factory = Factory(factory, kind=kind, render=render)
         self.workers = default_workers() if workers is None else workers
         self._pool = WorkerPool(self.workers, inline_below=inline_below)   # checks the numbers
@@ -83,6 +90,9 @@ class Server:
             self._pool.inline_below = 0.0   # a step in a process is a wait on a pipe: never on the loop
             from dmrpc_gym.server.processes import ProcessHost
             self._processes = ProcessHost(self.factory, processes)
+        self._tls = server_context(tls)
+        token_metadata(token)                 # checks it
+        self._token, self._max_message = token, int(max_message_size)
         host, sep, port = address.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ValueError(f"address {address!r} is not of the form host:port")
@@ -153,8 +163,9 @@ class Server:
         loop = asyncio.get_running_loop()
         host, port = self._bind.rsplit(":", 1)
         server = await loop.create_server(
-            lambda: GrpcProtocol(lambda: Session(registry), connections),
-            host.strip("[]"), int(port), reuse_address=True)
+            lambda: GrpcProtocol(lambda: Session(registry), connections, token=self._token,
+                                 max_message_size=self._max_message),
+            host.strip("[]"), int(port), reuse_address=True, ssl=self._tls)
         self._listener, self._connections, self._registry = server, connections, registry
         ready.set_result(server.sockets[0].getsockname()[1])
 
@@ -176,6 +187,8 @@ class Server:
             try:
                 self._listener.close()
                 if grace:
+                    for connection in list(self._connections):
+                        connection.go_away()     # open streams may finish; no new ones
                     deadline = loop.time() + grace
                     while self._connections and loop.time() < deadline:
                         await asyncio.sleep(0.05)

@@ -2,7 +2,7 @@
 
 A :class:`Transport` carries one gRPC bidirectional stream: whole request
 messages out, whole answer messages in, in order. Two implement it:
-:class:`~dmrpc_gym.transport.h2_client.H2Transport` (our own HTTP/2 client on
+:class:`~dmrpc_gym.transport.h2_transport.H2Transport` (our own HTTP/2 client on
 one socket, the fast path) and
 :class:`~dmrpc_gym.transport.grpcio_client.GrpcioTransport` (grpcio's stream,
 for a caller's ``grpc.Channel``). The dm_env_rpc envelope is the caller's business.
@@ -41,8 +41,8 @@ class Transport(Protocol):
     #: True while an interrupted write left a message half-sent: the stream is unusable.
     broken: bool
 
-    def write(self, message: bytes) -> None:
-        """Send one gRPC message."""
+    def write(self, message: bytes, head: bytes = b"") -> None:
+        """Send ``head + message`` as one gRPC message (a large ``message`` is not copied to join them)."""
 
     def read(self, timeout: float | None) -> bytes:
         """The next answer message, waiting at most ``timeout`` seconds (None: no limit)."""

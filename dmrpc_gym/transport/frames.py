@@ -14,16 +14,49 @@ from collections import deque
 
 import hpack
 
-__all__ = ["MessageSplitter", "frame", "grpc_frame", "parse_settings",
-           "header_fragment", "decode_headers", "HEADER", "U32", "PREFACE", "MAX_WINDOW"]
+__all__ = ["MessageSplitter", "MessageTooLarge", "StreamError", "ProtocolError", "frame", "grpc_frame",
+           "header_frames", "check_frame", "parse_settings", "header_fragment", "unpad", "decode_headers",
+           "HEADER", "U32", "PREFACE", "MAX_WINDOW", "DEFAULT_MAX_MESSAGE"]
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 5, 6, 7, 8, 9
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
 SETTING_HEADER_TABLE, SETTING_PUSH, SETTING_WINDOW, SETTING_FRAME = 1, 2, 4, 5
+# RFC 9113 section 7 error codes
+NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, CANCEL = 0x0, 0x1, 0x3, 0x6, 0x8
+REFUSED_STREAM, ENHANCE_YOUR_CALM = 0x7, 0xB
+MIN_FRAME, MAX_FRAME = 16384, 2**24 - 1
+#: Default largest gRPC message either end accepts: 64 MiB (see the README's "Security and transport").
+DEFAULT_MAX_MESSAGE = 64 << 20
+_BIG = 1 << 16                     # messages at least this large are assembled in place
 MAX_WINDOW = 2**31 - 1
 HEADER = struct.Struct(">BHBBL")  # length (24 bits as 8+16), type, flags, stream id
 U32 = struct.Struct(">L")          # a big-endian 32-bit field
+
+
+class ProtocolError(ConnectionError):
+    """The peer broke RFC 9113 badly enough to end the connection; ``code`` goes in our GOAWAY."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class StreamError(Exception):
+    """A violation that ends one stream (with gRPC status ``status``), not the connection."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class MessageTooLarge(StreamError):
+    """A gRPC message declared (or inflated to) more bytes than the receiver's limit."""
+
+    def __init__(self, size: int, limit: int):
+        super().__init__(8, f"a gRPC message of {size} bytes exceeds the maximum message size "
+                            f"of {limit} bytes (max_message_size)")
+        self.size, self.limit = size, limit
 
 
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
@@ -39,18 +72,87 @@ def grpc_frame(message: bytes, stream: int) -> bytes:
             + b"\x00" + U32.pack(len(message)) + message)
 
 
+def header_frames(stream: int, flags: int, block: bytes, max_frame: int) -> bytes:
+    """A header block as HEADERS (+ CONTINUATION frames when it exceeds the peer's ``max_frame``).
+
+    >>> raw = header_frames(1, END_STREAM, bytes(20000), 16384)
+    >>> [HEADER.unpack_from(raw, i)[2] for i in (0, 9 + 16384)]   # HEADERS, then CONTINUATION
+    [1, 9]
+    """
+    if len(block) <= max_frame:
+        return frame(HEADERS, flags | END_HEADERS, stream, block)
+    parts = [frame(HEADERS, flags & ~END_HEADERS, stream, block[:max_frame])]
+    for start in range(max_frame, len(block), max_frame):
+        last = start + max_frame >= len(block)
+        parts.append(frame(CONTINUATION, END_HEADERS if last else 0, stream, block[start:start + max_frame]))
+    return b"".join(parts)
+
+
 def parse_settings(payload: bytes) -> list[tuple[int, int]]:
-    """A SETTINGS frame's ``(identifier, value)`` pairs."""
-    return [struct.unpack_from(">HL", payload, i) for i in range(0, len(payload) - 5, 6)]
+    """A SETTINGS frame's ``(identifier, value)`` pairs; ``ProtocolError`` for values RFC 9113 forbids."""
+    pairs = [struct.unpack_from(">HL", payload, i) for i in range(0, len(payload) - 5, 6)]
+    for key, value in pairs:
+        if key == SETTING_PUSH and value > 1:
+            raise ProtocolError(PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH must be 0 or 1, got {value}")
+        if key == SETTING_WINDOW and value > MAX_WINDOW:
+            raise ProtocolError(FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {value} exceeds 2**31-1")
+        if key == SETTING_FRAME and not MIN_FRAME <= value <= MAX_FRAME:
+            raise ProtocolError(PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value} is outside 2**14..2**24-1")
+    return pairs
+
+
+def unpad(payload: bytes) -> bytes:
+    """A PADDED frame's payload without its pad-length byte and padding."""
+    if not payload or payload[0] >= len(payload):
+        raise ProtocolError(PROTOCOL_ERROR, "the padding is as long as the frame or longer")
+    return payload[1:len(payload) - payload[0]]
 
 
 def header_fragment(flags: int, payload: bytes) -> bytes:
     """A HEADERS frame's header-block fragment: its padding and priority fields removed."""
     if flags & PADDED:
-        payload = payload[1:len(payload) - payload[0]]
+        payload = unpad(payload)
     if flags & PRIORITY:
+        if len(payload) < 5:
+            raise ProtocolError(FRAME_SIZE_ERROR, "a HEADERS frame too short for its priority fields")
         payload = payload[5:]
     return payload
+
+
+# kind -> (must be on stream 0?, exact payload length or None, minimum length)
+_SHAPES = {DATA: (False, None, 0), HEADERS: (False, None, 0), 2: (False, 5, 0), RST_STREAM: (False, 4, 0),
+           SETTINGS: (True, None, 0), PUSH_PROMISE: (False, None, 4), PING: (True, 8, 0),
+           GOAWAY: (True, None, 8), WINDOW_UPDATE: (None, 4, 0), CONTINUATION: (False, None, 0)}
+_NAMES = {DATA: "DATA", HEADERS: "HEADERS", 2: "PRIORITY", RST_STREAM: "RST_STREAM", SETTINGS: "SETTINGS",
+          PUSH_PROMISE: "PUSH_PROMISE", PING: "PING", GOAWAY: "GOAWAY", WINDOW_UPDATE: "WINDOW_UPDATE",
+          CONTINUATION: "CONTINUATION"}
+
+
+def check_frame(kind: int, flags: int, stream: int, length: int) -> None:
+    """Raise ``ProtocolError`` for a frame whose stream or length RFC 9113 forbids.
+
+    >>> check_frame(PING, 0, 0, 8)
+    >>> try:
+    ...     check_frame(PING, 0, 0, 7)
+    ... except ProtocolError as err:
+    ...     print(err.code, err)
+    6 a PING frame of 7 bytes (must be 8)
+    """
+    shape = _SHAPES.get(kind)
+    if shape is None:
+        return                            # unknown frame types are ignored
+    zero, exact, least = shape
+    name = _NAMES[kind]
+    if zero is True and stream:
+        raise ProtocolError(PROTOCOL_ERROR, f"a {name} frame on stream {stream} (must be stream 0)")
+    if zero is False and not stream:
+        raise ProtocolError(PROTOCOL_ERROR, f"a {name} frame on stream 0")
+    if exact is not None and length != exact:
+        raise ProtocolError(FRAME_SIZE_ERROR, f"a {name} frame of {length} bytes (must be {exact})")
+    if length < least:
+        raise ProtocolError(FRAME_SIZE_ERROR, f"a {name} frame of {length} bytes (at least {least})")
+    if kind == SETTINGS and (length % 6 or (flags & ACK and length)):
+        raise ProtocolError(FRAME_SIZE_ERROR, f"a SETTINGS frame of {length} bytes")
 
 
 def decode_headers(decoder: hpack.Decoder, block: bytes) -> dict[str, str]:
@@ -68,24 +170,67 @@ class MessageSplitter:
     (None, [])
     >>> splitter.feed(framed[4:], out), out
     (None, [b'ab', b'cde'])
+
+    ``limit`` bounds a message's size: a prefix declaring more raises
+    :class:`MessageTooLarge` before the message is buffered. ``decompress``
+    (set once the stream's ``grpc-encoding`` is known) inflates messages
+    flagged compressed; without it such a message is a :class:`StreamError`.
     """
 
-    __slots__ = ("_data",)
+    __slots__ = ("_data", "limit", "decompress", "_big", "_filled", "_flag")
 
-    def __init__(self):
+    def __init__(self, limit: int = MAX_WINDOW, decompress=None):
         self._data = bytearray()
+        self.limit = limit
+        self.decompress = decompress
+        self._big: bytearray | None = None   # a large message being filled in place (one copy)
+        self._filled = 0
+        self._flag = 0
 
-    def feed(self, payload: bytes, out: "deque[bytes] | list[bytes]") -> None:
-        """Append ``payload``; every message it completes goes to ``out``."""
+    def feed(self, payload, out: "deque[bytes] | list[bytes]") -> None:
+        """Append ``payload`` (bytes-like); every message it completes goes to ``out``."""
+        if self._big is not None:
+            payload = memoryview(payload)
+            n = min(len(payload), len(self._big) - self._filled)
+            self._big[self._filled:self._filled + n] = payload[:n]
+            self.advance(n, out)
+            payload = payload[n:]
+            if not payload:
+                return
         data = self._data
         data += payload
         while len(data) >= 5:
             size = U32.unpack_from(data, 1)[0]
+            if size > self.limit:
+                del data[:]
+                raise MessageTooLarge(size, self.limit)
             if len(data) < 5 + size:
+                if size >= _BIG:                  # fill it in place from now on
+                    self._big, self._flag = bytearray(size), data[0]
+                    self._filled = len(data) - 5
+                    self._big[:self._filled] = memoryview(data)[5:]
+                    del data[:]
                 break
-            if data[0]:
-                raise ConnectionError("a compressed gRPC message arrived; compression was not negotiated")
-            out.append(bytes(data[5:5 + size]))
+            flag = data[0]
+            message = bytes(memoryview(data)[5:5 + size]) if size >= _BIG else bytes(data[5:5 + size])
             del data[:5 + size]
+            out.append(self._decode(flag, message) if flag else message)
 
+    def room(self) -> memoryview | None:
+        """Where the large message being filled wants its next bytes (None: no large message)."""
+        if self._big is None:
+            return None
+        return memoryview(self._big)[self._filled:]
 
+    def advance(self, n: int, out: "deque[bytes] | list[bytes]") -> None:
+        """``n`` bytes were written into :meth:`room`; a completed message goes to ``out``."""
+        self._filled += n
+        if self._filled == len(self._big):
+            message, self._big = self._big, None
+            out.append(self._decode(self._flag, message) if self._flag else message)
+
+    def _decode(self, flag: int, message):
+        if flag != 1 or self.decompress is None:
+            raise StreamError(13, f"a gRPC message flagged {'compressed' if flag == 1 else flag} "
+                                  "on a stream without a message encoding")
+        return self.decompress(message)

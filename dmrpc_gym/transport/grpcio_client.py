@@ -48,8 +48,8 @@ class GrpcioTransport:
 
     broken = False
 
-    def write(self, message: bytes) -> None:
-        self._requests.put(message)
+    def write(self, message: bytes, head: bytes = b"") -> None:
+        self._requests.put(head + message if head else message)
         self.messages_sent += 1
 
     def read(self, timeout: float | None) -> bytes:

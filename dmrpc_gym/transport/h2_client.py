@@ -6,38 +6,49 @@ step is one small request and one answer, so that hand-off dominates the cost
 of a round trip. A dm_env_rpc connection is one stream, so a blocking socket
 speaking just the part of HTTP/2 that one client stream needs does the same
 work with one ``send`` and one ``recv``: no threads, no event loop, and so it
-works unchanged inside Jupyter, whose thread already runs an event loop.
+works unchanged inside Jupyter, whose thread already runs an event loop
+(:class:`~dmrpc_gym.transport.h2_transport.H2Transport` opens the socket). Only
+while the connection sits idle does a watcher thread
+(:mod:`~dmrpc_gym.transport.keepalive`) answer the server's PINGs.
 
-What is spoken: the client preface and SETTINGS, one request stream (HEADERS,
-DATA carrying length-prefixed gRPC messages), flow control both ways, PING
-and SETTINGS acknowledgements, trailers (``grpc-status``), RST_STREAM and
-GOAWAY. Headers are (de)compressed with ``hpack``.
+What is spoken: the client preface and SETTINGS, one request stream (HEADERS
+and CONTINUATION, DATA carrying length-prefixed gRPC messages, gzip/deflate
+encodings), flow control both ways, PING and SETTINGS acknowledgements,
+trailers (``grpc-status``), RST_STREAM and GOAWAY, over TCP or TLS (ALPN
+``h2``). Malformed frames end the connection with GOAWAY, as RFC 9113 says.
 """
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
+import threading
 import urllib.parse
 from collections import deque
 
 import hpack
 
-from dmrpc_gym.protocol.wire import METHOD_PATH
-from dmrpc_gym.transport.base import StreamEnded, parse_address
-from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADER, HEADERS,
-                                        MAX_WINDOW, PADDED, PING, PREFACE, PUSH_PROMISE, RST_STREAM, SETTING_FRAME,
-                                        SETTING_HEADER_TABLE, SETTING_PUSH, SETTING_WINDOW, SETTINGS, U32,
-                                        WINDOW_UPDATE, MessageSplitter, decode_headers, frame,
-                                        grpc_frame, header_fragment, parse_settings)
+from dmrpc_gym.transport import compression as encodings
+from dmrpc_gym.transport.base import StreamEnded
+from dmrpc_gym.transport.frames import (ACK, CANCEL, DEFAULT_MAX_MESSAGE, CONTINUATION, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADER,
+                                        HEADERS, MAX_WINDOW, PADDED, PING, PREFACE, PROTOCOL_ERROR, PUSH_PROMISE,
+                                        RST_STREAM, SETTING_FRAME, SETTING_PUSH, SETTING_WINDOW, SETTINGS, U32,
+                                        WINDOW_UPDATE, MessageSplitter, ProtocolError, StreamError, check_frame,
+                                        decode_headers, frame, grpc_frame, header_fragment, header_frames,
+                                        parse_settings, unpad)
+from dmrpc_gym.transport.h2_large import _LargeMessages
+from dmrpc_gym.transport.keepalive import IdleWatcher
 
-__all__ = ["GrpcStream", "H2Transport"]
+__all__ = ["GrpcStream", "DEFAULT_MAX_MESSAGE"]
 
 _STREAM = 1                      # the one stream this connection carries
 _OUR_FRAME = 2**24 - 1           # largest frame we accept
 _RECV_CHUNK = 1 << 18
+_MAX_HEADER_BLOCK = 1 << 20      # a server's header block larger than this ends the connection
+_DIRECT = 1 << 16                # DATA frames at least this large are read straight into their message
 
 
-class GrpcStream:
+class GrpcStream(_LargeMessages):
     """A client-side gRPC bidi stream: ``write`` messages, ``read`` answers in order.
 
     Args:
@@ -46,25 +57,37 @@ class GrpcStream:
         authority: the ``:authority`` header (``host:port``).
         metadata: extra request headers (lower-case names).
         scheme: ``"http"`` or ``"https"``.
+        compression: ``"gzip"`` / ``"deflate"`` to compress our messages (answers are
+            decoded in whatever encoding the server picks).
+        max_message_size: the largest answer accepted, in bytes.
 
     The constructor sends the preface and the request headers; ``handshake``
     waits for the server's SETTINGS so that a peer which is not an HTTP/2
-    server is found at once.
+    server is found at once. Every call holds ``lock``; ``keepalive()``
+    starts the watcher that answers PINGs between calls.
     """
 
     def __init__(self, sock: socket.socket, path: str, authority: str,
-                 metadata: tuple[tuple[str, str], ...] = (), scheme: str = "http"):
+                 metadata: tuple[tuple[str, str], ...] = (), scheme: str = "http",
+                 compression: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE):
         self._sock = sock
+        self.lock = threading.Lock()
         self._buf = bytearray()
-        self._splitter = MessageSplitter()
+        self._rbuf = bytearray(_RECV_CHUNK)
+        self._rview = memoryview(self._rbuf)
+        self._splitter = MessageSplitter(max_message_size)
+        self._max_message = max_message_size
         self._messages: deque[bytes] = deque()
         self._decoder = hpack.Decoder()
-        self._header_block = bytearray()
+        self._header_block: bytearray | None = None
         self._header_flags = 0
-        self._trailers: dict[str, str] | None = None
         self._ended: StreamEnded | None = None
+        self._dead: Exception | None = None
         self._settled = False
         self._unsent = b""
+        self._timeout = sock.gettimeout()
+        self._watcher: IdleWatcher | None = None
+        self._compress = compression and encodings.compressor(compression)
         self.messages_sent = 0
         self.broken = False
         self._send_conn = 65535
@@ -73,26 +96,47 @@ class GrpcStream:
         self._peer_frame = 16384
         self._received = 0              # bytes received since our last WINDOW_UPDATE
         self._goaway: str | None = None
+        self._partial: tuple[int, int, int] | None = None   # a large DATA frame being read in place
         headers = [(":method", "POST"), (":scheme", scheme), (":path", path),
                    (":authority", authority), ("content-type", "application/grpc"),
-                   ("te", "trailers"), ("user-agent", "dmrpc-gym")]
+                   ("te", "trailers"), ("user-agent", "dmrpc-gym"),
+                   ("grpc-accept-encoding", encodings.ACCEPT_ENCODING)]
+        if compression:
+            headers.append(("grpc-encoding", compression))
         headers += [(k.lower(), v) for k, v in metadata]
         block = hpack.Encoder().encode(headers)
         settings = b"".join(struct.pack(">HL", k, v) for k, v in (
             (SETTING_PUSH, 0), (SETTING_WINDOW, MAX_WINDOW), (SETTING_FRAME, _OUR_FRAME)))
+        # Before the server's SETTINGS arrive its frame limit is the default 16384.
         self._sock.sendall(
             PREFACE + frame(SETTINGS, 0, 0, settings)
             + frame(WINDOW_UPDATE, 0, 0, U32.pack(MAX_WINDOW - 65535))
-            + frame(HEADERS, END_HEADERS, _STREAM, block))
+            + header_frames(_STREAM, 0, block, self._peer_frame))
 
     # -- public ----------------------------------------------------------------
     def handshake(self) -> None:
-        """Block until the server's first SETTINGS frame arrives (socket timeout applies)."""
+        """Block until the server's first SETTINGS frame arrives (socket timeout applies).
+
+        An HTTP/1.x server (its answer starts ``HTTP/``) is a ``ConnectionError`` at once.
+        """
+        self._fill(9)
+        head = bytes(self._buf[:9])
+        if head.isascii() and all(c >= 9 for c in head):     # text, not a frame header: HTTP/1.x
+            line = bytes(self._buf).split(b"\n", 1)[0].strip().decode("latin-1")[:100]
+            raise ConnectionError(f"the server speaks HTTP/1.x (or another text protocol), not HTTP/2: "
+                                  f"it answered {line!r}")
+        if self._buf[3] != SETTINGS:
+            raise ProtocolError(PROTOCOL_ERROR, f"the server's first frame is of type {self._buf[3]}, not SETTINGS")
         while not self._settled:
             self._read_frame()
 
-    def write(self, message: bytes) -> None:
-        """Send one gRPC message (blocks only while the peer's flow-control window is full).
+    def keepalive(self) -> None:
+        """Answer the server's PINGs (and other control frames) while no call is running."""
+        if self._watcher is None:
+            self._watcher = IdleWatcher(self._sock, self.lock, lambda: self.messages_sent, self._pump)
+
+    def write(self, message: bytes, head: bytes = b"") -> None:
+        """Send ``head + message`` as one gRPC message (blocks only while the peer's window is full).
 
         ``messages_sent`` counts the messages committed to the stream. A
         message is committed before its first byte is sent: if an interrupt
@@ -100,28 +144,16 @@ class GrpcStream:
         else, so the stream stays whole. Only an interrupt between the frames
         of a message too large for one frame leaves it ``broken``.
         """
-        if self._ended is not None:
-            raise self._ended
-        n = len(message) + 5
-        if n <= self._send_stream and n <= self._send_conn and n <= self._peer_frame:
-            self._send_stream -= n
-            self._send_conn -= n
-            self._send(grpc_frame(message, _STREAM), message=True)
-            return
-        data = memoryview(b"\x00" + U32.pack(len(message)) + message)
-        self.broken = True               # until the last frame of this message is committed
-        self.messages_sent += 1
-        while data:
-            while min(self._send_stream, self._send_conn) <= 0:
-                self._read_frame()
-                if self._ended is not None:
-                    raise self._ended
-            n = min(len(data), self._send_stream, self._send_conn, self._peer_frame)
-            self._send_stream -= n
-            self._send_conn -= n
-            self._send(frame(DATA, 0, _STREAM, bytes(data[:n])))
-            data = data[n:]
-        self.broken = False
+        with self.lock:
+            if self._ended is not None or self._dead is not None:
+                raise self._ended or self._dead
+            n = len(head) + len(message) + 5
+            if n <= self._send_stream and n <= self._send_conn and n <= self._peer_frame and not self._compress:
+                self._send_stream -= n
+                self._send_conn -= n
+                self._send(grpc_frame(head + message if head else message, _STREAM), message=True)
+                return
+            self._write_large(message, head)
 
     def _send(self, data: bytes, message: bool = False) -> None:
         """Send ``data`` after any bytes an interrupted send left behind."""
@@ -135,19 +167,28 @@ class GrpcStream:
         finally:
             self._unsent = pending[sent:]
 
-    def read(self) -> bytes:
-        """The next gRPC message; ``StreamEnded`` once the server has ended the stream."""
-        messages = self._messages
-        if self._unsent:
-            self._send(b"")
-        while not messages:
-            if self._ended is not None:
-                raise self._ended
-            self._read_frame()
-        return messages.popleft()
+    def read(self, timeout: float | None | bool = False) -> bytes:
+        """The next gRPC message; ``StreamEnded`` once the server has ended the stream.
+
+        ``timeout`` (seconds, None: no limit) replaces the socket's; False keeps it.
+        """
+        with self.lock:
+            if timeout is not False and timeout != self._timeout:
+                self._sock.settimeout(timeout)
+                self._timeout = timeout
+            messages = self._messages
+            if self._unsent:
+                self._send(b"")
+            while not messages:
+                if self._ended is not None:
+                    raise self._ended
+                self._read_frame()
+            return messages.popleft()
 
     def close(self) -> None:
         """Half-close our side politely, then close the socket. Never blocks for long."""
+        if self._watcher is not None:
+            self._watcher.stop()
         try:
             self._sock.settimeout(0.0)
             self._sock.send(frame(DATA, END_STREAM, _STREAM))
@@ -163,53 +204,120 @@ class GrpcStream:
         """Receive until ``n`` bytes are buffered; an EOF is a ``ConnectionError``."""
         buf = self._buf
         while len(buf) < n:
-            chunk = self._sock.recv(max(_RECV_CHUNK, n - len(buf)))
-            if not chunk:
+            if self._dead is not None:
+                raise self._dead
+            # Into a buffer kept for the purpose: recv(n) would allocate n bytes every call.
+            got = self._sock.recv_into(self._rbuf)
+            if not got:
                 why = f" after GOAWAY ({self._goaway})" if self._goaway else ""
-                raise ConnectionResetError(f"the server closed the connection{why}")
-            buf += chunk
+                self._dead = ConnectionResetError(f"the server closed the connection{why}")
+                raise self._dead
+            buf += self._rview[:got]
+
+    def _pump(self) -> bool:
+        """The idle watcher's turn (lock held): read what is there, handle whole frames."""
+        sock = self._sock
+        if self._partial:
+            return True                      # a call stopped inside a frame: it finishes that frame
+        try:
+            sock.settimeout(0.0)
+            try:
+                chunk = sock.recv(_RECV_CHUNK)
+                if not chunk:
+                    self._dead = ConnectionResetError("the server closed the connection while it was idle"
+                                                      + (f" (GOAWAY: {self._goaway})" if self._goaway else ""))
+                    return False
+                self._buf += chunk
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                pass
+            finally:
+                sock.settimeout(self._timeout)
+            while len(self._buf) >= 9 and len(self._buf) >= 9 + int.from_bytes(self._buf[:3], "big"):
+                self._read_frame()
+            if self._unsent:
+                self._send(b"")
+            return True
+        except Exception as exc:  # noqa: BLE001 - the next call reports it
+            self._dead = exc if isinstance(exc, OSError) else ConnectionError(str(exc))
+            return False
 
     def _read_frame(self) -> None:
+        if self._partial:
+            return self._read_data_direct(*self._partial)
         buf = self._buf
         if len(buf) < 9:
             self._fill(9)
         hi, lo, kind, flags, stream = HEADER.unpack_from(buf)
-        end = 9 + ((hi << 16) | lo)
+        length = (hi << 16) | lo
+        end = 9 + length
         if len(buf) < end:
             self._fill(end)
         stream &= 0x7FFFFFFF
-        if kind == WINDOW_UPDATE:          # grpcio servers send two with every answer: read in place
+        if kind == DATA and length >= _DIRECT and stream == _STREAM and not flags & PADDED and len(buf) < end:
+            return self._read_data_direct(flags, length)
+        if kind == WINDOW_UPDATE and length == 4:   # grpcio servers send two with every answer: read in place
             increment = U32.unpack_from(buf, 9)[0] & 0x7FFFFFFF
             del buf[:end]
-            if stream == 0:
-                self._send_conn += increment
-            else:
-                self._send_stream += increment
+            try:
+                self._on_window_update(stream, increment)
+            except ProtocolError as err:
+                self._fail(err)
             return
-        payload = bytes(buf[9:end])
+        payload = bytes(memoryview(buf)[9:end]) if length >= _DIRECT else bytes(buf[9:end])
         del buf[:end]
-        if kind == DATA:
-            self._on_data(flags, payload)
-        elif kind in (HEADERS, CONTINUATION):
-            self._on_headers(kind, flags, payload)
-        elif kind == SETTINGS:
-            if not flags & ACK:
-                self._on_settings(payload)
-        elif kind == PING:
-            if not flags & ACK:
-                self._send(frame(PING, ACK, 0, payload))
-        elif kind == RST_STREAM and stream == _STREAM:
-            code = U32.unpack(payload)[0]
-            self._end(None, f"the server reset the stream (HTTP/2 error code {code})")
-        elif kind == GOAWAY:
-            last, code = struct.unpack_from(">LL", payload)
-            debug = payload[8:].decode("utf-8", "replace")
-            self._goaway = f"HTTP/2 error code {code}{': ' + debug if debug else ''}"
-            if (last & 0x7FFFFFFF) < _STREAM:
-                self._end(None, f"the server is going away ({self._goaway})")
-        elif kind == PUSH_PROMISE:
-            raise ConnectionError("protocol error: the server pushed a stream we disabled")
+        try:
+            if kind != DATA or self._header_block is not None:
+                check_frame(kind, flags, stream, length)
+                if self._header_block is not None and kind != CONTINUATION:
+                    raise ProtocolError(PROTOCOL_ERROR, "a frame interrupted a header block")
+            if kind == DATA:
+                if stream == _STREAM:
+                    self._on_data(flags, payload)
+                elif not stream:
+                    raise ProtocolError(PROTOCOL_ERROR, "a DATA frame on stream 0")
+            elif kind in (HEADERS, CONTINUATION):
+                self._on_headers(kind, flags, payload)
+            elif kind == SETTINGS:
+                if not flags & ACK:
+                    self._on_settings(payload)
+            elif kind == PING:
+                if not flags & ACK:
+                    self._send(frame(PING, ACK, 0, payload))
+            elif kind == RST_STREAM and stream == _STREAM:
+                code = U32.unpack(payload)[0]
+                self._end(None, f"the server reset the stream (HTTP/2 error code {code})")
+            elif kind == GOAWAY:
+                last, code = struct.unpack_from(">LL", payload)
+                debug = payload[8:].decode("utf-8", "replace")
+                self._goaway = f"HTTP/2 error code {code}{': ' + debug if debug else ''}"
+                if (last & 0x7FFFFFFF) < _STREAM:
+                    self._end(None, f"the server is going away ({self._goaway})")
+            elif kind == WINDOW_UPDATE:
+                raise ProtocolError(6, f"a WINDOW_UPDATE frame of {length} bytes (must be 4)")
+            elif kind == PUSH_PROMISE:
+                raise ProtocolError(PROTOCOL_ERROR, "the server pushed a stream we disabled")
+        except ProtocolError as err:
+            self._fail(err)
         # PRIORITY and unknown frame types are ignored, as HTTP/2 requires.
+
+    def _fail(self, err: ProtocolError) -> None:
+        """A connection error: tell the server with GOAWAY, then raise a ``ConnectionError``."""
+        try:
+            self._sock.send(frame(GOAWAY, 0, 0, struct.pack(">LL", 0, err.code) + str(err).encode()[:200]))
+        except OSError:
+            pass
+        self._dead = ConnectionError(f"HTTP/2 protocol error from the server (error code {err.code}): {err}")
+        raise self._dead
+
+    def _on_window_update(self, stream: int, increment: int) -> None:
+        if not increment:
+            raise ProtocolError(PROTOCOL_ERROR, "a WINDOW_UPDATE of 0")
+        if stream == 0:
+            self._send_conn += increment
+            if self._send_conn > MAX_WINDOW:
+                raise ProtocolError(3, "a WINDOW_UPDATE took the connection window past 2**31-1")
+        elif stream == _STREAM:
+            self._send_stream += increment
 
     def _on_settings(self, payload: bytes) -> None:
         for key, value in parse_settings(payload):
@@ -218,16 +326,26 @@ class GrpcStream:
                 self._peer_window = value
             elif key == SETTING_FRAME:
                 self._peer_frame = value
-            elif key == SETTING_HEADER_TABLE:
-                pass  # we never index headers, so any table size suits us
         self._send(frame(SETTINGS, ACK, 0))
         self._settled = True
 
+    def _feed(self, payload) -> None:
+        try:
+            self._splitter.feed(payload, self._messages)
+        except StreamError as err:
+            self._reset(err)
+
     def _on_data(self, flags: int, payload: bytes) -> None:
+        try:
+            self._splitter.feed(unpad(payload) if flags & PADDED else payload, self._messages)
+        except StreamError as err:
+            self._reset(err)
         self._received += len(payload)
-        if flags & PADDED:
-            payload = payload[1:len(payload) - payload[0]]
-        self._splitter.feed(payload, self._messages)
+        if self._received > MAX_WINDOW // 2 or flags & END_STREAM:
+            self._data_done(flags, 0)
+
+    def _data_done(self, flags: int, length: int) -> None:
+        self._received += length
         if self._received > MAX_WINDOW // 2:
             update = U32.pack(self._received)
             self._send(frame(WINDOW_UPDATE, 0, 0, update) + frame(WINDOW_UPDATE, 0, _STREAM, update))
@@ -235,61 +353,39 @@ class GrpcStream:
         if flags & END_STREAM:
             self._end(None, "the server ended the stream without trailers")
 
+    def _reset(self, err: StreamError) -> None:
+        """End our stream over an answer we refuse (too large, badly encoded): RST_STREAM CANCEL."""
+        self._end(err.status, f"refused an answer from the server: {err}")
+        self._splitter.limit = -1            # drop whatever else arrives
+        self._send(frame(RST_STREAM, 0, _STREAM, U32.pack(CANCEL)))
+
     def _on_headers(self, kind: int, flags: int, payload: bytes) -> None:
         if kind == HEADERS:
             self._header_block = bytearray(header_fragment(flags, payload))
             self._header_flags = flags
+        elif self._header_block is None:
+            raise ProtocolError(PROTOCOL_ERROR, "a CONTINUATION frame without a HEADERS frame before it")
         else:
             self._header_block += payload
+        if len(self._header_block) > _MAX_HEADER_BLOCK:
+            raise ProtocolError(0xB, f"a header block of more than {_MAX_HEADER_BLOCK} bytes")
         if not flags & END_HEADERS:
             return
-        headers = decode_headers(self._decoder, self._header_block)
+        block, self._header_block = self._header_block, None
+        headers = decode_headers(self._decoder, block)
         if headers.get(":status", "200") != "200":
             self._end(None, f"the server answered HTTP status {headers[':status']}")
         elif self._header_flags & END_STREAM:
             status = int(headers.get("grpc-status", "2"))
             message = urllib.parse.unquote(headers.get("grpc-message", ""))
             self._end(status, message or f"the server ended the stream with gRPC status {status}")
+        elif headers.get("grpc-encoding", "identity") != "identity":
+            try:
+                self._splitter.decompress = encodings.decompressor(headers["grpc-encoding"], self._max_message)
+            except KeyError:
+                self._reset(StreamError(12, f"the server answers in grpc-encoding {headers['grpc-encoding']!r}, "
+                                            f"which we did not offer"))
 
     def _end(self, status: int | None, message: str) -> None:
         if self._ended is None:
             self._ended = StreamEnded(status, message)
-
-
-class H2Transport:
-    """A :class:`~dmrpc_gym.transport.base.Transport`: :class:`GrpcStream` over a TCP socket to ``address``."""
-
-    def __init__(self, address: str, metadata, connect_timeout: float | None):
-        host, port = parse_address(address)
-        try:
-            sock = socket.create_connection((host, port), timeout=connect_timeout)
-        except OSError as err:
-            raise ConnectionError(f"cannot reach a dm_env_rpc server at {address}: {err}") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            self._stream = GrpcStream(sock, METHOD_PATH, address, tuple(metadata or ()))
-            self._stream.handshake()
-        except (OSError, ConnectionError) as err:
-            sock.close()
-            raise ConnectionError(
-                f"{address} did not answer as a gRPC (HTTP/2) server: {err}") from None
-        self._sock = sock
-        self._timeout = connect_timeout
-        self.write = self._stream.write
-
-    @property
-    def messages_sent(self) -> int:
-        return self._stream.messages_sent
-
-    @property
-    def broken(self) -> bool:
-        return self._stream.broken
-
-    def read(self, timeout: float | None) -> bytes:
-        if timeout != self._timeout:
-            self._sock.settimeout(timeout)
-            self._timeout = timeout
-        return self._stream.read()
-
-    def close(self) -> None:
-        self._stream.close()

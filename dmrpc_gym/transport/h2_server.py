@@ -7,7 +7,11 @@ HTTP/2 itself (sharing the framing of :mod:`dmrpc_gym.transport.frames`): each s
 ``/dm_env_rpc.v1.Environment/Process`` gets a session whose ``handle(bytes)``
 answers each request in order; streams run concurrently, so one may wait on
 another (multi-agent steps). Any HTTP/2 gRPC client works with it: grpcio's
-(the official ``dm-env-rpc`` client), ours, or another language's.
+(the official ``dm-env-rpc`` client), ours, or another language's (grpc-js
+and grpclib are tested). It reads gzip/deflate requests and answers in kind,
+accepts header blocks split in CONTINUATION frames and splits its own, refuses
+a message over ``max_message_size`` from its 5-byte prefix, closes gracefully
+on GOAWAY either way, and answers malformed frames with the RFC 9113 GOAWAY.
 """
 from __future__ import annotations
 
@@ -16,62 +20,51 @@ import logging
 import socket
 import struct
 import urllib.parse
-from collections import deque
-from typing import Awaitable, Callable, Protocol
+from typing import Callable
 
 import hpack
 
+from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport import frames as h2
-from dmrpc_gym.transport.frames import (U32, ACK, CONTINUATION, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADER, HEADERS, MAX_WINDOW,
-                          PADDED, PING, PREFACE, RST_STREAM, SETTING_FRAME, SETTING_HEADER_TABLE,
-                          SETTING_WINDOW, SETTINGS, WINDOW_UPDATE, MessageSplitter, frame, parse_settings)
-from dmrpc_gym.protocol.wire import METHOD_PATH
+from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, END_HEADERS, END_STREAM,
+                                        ENHANCE_YOUR_CALM, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADER,
+                                        HEADERS, MAX_WINDOW, NO_ERROR, PADDED, PING, PREFACE, PROTOCOL_ERROR,
+                                        PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTING_FRAME,
+                                        SETTING_HEADER_TABLE, SETTING_WINDOW, SETTINGS, U32, WINDOW_UPDATE,
+                                        ProtocolError, StreamError, check_frame, frame, parse_settings)
+from dmrpc_gym.transport.h2_calls import HTTP1_ANSWER, Stream, StreamHandler, refusal_of
 
-__all__ = ["StreamHandler", "GrpcProtocol"]
+__all__ = ["StreamHandler", "GrpcProtocol"]   # StreamHandler: re-exported from h2_calls
 
 log = logging.getLogger("dmrpc_gym.server")
 
 _OUR_FRAME = 1 << 20             # largest frame we accept (we advertise it)
 _CHUNK = 1 << 18                 # largest DATA frame we write in one go
-_UNIMPLEMENTED, _INTERNAL = 12, 13
-
-
-class StreamHandler(Protocol):
-    """What a stream talks to: answers requests in order, and is closed when the stream ends."""
-
-    def handle(self, raw: bytes) -> Awaitable[bytes]: ...
-
-    def close(self) -> None: ...
-
-
-class _Stream:
-    __slots__ = ("id", "window", "received", "splitter", "inbox", "wake", "task", "open", "replied")
-
-    def __init__(self, stream_id: int, window: int):
-        self.id = stream_id
-        self.window = window
-        self.received = 0                # bytes taken in since our last WINDOW_UPDATE for it
-        self.splitter = MessageSplitter()
-        self.inbox: deque = deque()      # requests, then None once the client is done writing
-        self.wake = asyncio.Event()
-        self.task: asyncio.Task | None = None
-        self.open = True
-        self.replied = False
+_MAX_HEADER_BLOCK = 1 << 20      # a header block larger than this ends the connection
+_BIG_FRAME = 1 << 16             # DATA frames at least this large are not copied out of the read buffer
+_INTERNAL = 13
 
 
 class GrpcProtocol(asyncio.Protocol):
-    """One HTTP/2 connection: any number of gRPC streams, each served by its own session."""
+    """One HTTP/2 connection: any number of gRPC streams, each served by its own session.
 
-    def __init__(self, new_session: Callable[[], StreamHandler], connections: set):
+    ``token``: when set, a call must carry ``authorization: Bearer <token>``;
+    ``max_message_size``: the largest request accepted, in bytes (RESOURCE_EXHAUSTED beyond).
+    """
+
+    def __init__(self, new_session: Callable[[], StreamHandler], connections: set, *,
+                 token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE):
         self._new_session = new_session
         self._connections = connections
+        self._token = token
+        self._max_message = max_message_size
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._preface = False
-        self._streams: dict[int, _Stream] = {}
+        self._streams: dict[int, Stream] = {}
         self._decoder = hpack.Decoder()
         self._encoder = hpack.Encoder()
-        self._block = bytearray()
+        self._block: bytearray | None = None
         self._block_stream = 0
         self._block_flags = 0
         self._conn_window = 65535
@@ -83,6 +76,7 @@ class GrpcProtocol(asyncio.Protocol):
         self._can_write.set()
         self._closed = False
         self._last_stream = 0
+        self._draining = False           # a GOAWAY went either way: close once the streams are done
 
     # -- asyncio.Protocol --------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:
@@ -95,33 +89,56 @@ class GrpcProtocol(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
-        settings = b"".join(struct.pack(">HL", k, v) for k, v in (
-            (SETTING_WINDOW, MAX_WINDOW), (SETTING_FRAME, _OUR_FRAME)))
-        transport.write(frame(SETTINGS, 0, 0, settings)
-                        + frame(WINDOW_UPDATE, 0, 0, U32.pack(MAX_WINDOW - 65535)))
 
     def data_received(self, data: bytes) -> None:
         buf = self._buf
         buf += data
         try:
-            if not self._preface:
-                if len(buf) < len(PREFACE):
-                    return
-                if bytes(buf[:len(PREFACE)]) != PREFACE:
-                    raise ConnectionError("the client did not send the HTTP/2 preface")
-                del buf[:len(PREFACE)]
-                self._preface = True
+            if not self._preface and not self._check_preface(buf):
+                return
             while len(buf) >= 9:
                 hi, lo, kind, flags, stream = HEADER.unpack_from(buf)
-                end = 9 + ((hi << 16) | lo)
+                length = (hi << 16) | lo
+                if length > _OUR_FRAME:
+                    raise ProtocolError(FRAME_SIZE_ERROR, f"a frame of {length} bytes exceeds our "
+                                                          f"SETTINGS_MAX_FRAME_SIZE of {_OUR_FRAME}")
+                end = 9 + length
                 if len(buf) < end:
                     return
-                payload = bytes(buf[9:end])
+                if kind == DATA and length >= _BIG_FRAME and self._block is None:   # copied once, into its message
+                    with memoryview(buf) as view:
+                        self._on_data(flags, stream & 0x7FFFFFFF, view[9:end])
+                else:
+                    self._on_frame(kind, flags, stream & 0x7FFFFFFF, bytes(buf[9:end]))
                 del buf[:end]
-                self._on_frame(kind, flags, stream & 0x7FFFFFFF, payload)
+        except ProtocolError as exc:
+            log.info("closing an HTTP/2 connection: %s", exc)
+            self._buf = bytearray()
+            self.abort(exc.code, str(exc))
         except Exception as exc:  # noqa: BLE001 - a broken peer loses its connection, nobody else
             log.info("closing an HTTP/2 connection: %s", exc)
-            self.abort(protocol_error=True)
+            self._buf = bytearray()
+            self.abort(PROTOCOL_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _check_preface(self, buf: bytearray) -> bool:
+        """Whether the client preface is complete; an HTTP/1.x request is answered and closed at once."""
+        head = bytes(buf[:len(PREFACE)])
+        if not PREFACE.startswith(head):
+            self._buf = bytearray()
+            if self._transport is not None and head[:1].isalpha():
+                self._transport.write(HTTP1_ANSWER)
+                self._transport.close()
+                self._closed = True
+                return False
+            raise ProtocolError(PROTOCOL_ERROR, "the client did not send the HTTP/2 preface")
+        if len(buf) < len(PREFACE):
+            return False
+        del buf[:len(PREFACE)]
+        self._preface = True
+        settings = b"".join(struct.pack(">HL", k, v) for k, v in (
+            (SETTING_WINDOW, MAX_WINDOW), (SETTING_FRAME, _OUR_FRAME)))
+        self._write(frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, U32.pack(MAX_WINDOW - 65535)))
+        return True
 
     def pause_writing(self) -> None:
         self._can_write.clear()
@@ -139,66 +156,102 @@ class GrpcProtocol(asyncio.Protocol):
 
     # -- frames --------------------------------------------------------------------
     def _on_frame(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
+        if kind != DATA or self._block is not None:
+            check_frame(kind, flags, sid, len(payload))
+            if self._block is not None and (kind != CONTINUATION or sid != self._block_stream):
+                raise ProtocolError(PROTOCOL_ERROR, "a frame interrupted a header block")
         if kind == DATA:
             self._on_data(flags, sid, payload)
         elif kind in (HEADERS, CONTINUATION):
             self._on_headers(kind, flags, sid, payload)
         elif kind == SETTINGS:
             if not flags & ACK:
-                for key, value in parse_settings(payload):
-                    if key == SETTING_WINDOW:
-                        for stream in self._streams.values():
-                            stream.window += value - self._peer_window
-                        self._peer_window = value
-                    elif key == SETTING_FRAME:
-                        self._peer_frame = value
-                    elif key == SETTING_HEADER_TABLE:
-                        self._encoder.header_table_size = value
-                self._write(frame(SETTINGS, ACK, 0))
-                self._window_open.set()
+                self._on_settings(payload)
         elif kind == PING:
             if not flags & ACK:
                 self._write(frame(PING, ACK, 0, payload))
         elif kind == WINDOW_UPDATE:
-            increment = U32.unpack(payload)[0] & 0x7FFFFFFF
-            if sid == 0:
-                self._conn_window += increment
-            elif sid in self._streams:
-                self._streams[sid].window += increment
-            self._window_open.set()
+            self._on_window_update(sid, U32.unpack(payload)[0] & 0x7FFFFFFF)
         elif kind == RST_STREAM:
+            if sid > self._last_stream:
+                raise ProtocolError(PROTOCOL_ERROR, f"RST_STREAM on idle stream {sid}")
             stream = self._streams.get(sid)
             if stream is not None:
                 self._end_stream(stream)
-        elif kind == GOAWAY:
-            self.abort()
-        # PRIORITY, PUSH_PROMISE (never sent by clients) and unknown types: ignored.
+        elif kind == GOAWAY:             # RFC 9113 6.8: the streams already open run to completion
+            self._draining = True
+            self._close_if_done()
+        elif kind == PUSH_PROMISE:
+            raise ProtocolError(PROTOCOL_ERROR, "a client sent PUSH_PROMISE")
+        # PRIORITY and unknown types: ignored.
+
+    def _on_settings(self, payload: bytes) -> None:
+        for key, value in parse_settings(payload):
+            if key == SETTING_WINDOW:
+                for stream in self._streams.values():
+                    stream.window += value - self._peer_window
+                self._peer_window = value
+            elif key == SETTING_FRAME:
+                self._peer_frame = value
+            elif key == SETTING_HEADER_TABLE:
+                self._encoder.header_table_size = value
+        self._write(frame(SETTINGS, ACK, 0))
+        self._window_open.set()
+
+    def _on_window_update(self, sid: int, increment: int) -> None:
+        if sid == 0:
+            if not increment:
+                raise ProtocolError(PROTOCOL_ERROR, "a WINDOW_UPDATE of 0 on the connection")
+            self._conn_window += increment
+            if self._conn_window > MAX_WINDOW:
+                raise ProtocolError(FLOW_CONTROL_ERROR, "a WINDOW_UPDATE took the connection window past 2**31-1")
+        elif sid in self._streams:
+            stream = self._streams[sid]
+            stream.window += increment
+            if not increment or stream.window > MAX_WINDOW:
+                self._reset(stream, PROTOCOL_ERROR if not increment else FLOW_CONTROL_ERROR)
+        elif sid > self._last_stream:
+            raise ProtocolError(PROTOCOL_ERROR, f"WINDOW_UPDATE on idle stream {sid}")
+        self._window_open.set()
 
     def _on_headers(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
         if kind == HEADERS:
             self._block = bytearray(h2.header_fragment(flags, payload))
             self._block_stream, self._block_flags = sid, flags
+        elif self._block is None:
+            raise ProtocolError(PROTOCOL_ERROR, "a CONTINUATION frame without a HEADERS frame before it")
         else:
             self._block += payload
+        if len(self._block) > _MAX_HEADER_BLOCK:
+            raise ProtocolError(ENHANCE_YOUR_CALM, f"a header block of more than {_MAX_HEADER_BLOCK} bytes")
         if not flags & END_HEADERS:
             return
+        block, self._block = self._block, None
         sid, flags = self._block_stream, self._block_flags
-        headers = h2.decode_headers(self._decoder, self._block)
-        if sid in self._streams:          # trailers from the client: treat as end of its requests
-            if flags & END_STREAM:
+        headers = h2.decode_headers(self._decoder, block)
+        if sid <= self._last_stream:      # trailers from the client: the end of its requests
+            if sid in self._streams and flags & END_STREAM:
                 self._client_done(self._streams[sid])
+            elif not flags & END_STREAM:
+                raise ProtocolError(PROTOCOL_ERROR, f"trailers without END_STREAM on stream {sid}")
             return
-        if sid <= self._last_stream or not sid % 2:
-            raise ConnectionError(f"stream id {sid} is not a new client stream")
+        if not sid % 2:
+            raise ProtocolError(PROTOCOL_ERROR, f"stream id {sid} is not a client stream (odd)")
         self._last_stream = sid
-        stream = _Stream(sid, self._peer_window)
-        path = headers.get(":path", "")
-        if path != METHOD_PATH or headers.get(":method") != "POST":
-            self._trailers_only(stream, _UNIMPLEMENTED, f"unknown method {path}; this server serves {METHOD_PATH}")
+        if self._draining:
+            self._write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
             return
-        if headers.get("grpc-encoding", "identity") != "identity":
-            self._trailers_only(stream, _UNIMPLEMENTED, f"message encoding {headers['grpc-encoding']} is not supported")
+        stream = Stream(sid, self._peer_window, self._max_message)
+        refusal = refusal_of(headers, self._token)
+        if refusal is not None:
+            self._trailers(stream, *refusal)
+            if not flags & END_STREAM:
+                self._write(frame(RST_STREAM, 0, sid, U32.pack(NO_ERROR)))
             return
+        encoding = headers.get("grpc-encoding", "identity")
+        if encoding != "identity":
+            stream.splitter.decompress = encodings.decompressor(encoding, self._max_message)
+            stream.compress, stream.encoding = encodings.compressor(encoding), encoding
         self._streams[sid] = stream
         stream.task = asyncio.get_running_loop().create_task(self._serve(stream))
         if flags & END_STREAM:
@@ -212,26 +265,36 @@ class GrpcProtocol(asyncio.Protocol):
             self._received = 0
         stream = self._streams.get(sid)
         if stream is None:
+            if sid > self._last_stream or not sid:
+                raise ProtocolError(PROTOCOL_ERROR, f"DATA on idle stream {sid}")
             return                       # a stream we already ended
+        if stream.client_done:
+            self._reset(stream, 0x5)     # STREAM_CLOSED: DATA after the client's END_STREAM
+            return
         stream.received += len(payload)
         if stream.received > MAX_WINDOW // 2:
             self._write(frame(WINDOW_UPDATE, 0, sid, U32.pack(stream.received)))
             stream.received = 0
         if flags & PADDED:
-            payload = payload[1:len(payload) - payload[0]]
+            payload = h2.unpad(payload)
         before = len(stream.inbox)
-        stream.splitter.feed(payload, stream.inbox)
+        try:
+            stream.splitter.feed(payload, stream.inbox)
+        except StreamError as err:       # too large, badly compressed: this stream only
+            self._refuse(stream, err, flags & END_STREAM)
+            return
         if len(stream.inbox) != before:
             stream.wake.set()
         if flags & END_STREAM:
             self._client_done(stream)
 
-    def _client_done(self, stream: _Stream) -> None:
+    def _client_done(self, stream: Stream) -> None:
+        stream.client_done = True
         stream.inbox.append(None)
         stream.wake.set()
 
     # -- streams -------------------------------------------------------------------
-    async def _serve(self, stream: _Stream) -> None:
+    async def _serve(self, stream: Stream) -> None:
         session = self._new_session()
         try:
             inbox = stream.inbox
@@ -252,23 +315,36 @@ class GrpcProtocol(asyncio.Protocol):
         finally:
             session.close()
             self._streams.pop(stream.id, None)
+            self._close_if_done()
 
-    async def _send(self, stream: _Stream, message: bytes) -> None:
+    def _headers(self, stream: Stream) -> list[tuple[str, str]]:
+        stream.replied = True
+        fields = [(":status", "200"), ("content-type", "application/grpc"),
+                  ("grpc-accept-encoding", encodings.ACCEPT_ENCODING)]
+        if stream.encoding:
+            fields.append(("grpc-encoding", stream.encoding))
+        return fields
+
+    async def _send(self, stream: Stream, message: bytes) -> None:
         if not stream.replied:
-            stream.replied = True
-            self._write(frame(HEADERS, END_HEADERS, stream.id, self._encoder.encode(
-                [(":status", "200"), ("content-type", "application/grpc")])))
+            self._write(h2.header_frames(stream.id, 0, self._encoder.encode(self._headers(stream)),
+                                         self._peer_frame))
         n = len(message) + 5
-        if n <= _CHUNK and n <= stream.window and n <= self._conn_window and n <= self._peer_frame:
+        if (n <= _CHUNK and n <= stream.window and n <= self._conn_window and n <= self._peer_frame
+                and stream.compress is None):
             stream.window -= n
             self._conn_window -= n
             self._write(h2.grpc_frame(message, stream.id))
             return
+        flag = b"\x00"
+        if stream.compress is not None:
+            message, flag = stream.compress(message), b"\x01"
         # A large message goes out in chunks, each written only while the socket keeps
         # up (pause_writing / resume_writing): asyncio's write buffer then stays small,
         # where one huge write would be moved down its buffer once per partial send.
-        data = memoryview(b"\x00" + U32.pack(len(message)) + message)
-        while data:
+        prefix, body = flag + U32.pack(len(message)), memoryview(message)
+        total, done = len(message) + 5, 0
+        while done < total:
             while min(stream.window, self._conn_window) <= 0 or not self._can_write.is_set():
                 if self._closed or not stream.open:
                     raise asyncio.CancelledError()
@@ -277,41 +353,72 @@ class GrpcProtocol(asyncio.Protocol):
                     await self._window_open.wait()
                 else:
                     await self._can_write.wait()
-            n = min(len(data), stream.window, self._conn_window, self._peer_frame, _CHUNK)
+            n = min(total - done, stream.window, self._conn_window, self._peer_frame, _CHUNK)
             stream.window -= n
             self._conn_window -= n
-            self._write(frame(DATA, 0, stream.id, bytes(data[:n])))
-            data = data[n:]
+            head = HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id)
+            if done < 5:
+                head += prefix[done:done + n]
+            self._write(head)
+            start, end = max(done - 5, 0), done + n - 5
+            if end > start:
+                self._write(body[start:end])
+            done += n
 
-    def _trailers(self, stream: _Stream, code: int, message: str) -> None:
+    def _trailers(self, stream: Stream, code: int, message: str, extra: tuple = ()) -> None:
         if not stream.open or self._closed:
             return
         stream.open = False
-        fields = [] if stream.replied else [(":status", "200"), ("content-type", "application/grpc")]
+        fields = [] if stream.replied else self._headers(stream)
         fields.append(("grpc-status", str(code)))
         if message:
             fields.append(("grpc-message", urllib.parse.quote(message, safe=" !#$&'()*+,/:;=?@[]~")))
-        self._write(frame(HEADERS, END_HEADERS | END_STREAM, stream.id, self._encoder.encode(fields)))
+        fields.extend(extra)
+        self._write(h2.header_frames(stream.id, END_STREAM, self._encoder.encode(fields), self._peer_frame))
 
-    def _trailers_only(self, stream: _Stream, code: int, message: str) -> None:
-        self._trailers(stream, code, message)
+    def _refuse(self, stream: Stream, err: StreamError, client_done: bool) -> None:
+        """End one stream with ``err``'s status; the client need send no more (RST_STREAM NO_ERROR)."""
+        log.info("ending stream %d: %s", stream.id, err)
+        self._trailers(stream, err.status, str(err))
+        if not client_done and not stream.client_done:
+            self._write(frame(RST_STREAM, 0, stream.id, U32.pack(NO_ERROR)))
+        self._end_stream(stream)
 
-    def _end_stream(self, stream: _Stream) -> None:
+    def _reset(self, stream: Stream, code: int) -> None:
+        self._write(frame(RST_STREAM, 0, stream.id, U32.pack(code)))
+        self._end_stream(stream)
+
+    def _end_stream(self, stream: Stream) -> None:
         stream.open = False
         self._streams.pop(stream.id, None)
         if stream.task is not None and not stream.task.done():
             stream.task.cancel()
+        else:
+            self._close_if_done()
 
     # -- output --------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
         if not self._closed and self._transport is not None:
             self._transport.write(data)
 
-    def abort(self, protocol_error: bool = False) -> None:
-        """Say GOAWAY and drop the connection; its streams end and their sessions close."""
+    def _close_if_done(self) -> None:
+        if self._draining and not self._streams and not self._closed and self._transport is not None:
+            self._closed = True
+            self._transport.close()
+
+    def go_away(self) -> None:
+        """Graceful close (RFC 9113 6.8): GOAWAY NO_ERROR; the open streams finish, no new ones start."""
+        if self._closed or self._transport is None or self._draining:
+            return
+        self._draining = True
+        self._transport.write(frame(GOAWAY, 0, 0, struct.pack(">LL", self._last_stream, NO_ERROR)))
+        self._close_if_done()
+
+    def abort(self, code: int = NO_ERROR, debug: str = "") -> None:
+        """Say GOAWAY (``code``, ``debug`` text) and drop the connection; its streams end and their sessions close."""
         if self._closed or self._transport is None:
             return
-        code = 1 if protocol_error else 0
-        self._transport.write(frame(GOAWAY, 0, 0, struct.pack(">LL", self._last_stream, code)))
+        self._transport.write(frame(GOAWAY, 0, 0, struct.pack(">LL", self._last_stream, code)
+                                    + debug.encode("utf-8", "replace")[:256]))
         self._closed = True
         self._transport.close()

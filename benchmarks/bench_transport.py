@@ -1,0 +1,237 @@
+"""Transport costs side by side: small steps (this tree vs a baseline checkout, TLS vs plain,
+the keepalive watcher on vs off) and 16 MiB observations / actions (ours vs the official client).
+
+Every server and client runs in its own subprocess; the clients take turns, round after
+round, and the medians are compared (the machines are noisy: only numbers taken in one
+run are compared)::
+
+    python benchmarks/bench_transport.py --base /path/to/old/checkout   # small steps vs that tree too
+    python benchmarks/bench_transport.py --quick                        # a smoke run
+
+Cases: ``small``: ``DmRpcEnv.step`` with a 4-float observation and a Discrete action;
+``obs 16 MiB``: a 16 MiB uint8 observation each step; ``action 16 MiB``: a 16 MiB uint8
+action each step. ``ours`` is ``DmRpcEnv``; ``official`` is dm-env-rpc's ``DmEnvAdaptor``
+over a grpcio channel with its message limits lifted. All servers are ours.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TREE = os.path.dirname(HERE)
+MIB16 = 16 << 20
+
+
+# -- subprocess roles ------------------------------------------------------------------------------
+def serve(obs_bytes: int, action_bytes: int, tls: str | None) -> None:
+    """Serve a constant env: uint8 observation of ``obs_bytes`` (4 floats if 0), uint8 action of
+    ``action_bytes`` (Discrete(2) if 0); print ``ADDRESS``, serve until stdin closes."""
+    import gymnasium as gym
+
+    from dmrpc_gym.server import Server
+
+    class Constant(gym.Env):
+        def __init__(self):
+            if obs_bytes:
+                self.observation_space = gym.spaces.Box(0, 255, (obs_bytes,), np.uint8)
+                self.obs = (np.arange(obs_bytes) % 251).astype(np.uint8)
+            else:
+                self.observation_space = gym.spaces.Box(-1, 1, (4,), np.float32)
+                self.obs = np.zeros(4, np.float32)
+            self.action_space = (gym.spaces.Box(0, 255, (action_bytes,), np.uint8) if action_bytes
+                                 else gym.spaces.Discrete(2))
+
+        def reset(self, *, seed=None, options=None):
+            return self.obs, {}
+
+        def step(self, action):
+            return self.obs, 1.0, False, False, {}
+
+    options = {}
+    if tls:
+        options["tls"] = tuple(tls.split(","))
+    server = Server(Constant, kind="gym", **options).start()
+    print(f"ADDRESS {server.address}", flush=True)
+    for _ in sys.stdin:                      # each line: report the CPU seconds used so far
+        print(time.process_time(), flush=True)
+    server.stop(0)
+
+
+def client(impl: str, address: str, tls: str | None, action_bytes: int, watcher: bool) -> None:
+    """Step an env on command: each stdin line ``SECONDS`` answers ``STEPS ELAPSED``."""
+    action = np.full(action_bytes, 7, np.uint8) if action_bytes else np.int64(1)
+    if impl == "official":
+        import grpc
+        from dm_env_rpc.v1 import connection, dm_env_adaptor
+
+        limits = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+        channel = grpc.insecure_channel(address, options=limits)
+        conn = connection.Connection(channel)
+        env, _ = dm_env_adaptor.create_and_join_world(conn, {}, {})
+        env.reset()
+        step, arg = env.step, {"action": action if action_bytes else np.int32(1)}
+    else:
+        from dmrpc_gym.client.env import DmRpcEnv
+
+        env = DmRpcEnv(address, **({"tls": tls} if tls else {}))
+        env.reset()
+        if not watcher:
+            env.connection._transport._stream._watcher.stop()
+        step, arg = env.step, action
+    step(arg)
+    print("READY", flush=True)
+    for line in sys.stdin:
+        seconds = float(line)
+        n, start, cpu = 0, time.perf_counter(), time.process_time()
+        while n < 3 or time.perf_counter() - start < seconds:
+            step(arg)
+            n += 1
+        print(n, time.perf_counter() - start, time.process_time() - cpu, flush=True)
+    env.close()
+
+
+# -- the driver ----------------------------------------------------------------------------------------
+class Proc:
+    """A role of this script in a subprocess, with ``tree`` first on its ``PYTHONPATH``."""
+
+    def __init__(self, tree: str, *args: str):
+        env = {**os.environ, "PYTHONPATH": tree, "GRPC_VERBOSITY": "ERROR"}
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), *args], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.first = self.proc.stdout.readline().strip()
+        if not self.first:
+            raise RuntimeError(f"{args} failed to start")
+
+    def ask(self, line: str) -> str:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(20)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+
+
+def certificate(folder: str) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1 (``openssl`` command)."""
+    if shutil.which("openssl") is None:
+        raise SystemExit("the TLS case needs the openssl command")
+    cert, key = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    return cert, key
+
+
+def measure(cases: dict[str, tuple[Proc, Proc]], rounds: int, seconds: float) -> dict[str, tuple[float, ...]]:
+    """Per case (client, server): median steps/s, client and server CPU us per step, taking turns."""
+    samples: dict[str, list[tuple[float, float, float]]] = {name: [] for name in cases}
+    names = list(cases)
+    for i in range(rounds):
+        for name in names[i % len(names):] + names[:i % len(names)]:   # each case leads a round in turn
+            proc, server = cases[name]
+            before = float(server.ask("cpu"))
+            steps, elapsed, cpu = proc.ask(str(seconds)).split()
+            served = float(server.ask("cpu")) - before
+            n = int(steps)
+            samples[name].append((n / float(elapsed), float(cpu) / n * 1e6, served / n * 1e6))
+    return {name: tuple(statistics.median(column) for column in zip(*rows)) for name, rows in samples.items()}
+
+
+def table(title: str, rates: dict[str, tuple[float, ...]], pairs: list[tuple[str, str, str]]) -> None:
+    print(f"\n{title}\n")
+    print("| case | steps/s (wall) | client CPU us/step | server CPU us/step |\n|---|---:|---:|---:|")
+    for name, (rate, client_cpu, server_cpu) in rates.items():
+        print(f"| {name} | {rate:,.1f} | {client_cpu:,.0f} | {server_cpu:,.0f} |")
+    if pairs:
+        print("\n| ratio | steps/s | client+server CPU per step |\n|---|---:|---:|")
+        for label, a, b in pairs:
+            cost_a, cost_b = rates[a][1] + rates[a][2], rates[b][1] + rates[b][2]
+            print(f"| {label} | {rates[a][0] / rates[b][0]:.2f}x | {cost_a / cost_b:.2f}x |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("role", nargs="?", default="driver", choices=["driver", "serve", "client"])
+    parser.add_argument("--base", help="a checkout of the baseline (small steps there too)")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--seconds", type=float)
+    parser.add_argument("--skip-large", action="store_true")
+    parser.add_argument("--skip-small", action="store_true")
+    # roles
+    parser.add_argument("--obs-bytes", type=int, default=0)
+    parser.add_argument("--action-bytes", type=int, default=0)
+    parser.add_argument("--tls")
+    parser.add_argument("--impl", default="ours")
+    parser.add_argument("--address")
+    parser.add_argument("--no-watcher", action="store_true")
+    args = parser.parse_args()
+    if args.role == "serve":
+        return serve(args.obs_bytes, args.action_bytes, args.tls)
+    if args.role == "client":
+        return client(args.impl, args.address, args.tls, args.action_bytes, not args.no_watcher)
+
+    rounds = args.rounds or (2 if args.quick else 7)
+    seconds = args.seconds or (0.2 if args.quick else 0.5)
+    procs: list[Proc] = []
+
+    def start(tree: str, *role: str) -> Proc:
+        procs.append(Proc(tree, *role))
+        return procs[-1]
+
+    def address(proc: Proc) -> str:
+        return proc.first.split()[1]
+
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores; {rounds} rounds x {seconds} s per case")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            if not args.skip_small:
+                cert, key = certificate(tmp)
+                plain = start(TREE, "serve")
+                secure = start(TREE, "serve", "--tls", f"{cert},{key}")
+                cases = {"small, this tree": (start(TREE, "client", "--address", address(plain)), plain),
+                         "small, this tree, TLS":
+                             (start(TREE, "client", "--address", address(secure), "--tls", cert), secure),
+                         "small, this tree, no keepalive watcher":
+                             (start(TREE, "client", "--address", address(plain), "--no-watcher"), plain)}
+                pairs = [("TLS / plain", "small, this tree, TLS", "small, this tree"),
+                         ("watcher on / off", "small, this tree", "small, this tree, no keepalive watcher")]
+                if args.base:
+                    base = start(args.base, "serve")
+                    cases["small, baseline"] = (start(args.base, "client", "--address", address(base)), base)
+                    pairs.insert(0, ("this tree / baseline", "small, this tree", "small, baseline"))
+                table("(c) small steps (DmRpcEnv, our server)", measure(cases, rounds, seconds), pairs)
+            if not args.skip_large:
+                obs = start(TREE, "serve", "--obs-bytes", str(MIB16))
+                act = start(TREE, "serve", "--action-bytes", str(MIB16))
+                big = ["--action-bytes", str(MIB16)]
+                cases = {"obs 16 MiB, ours": (start(TREE, "client", "--address", address(obs)), obs),
+                         "obs 16 MiB, official":
+                             (start(TREE, "client", "--address", address(obs), "--impl", "official"), obs),
+                         "action 16 MiB, ours": (start(TREE, "client", "--address", address(act), *big), act),
+                         "action 16 MiB, official":
+                             (start(TREE, "client", "--address", address(act), "--impl", "official", *big), act)}
+                table("(b) 16 MiB payloads (our server; official = DmEnvAdaptor over grpcio, limits lifted)",
+                      measure(cases, max(2, rounds // 2), seconds * 2),
+                      [("obs: ours / official", "obs 16 MiB, ours", "obs 16 MiB, official"),
+                       ("action: ours / official", "action 16 MiB, ours", "action 16 MiB, official")])
+    finally:
+        for proc in reversed(procs):
+            proc.close()
+
+
+if __name__ == "__main__":
+    main()

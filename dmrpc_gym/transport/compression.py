@@ -1,0 +1,64 @@
+"""gRPC message encodings (``grpc-encoding``): gzip and deflate, each bounded by a size limit.
+
+gRPC compresses message by message: a message whose flag byte is 1 is in the
+stream's ``grpc-encoding``; each side advertises what it can decode in
+``grpc-accept-encoding``. ``deflate`` is the zlib format, as grpc-core and
+Node's ``zlib.deflate`` write it.
+
+>>> inflate = decompressor("gzip", limit=1000)
+>>> inflate(compressor("gzip")(b"x" * 100)) == b"x" * 100
+True
+"""
+from __future__ import annotations
+
+import zlib
+from typing import Callable
+
+from dmrpc_gym.transport.frames import StreamError
+
+__all__ = ["ENCODINGS", "ACCEPT_ENCODING", "compressor", "decompressor", "check_encoding"]
+
+_WBITS = {"gzip": 31, "deflate": 15}
+#: Encodings this package reads and writes besides ``identity``.
+ENCODINGS = tuple(_WBITS)
+#: The ``grpc-accept-encoding`` value both ends advertise.
+ACCEPT_ENCODING = "identity," + ",".join(ENCODINGS)
+
+
+def check_encoding(name: str | None) -> str | None:
+    """``None``/``"identity"`` -> None, a supported name -> itself; ``ValueError`` naming the choices else."""
+    if name in (None, "identity"):
+        return None
+    if name not in _WBITS:
+        raise ValueError(f"compression={name!r} is not supported; expected one of {ENCODINGS} or None")
+    return name
+
+
+def compressor(name: str) -> Callable[[bytes], bytes]:
+    """A function compressing one message in encoding ``name`` (``"gzip"`` or ``"deflate"``)."""
+    wbits = _WBITS[name]
+
+    def compress(message: bytes) -> bytes:
+        packer = zlib.compressobj(6, zlib.DEFLATED, wbits)
+        return packer.compress(message) + packer.flush()
+    return compress
+
+
+def decompressor(name: str, limit: int) -> Callable[[bytes], bytes]:
+    """A function inflating one message in encoding ``name``; ``StreamError`` past ``limit`` bytes or when corrupt.
+
+    ``KeyError`` for an encoding this package does not speak.
+    """
+    wbits = _WBITS[name] | 32 if name == "deflate" else _WBITS[name]   # deflate: zlib or gzip header
+
+    def decompress(message: bytes) -> bytes:
+        unpacker = zlib.decompressobj(wbits)
+        try:
+            out = unpacker.decompress(message, limit + 1)
+        except zlib.error as err:
+            raise StreamError(13, f"a {name} message does not decompress: {err}") from None
+        if len(out) > limit:
+            raise StreamError(8, f"a {name} message of {len(message)} bytes inflates past the maximum "
+                                 f"message size of {limit} bytes (max_message_size)")
+        return out
+    return decompress

@@ -1,0 +1,74 @@
+"""What a gRPC call on our server is before it runs: its stream state, and whether it is admitted.
+
+A call is refused (trailers only) for an unknown method, a missing or wrong
+token, or a message encoding we do not speak; an HTTP/1.x peer gets a plain
+HTTP/1.1 answer instead of HTTP/2 frames.
+
+>>> refusal_of({":path": "/dm_env_rpc.v1.Environment/Process", ":method": "POST"}, token="s3cret")[0]
+16
+"""
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Awaitable, Protocol
+
+from dmrpc_gym.protocol.wire import METHOD_PATH
+from dmrpc_gym.transport import compression as encodings
+from dmrpc_gym.transport.frames import MessageSplitter
+from dmrpc_gym.transport.security import token_matches
+
+__all__ = ["StreamHandler", "Stream", "refusal_of", "HTTP1_ANSWER"]
+
+_UNIMPLEMENTED, _UNAUTHENTICATED = 12, 16
+_HTTP1_BODY = b"This is a gRPC server: it speaks HTTP/2 only.\n"
+HTTP1_ANSWER = (b"HTTP/1.1 505 HTTP Version Not Supported\r\nConnection: close\r\nContent-Type: text/plain\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(_HTTP1_BODY), _HTTP1_BODY))
+
+
+class StreamHandler(Protocol):
+    """What a stream talks to: answers requests in order, and is closed when the stream ends."""
+
+    def handle(self, raw: bytes) -> Awaitable[bytes]: ...
+
+    def close(self) -> None: ...
+
+
+class Stream:
+    """One call's state on the server: flow-control window, requests in, and how answers go out.
+
+    >>> stream = Stream(1, window=65535, limit=1 << 20)
+    >>> stream.splitter.limit, stream.open, list(stream.inbox)
+    (1048576, True, [])
+    """
+
+    __slots__ = ("id", "window", "received", "splitter", "inbox", "wake", "task", "open", "replied",
+                 "compress", "encoding", "client_done")
+
+    def __init__(self, stream_id: int, window: int, limit: int):
+        self.id = stream_id
+        self.window = window
+        self.received = 0                # bytes taken in since our last WINDOW_UPDATE for it
+        self.splitter = MessageSplitter(limit)
+        self.inbox: deque = deque()      # requests, then None once the client is done writing
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task | None = None
+        self.open = True
+        self.replied = False
+        self.compress = None             # compresses our answers in the client's request encoding
+        self.encoding = None
+        self.client_done = False
+
+
+def refusal_of(headers: dict[str, str], token: str | None) -> tuple[int, str, tuple] | None:
+    """``(status, message, extra trailers)`` for a call we will not serve, else None."""
+    path = headers.get(":path", "")
+    if path != METHOD_PATH or headers.get(":method") != "POST":
+        return _UNIMPLEMENTED, f"unknown method {path}; this server serves {METHOD_PATH}", ()
+    if token is not None and not token_matches(headers, token):
+        return _UNAUTHENTICATED, "this server requires a token (metadata authorization: Bearer <token>)", ()
+    encoding = headers.get("grpc-encoding", "identity")
+    if encoding != "identity" and encoding not in encodings.ENCODINGS:
+        return (_UNIMPLEMENTED, f"message encoding {encoding} is not supported; this server accepts "
+                f"{encodings.ACCEPT_ENCODING}", (("grpc-accept-encoding", encodings.ACCEPT_ENCODING),))
+    return None
