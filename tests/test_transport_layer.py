@@ -18,7 +18,7 @@ from dmrpc_gym.server import Server
 from dmrpc_gym.transport import frames
 from dmrpc_gym.transport.base import StreamEnded, Transport, parse_address
 from dmrpc_gym.transport.grpcio_client import GrpcioTransport
-from dmrpc_gym.transport.h2_client import H2Transport
+from dmrpc_gym.transport.h2_transport import H2Transport
 from dmrpc_gym.worlds.catch import Catch
 
 

@@ -86,6 +86,60 @@ def test_single_agent_worlds_are_not_affected(catch):
 
 # -- item 4: render_mode="human" through gymnasium.make ------------------------------------------
 
+class _MinimalServer:
+    """A grpcio dm_env_rpc server as a minimal implementation would be: it ends the stream on any
+    request it does not know (an extension included) and records every request kind it got."""
+
+    def __init__(self):
+        import concurrent.futures as cf
+
+        import grpc
+        from dmrpc_gym.protocol.wire import METHOD, SERVICE
+        self.kinds: list[str] = []
+        self.server = grpc.server(cf.ThreadPoolExecutor(4))
+        handler = grpc.stream_stream_rpc_method_handler(
+            self._process, pb.EnvironmentRequest.FromString, pb.EnvironmentResponse.SerializeToString)
+        self.server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, {METHOD: handler})])
+        self.address = f"127.0.0.1:{self.server.add_insecure_port('127.0.0.1:0')}"
+        self.server.start()
+
+    def _process(self, requests, context):
+        spec = pb.TensorSpec(name="x", dtype=pb.FLOAT)
+        for request in requests:
+            kind = request.WhichOneof("payload")
+            self.kinds.append(kind)
+            response = pb.EnvironmentResponse()
+            if kind == "create_world":
+                response.create_world.world_name = "w"
+            elif kind == "join_world":
+                response.join_world.specs.observations[1].CopyFrom(spec)
+            elif kind == "step":
+                response.step.state = pb.RUNNING
+                response.step.observations[1].floats.array.append(0.5)
+            elif kind in ("leave_world", "destroy_world", "reset"):
+                getattr(response, kind).SetInParent()
+            else:
+                raise RuntimeError(f"unknown request {kind}")      # the stream dies, as in such servers
+            yield response
+
+
+def test_the_lone_agent_check_asks_only_our_own_servers(catch):
+    """Against a foreign server no extension request is sent (a minimal one would end the stream)."""
+    server = _MinimalServer()
+    try:
+        env = dmrpc_gym.DmRpcEnv(server.address, world_settings={"size": 1})
+        assert env.connection.server_software is None
+        obs, _ = env.reset()
+        assert float(obs) == 0.5
+        env.close()
+        assert "extension" not in server.kinds and server.kinds[:2] == ["create_world", "join_world"]
+    finally:
+        server.server.stop(None)
+    ours = dmrpc_gym.DmRpcEnv(catch)
+    assert ours.connection.server_software == f"dmrpc-gym/{dmrpc_gym.__version__}"
+    ours.close()
+
+
 def test_human_render_mode_through_gym_make_is_gymnasiums_human_rendering():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")            # gymnasium says it applies HumanRendering

@@ -17,7 +17,7 @@ import grpc
 
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol.errors import DmRpcError, status_name
-from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.protocol.wire import SERVER_METADATA, pb
 from dmrpc_gym.transport.base import StreamEnded, Transport, parse_address
 from dmrpc_gym.transport.grpcio_client import GrpcioTransport
 from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
@@ -197,6 +197,13 @@ class Connection:
             raise ConnectionError(f"the connection to {self.address} is closed")
         if self._broken:
             raise ConnectionError(f"the connection to {self.address} is unusable: {self._broken}")
+
+    @property
+    def server_software(self) -> str | None:
+        """``"dmrpc-gym/VERSION"`` when the server is one of ours (it says so in its response
+        headers, known once it has answered), else None."""
+        version = self._transport.initial_metadata.get(SERVER_METADATA)
+        return None if version is None else f"dmrpc-gym/{version}"
 
     @property
     def closed(self) -> bool:

@@ -75,10 +75,14 @@ def check_alone(connection: Connection, world_name: str, created: bool, where: s
     A multi-agent world starts an episode only once all its agents are joined,
     so a lone agent's first step would wait for the server's timeout. Servers
     built with :mod:`dmrpc_gym.server` say which agents are missing (the
-    ``missing_agents`` property); for other servers this does nothing. A world
+    ``missing_agents`` property); other servers are not asked (they name
+    themselves in their response headers, and a minimal server may not survive
+    an extension request it does not know). A world
     this client created alone cannot have been found by anyone else yet:
     ``ValueError``. A world joined by name may be joined by others later: a warning.
     """
+    if connection.server_software is None:
+        return
     from dmrpc_gym.client.properties import Properties
     props = Properties(connection)
     try:

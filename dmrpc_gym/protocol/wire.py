@@ -15,7 +15,7 @@ from dmrpc_gym.protocol._proto import properties_pb2 as props_pb
 
 __all__ = [
     "pb", "props_pb", "SERVICE", "METHOD", "METHOD_PATH",
-    "PROPERTY_REQUEST_URL", "PROPERTY_RESPONSE_URL",
+    "PROPERTY_REQUEST_URL", "PROPERTY_RESPONSE_URL", "SERVER_METADATA",
     "pack_any", "unpack_any", "wire_name",
 ]
 
@@ -28,6 +28,10 @@ _TYPE_PREFIX = "type.googleapis.com/"
 _PACKAGES = (("dmrpc_gym.v1.properties.", "dm_env_rpc.v1.extensions.properties."),
              ("dmrpc_gym.v1.", "dm_env_rpc.v1."))
 PROPERTY_REQUEST_URL = f"{_TYPE_PREFIX}dm_env_rpc.v1.extensions.properties.PropertyRequest"
+#: Our own name on the wire: the response header (gRPC initial metadata) in which a
+#: dmrpc_gym server gives its version, so that our client knows it may ask for what
+#: only dmrpc_gym servers offer.
+SERVER_METADATA = "dmrpc-gym-server"
 PROPERTY_RESPONSE_URL = f"{_TYPE_PREFIX}dm_env_rpc.v1.extensions.properties.PropertyResponse"
 
 

@@ -40,6 +40,8 @@ class Transport(Protocol):
     messages_sent: int
     #: True while an interrupted write left a message half-sent: the stream is unusable.
     broken: bool
+    #: The server's response headers (gRPC initial metadata), empty until they have come.
+    initial_metadata: dict[str, str]
 
     def write(self, message: bytes, head: bytes = b"") -> None:
         """Send ``head + message`` as one gRPC message (a large ``message`` is not copied to join them)."""

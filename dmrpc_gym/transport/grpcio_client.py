@@ -48,9 +48,19 @@ class GrpcioTransport:
 
     broken = False
 
+    @property
+    def initial_metadata(self) -> dict[str, str]:
+        """The server's initial metadata; empty until an answer has come (never waits)."""
+        if not self._answered:
+            return {}
+        return {key: value for key, value in (self._call.initial_metadata() or ())
+                if isinstance(value, str)}
+
     def write(self, message: bytes, head: bytes = b"") -> None:
         self._requests.put(head + message if head else message)
         self.messages_sent += 1
+
+    _answered = False
 
     def read(self, timeout: float | None) -> bytes:
         try:
@@ -60,6 +70,7 @@ class GrpcioTransport:
         if isinstance(item, StreamEnded):
             self._answers.put(item)
             raise item
+        self._answered = True
         return item
 
     def close(self) -> None:

@@ -82,6 +82,8 @@ class GrpcStream(_LargeMessages):
         self._header_block: bytearray | None = None
         self._header_flags = 0
         self._ended: StreamEnded | None = None
+        #: The server's response headers (initial metadata), once they have come.
+        self.initial_metadata: dict[str, str] = {}
         self._dead: Exception | None = None
         self._settled = False
         self._unsent = b""
@@ -373,6 +375,8 @@ class GrpcStream(_LargeMessages):
             return
         block, self._header_block = self._header_block, None
         headers = decode_headers(self._decoder, block)
+        if not self.initial_metadata and not self._header_flags & END_STREAM:
+            self.initial_metadata = headers
         if headers.get(":status", "200") != "200":
             self._end(None, f"the server answered HTTP status {headers[':status']}")
         elif self._header_flags & END_STREAM:

@@ -19,7 +19,6 @@ import asyncio
 import logging
 import socket
 import struct
-import urllib.parse
 from typing import Callable
 
 import hpack
@@ -33,6 +32,7 @@ from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MES
                                         SETTING_HEADER_TABLE, SETTING_WINDOW, SETTINGS, U32, WINDOW_UPDATE,
                                         ProtocolError, StreamError, check_frame, frame, parse_settings)
 from dmrpc_gym.transport.h2_calls import HTTP1_ANSWER, Stream, StreamHandler, refusal_of
+from dmrpc_gym.transport.h2_replies import Replies
 
 __all__ = ["StreamHandler", "GrpcProtocol"]   # StreamHandler: re-exported from h2_calls
 
@@ -45,7 +45,7 @@ _BIG_FRAME = 1 << 16             # DATA frames at least this large are not copie
 _INTERNAL = 13
 
 
-class GrpcProtocol(asyncio.Protocol):
+class GrpcProtocol(Replies, asyncio.Protocol):
     """One HTTP/2 connection: any number of gRPC streams, each served by its own session.
 
     ``token``: when set, a call must carry ``authorization: Bearer <token>``;
@@ -315,85 +315,6 @@ class GrpcProtocol(asyncio.Protocol):
         finally:
             session.close()
             self._streams.pop(stream.id, None)
-            self._close_if_done()
-
-    def _headers(self, stream: Stream) -> list[tuple[str, str]]:
-        stream.replied = True
-        fields = [(":status", "200"), ("content-type", "application/grpc"),
-                  ("grpc-accept-encoding", encodings.ACCEPT_ENCODING)]
-        if stream.encoding:
-            fields.append(("grpc-encoding", stream.encoding))
-        return fields
-
-    async def _send(self, stream: Stream, message: bytes) -> None:
-        if not stream.replied:
-            self._write(h2.header_frames(stream.id, 0, self._encoder.encode(self._headers(stream)),
-                                         self._peer_frame))
-        n = len(message) + 5
-        if (n <= _CHUNK and n <= stream.window and n <= self._conn_window and n <= self._peer_frame
-                and stream.compress is None):
-            stream.window -= n
-            self._conn_window -= n
-            self._write(h2.grpc_frame(message, stream.id))
-            return
-        flag = b"\x00"
-        if stream.compress is not None:
-            message, flag = stream.compress(message), b"\x01"
-        # A large message goes out in chunks, each written only while the socket keeps
-        # up (pause_writing / resume_writing): asyncio's write buffer then stays small,
-        # where one huge write would be moved down its buffer once per partial send.
-        prefix, body = flag + U32.pack(len(message)), memoryview(message)
-        total, done = len(message) + 5, 0
-        while done < total:
-            while min(stream.window, self._conn_window) <= 0 or not self._can_write.is_set():
-                if self._closed or not stream.open:
-                    raise asyncio.CancelledError()
-                if self._can_write.is_set():
-                    self._window_open.clear()
-                    await self._window_open.wait()
-                else:
-                    await self._can_write.wait()
-            n = min(total - done, stream.window, self._conn_window, self._peer_frame, _CHUNK)
-            stream.window -= n
-            self._conn_window -= n
-            head = HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id)
-            if done < 5:
-                head += prefix[done:done + n]
-            self._write(head)
-            start, end = max(done - 5, 0), done + n - 5
-            if end > start:
-                self._write(body[start:end])
-            done += n
-
-    def _trailers(self, stream: Stream, code: int, message: str, extra: tuple = ()) -> None:
-        if not stream.open or self._closed:
-            return
-        stream.open = False
-        fields = [] if stream.replied else self._headers(stream)
-        fields.append(("grpc-status", str(code)))
-        if message:
-            fields.append(("grpc-message", urllib.parse.quote(message, safe=" !#$&'()*+,/:;=?@[]~")))
-        fields.extend(extra)
-        self._write(h2.header_frames(stream.id, END_STREAM, self._encoder.encode(fields), self._peer_frame))
-
-    def _refuse(self, stream: Stream, err: StreamError, client_done: bool) -> None:
-        """End one stream with ``err``'s status; the client need send no more (RST_STREAM NO_ERROR)."""
-        log.info("ending stream %d: %s", stream.id, err)
-        self._trailers(stream, err.status, str(err))
-        if not client_done and not stream.client_done:
-            self._write(frame(RST_STREAM, 0, stream.id, U32.pack(NO_ERROR)))
-        self._end_stream(stream)
-
-    def _reset(self, stream: Stream, code: int) -> None:
-        self._write(frame(RST_STREAM, 0, stream.id, U32.pack(code)))
-        self._end_stream(stream)
-
-    def _end_stream(self, stream: Stream) -> None:
-        stream.open = False
-        self._streams.pop(stream.id, None)
-        if stream.task is not None and not stream.task.done():
-            stream.task.cancel()
-        else:
             self._close_if_done()
 
     # -- output --------------------------------------------------------------------

@@ -61,6 +61,10 @@ class H2Transport:
         self.read = self._stream.read
 
     @property
+    def initial_metadata(self) -> dict[str, str]:
+        return self._stream.initial_metadata
+
+    @property
     def messages_sent(self) -> int:
         return self._stream.messages_sent
 

@@ -1,0 +1,108 @@
+"""What the server sends on a stream: response headers, messages (large ones in chunks), trailers, resets.
+
+A mixin of :class:`~dmrpc_gym.transport.h2_server.GrpcProtocol`: it writes
+through the protocol's ``_write`` and honours the peer's flow-control windows
+and the socket's back-pressure (``_can_write``).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import urllib.parse
+
+from dmrpc_gym._version import __version__
+from dmrpc_gym.protocol.wire import SERVER_METADATA
+from dmrpc_gym.transport import compression as encodings
+from dmrpc_gym.transport import frames as h2
+from dmrpc_gym.transport.frames import DATA, END_STREAM, HEADER, NO_ERROR, RST_STREAM, U32, StreamError, frame
+from dmrpc_gym.transport.h2_calls import Stream
+
+__all__ = ["Replies"]
+
+log = logging.getLogger("dmrpc_gym.server")
+
+_CHUNK = 1 << 18                 # largest DATA frame we write in one go
+_SERVER = (SERVER_METADATA, __version__)
+
+
+class Replies:
+    """The sending half of the server's HTTP/2 protocol."""
+
+    def _headers(self, stream: Stream) -> list[tuple[str, str]]:
+        stream.replied = True
+        fields = [(":status", "200"), ("content-type", "application/grpc"),
+                  ("grpc-accept-encoding", encodings.ACCEPT_ENCODING), _SERVER]
+        if stream.encoding:
+            fields.append(("grpc-encoding", stream.encoding))
+        return fields
+
+    async def _send(self, stream: Stream, message: bytes) -> None:
+        if not stream.replied:
+            self._write(h2.header_frames(stream.id, 0, self._encoder.encode(self._headers(stream)),
+                                         self._peer_frame))
+        n = len(message) + 5
+        if (n <= _CHUNK and n <= stream.window and n <= self._conn_window and n <= self._peer_frame
+                and stream.compress is None):
+            stream.window -= n
+            self._conn_window -= n
+            self._write(h2.grpc_frame(message, stream.id))
+            return
+        flag = b"\x00"
+        if stream.compress is not None:
+            message, flag = stream.compress(message), b"\x01"
+        # A large message goes out in chunks, each written only while the socket keeps
+        # up (pause_writing / resume_writing): asyncio's write buffer then stays small,
+        # where one huge write would be moved down its buffer once per partial send.
+        prefix, body = flag + U32.pack(len(message)), memoryview(message)
+        total, done = len(message) + 5, 0
+        while done < total:
+            while min(stream.window, self._conn_window) <= 0 or not self._can_write.is_set():
+                if self._closed or not stream.open:
+                    raise asyncio.CancelledError()
+                if self._can_write.is_set():
+                    self._window_open.clear()
+                    await self._window_open.wait()
+                else:
+                    await self._can_write.wait()
+            n = min(total - done, stream.window, self._conn_window, self._peer_frame, _CHUNK)
+            stream.window -= n
+            self._conn_window -= n
+            head = HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id)
+            if done < 5:
+                head += prefix[done:done + n]
+            self._write(head)
+            start, end = max(done - 5, 0), done + n - 5
+            if end > start:
+                self._write(body[start:end])
+            done += n
+
+    def _trailers(self, stream: Stream, code: int, message: str, extra: tuple = ()) -> None:
+        if not stream.open or self._closed:
+            return
+        stream.open = False
+        fields = [] if stream.replied else self._headers(stream)
+        fields.append(("grpc-status", str(code)))
+        if message:
+            fields.append(("grpc-message", urllib.parse.quote(message, safe=" !#$&'()*+,/:;=?@[]~")))
+        fields.extend(extra)
+        self._write(h2.header_frames(stream.id, END_STREAM, self._encoder.encode(fields), self._peer_frame))
+
+    def _refuse(self, stream: Stream, err: StreamError, client_done: bool) -> None:
+        """End one stream with ``err``'s status; the client need send no more (RST_STREAM NO_ERROR)."""
+        log.info("ending stream %d: %s", stream.id, err)
+        self._trailers(stream, err.status, str(err))
+        if not client_done and not stream.client_done:
+            self._write(frame(RST_STREAM, 0, stream.id, U32.pack(NO_ERROR)))
+        self._end_stream(stream)
+
+    def _reset(self, stream: Stream, code: int) -> None:
+        self._write(frame(RST_STREAM, 0, stream.id, U32.pack(code)))
+        self._end_stream(stream)
+
+    def _end_stream(self, stream: Stream) -> None:
+        stream.open = False
+        self._streams.pop(stream.id, None)
+        if stream.task is not None and not stream.task.done():
+            stream.task.cancel()
+        else:
+            self._close_if_done()
