@@ -1,0 +1,1 @@
+"""Integrations of dmrpc_gym with other software: :mod:`~dmrpc_gym.integrations.godot` (GymGodot games)."""

@@ -1,0 +1,139 @@
+"""The websocket a game connects to: JSON commands out, JSON answers in, with timeouts.
+
+The Python side of the GymGodot protocol is the websocket *server* and the game the
+client. :class:`Channel` listens on a free loopback port with ``websockets``' blocking
+(threaded) server, so there is no event loop of ours; it accepts exactly one game,
+and turns every way the conversation can fail into a clear error:
+
+- the game closes the connection (it quit, crashed or was killed): ``ConnectionError``;
+- no answer within the timeout: ``TimeoutError``;
+- an answer that is not a JSON object: :class:`GodotProtocolError` (a ``ValueError``).
+
+>>> from websockets.sync.client import connect
+>>> channel = Channel()
+>>> game = connect(f"ws://127.0.0.1:{channel.port}")       # what a game does
+>>> channel.accept(timeout=10)
+>>> channel.send({"cmd": "reset"})
+>>> game.recv(timeout=10)
+'{"cmd": "reset"}'
+>>> game.send('{"init_observation": [0.5]}')
+>>> channel.receive(timeout=10)
+{'init_observation': [0.5]}
+>>> game.close(); channel.close()
+"""
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from typing import Any, Callable
+
+__all__ = ["Channel", "GodotProtocolError"]
+
+
+class GodotProtocolError(ValueError):
+    """The game sent something the GymGodot protocol does not allow (malformed JSON, missing keys)."""
+
+
+def _shown(text: Any, limit: int = 200) -> str:
+    text = text if isinstance(text, str) else repr(text)
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
+
+
+class Channel:
+    """A one-game websocket server on ``host`` (default loopback) and an OS-picked port.
+
+    ``port`` is where the game must connect. :meth:`accept` waits for the game,
+    :meth:`send` / :meth:`receive` exchange JSON messages, :meth:`close` always returns.
+    """
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        from websockets.sync.server import serve   # optional dependency: imported when used
+
+        self.host = host
+        self._connections: queue.Queue = queue.Queue()
+        self._release = threading.Event()
+        self._connection: Any = None
+        # No compression (the game does not offer it), no size limit (large observations).
+        self._server = serve(self._handle, host, 0, compression=None, max_size=None, close_timeout=1)
+        self.port: int = self._server.socket.getsockname()[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, name=f"godot-ws-{self.port}", daemon=True)
+        self._thread.start()
+
+    def _handle(self, connection: Any) -> None:
+        # Runs in the server's thread for this connection; the connection lives while this runs.
+        if self._release.is_set() or self._connection is not None or not self._connections.empty():
+            connection.close(1013, "this port already serves a game")
+            return
+        self._connections.put(connection)
+        self._release.wait()
+
+    def accept(self, timeout: float, alive: Callable[[], bool] | None = None) -> None:
+        """Wait for the game to connect: ``TimeoutError`` after ``timeout`` seconds, ``ConnectionError``
+        as soon as ``alive()`` turns False (the game exited before connecting)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._connection = self._connections.get(timeout=min(0.05, max(deadline - time.monotonic(), 0)))
+                return
+            except queue.Empty:
+                pass
+            if alive is not None and not alive():
+                raise ConnectionError(f"the game exited before connecting to ws://{self.host}:{self.port}")
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"no game connected to ws://{self.host}:{self.port} within {timeout:g} s")
+
+    @property
+    def connected(self) -> bool:
+        return self._connection is not None
+
+    def send(self, message: dict) -> None:
+        """Send one command; ``ConnectionError`` if the game has gone."""
+        from websockets.exceptions import ConnectionClosed
+
+        if self._connection is None:
+            raise ConnectionError("no game is connected")
+        try:
+            self._connection.send(json.dumps(message))
+        except ConnectionClosed as exc:
+            raise ConnectionError(f"the game closed the connection ({exc})") from None
+
+    def receive(self, timeout: float | None) -> dict:
+        """The next answer as a dict: ``TimeoutError``, ``ConnectionError`` or :class:`GodotProtocolError`."""
+        from websockets.exceptions import ConnectionClosed
+
+        if self._connection is None:
+            raise ConnectionError("no game is connected")
+        try:
+            text = self._connection.recv(timeout=timeout)
+        except TimeoutError:
+            raise TimeoutError(f"the game sent no answer within {timeout:g} s") from None
+        except ConnectionClosed as exc:
+            raise ConnectionError(f"the game closed the connection ({exc})") from None
+        try:
+            answer = json.loads(text)
+        except (ValueError, TypeError) as exc:
+            raise GodotProtocolError(f"the game's answer is not valid JSON ({exc}): {_shown(text)}") from None
+        if not isinstance(answer, dict):
+            raise GodotProtocolError(f"the game's answer is not a JSON object: {_shown(text)}")
+        return answer
+
+    def close(self) -> None:
+        """Close the connection and stop listening; idempotent, always returns."""
+        self._release.set()
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            try:
+                connection.close()
+            except Exception:  # noqa: BLE001 - closing must not fail
+                pass
+        while True:                                     # a game that connected but was never accepted
+            try:
+                self._connections.get_nowait().close()
+            except queue.Empty:
+                break
+            except Exception:  # noqa: BLE001
+                pass
+        self._server.shutdown()
+        self._thread.join(timeout=5.0)
