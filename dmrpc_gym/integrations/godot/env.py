@@ -15,7 +15,6 @@ from typing import Any, Sequence
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.utils import EzPickle
 
 from dmrpc_gym.integrations.godot.channel import Channel, GodotProtocolError
 from dmrpc_gym.integrations.godot.codec import action_to_json, check_space, observation_from_json
@@ -48,7 +47,7 @@ def scene_path(project: str | os.PathLike | None, scene: str | None) -> tuple[Pa
     return folder, scene
 
 
-class GodotEnv(gym.Env, EzPickle):
+class GodotEnv(gym.Env):
     """A Godot game that speaks the GymGodot JSON protocol, started and driven as a gymnasium Env.
 
     Args:
@@ -104,9 +103,9 @@ class GodotEnv(gym.Env, EzPickle):
                  godot: str | os.PathLike | Sequence[str] | None = None, fps: int = 60,
                  render_mode: str | None = None, connect_timeout: float = 30.0,
                  step_timeout: float | None = 30.0, extra_args: Sequence[str] = ()) -> None:
-        EzPickle.__init__(self, project, scene, observation_space=observation_space, action_space=action_space,
-                          godot=godot, fps=fps, render_mode=render_mode, connect_timeout=connect_timeout,
-                          step_timeout=step_timeout, extra_args=extra_args)
+        self._arguments = dict(project=project, scene=scene, observation_space=observation_space,
+                               action_space=action_space, godot=godot, fps=fps, render_mode=render_mode,
+                               connect_timeout=connect_timeout, step_timeout=step_timeout, extra_args=extra_args)
         self.observation_space = check_space(observation_space, "observation_space")
         self.action_space = check_space(action_space, "action_space")
         if render_mode not in (None, *self.metadata["render_modes"]):
@@ -258,11 +257,19 @@ class GodotEnv(gym.Env, EzPickle):
         if self._game is not None:
             self._game.stop(grace=grace)
 
+    def __reduce__(self) -> tuple:
+        # Pickled as its arguments: unpickling starts a new game (SubprocVecEnv, SuperSuit, RLlib ship it so).
+        return _recreate, (type(self), self._arguments)
+
     def __del__(self) -> None:
         try:
             self.close()
         except Exception:  # noqa: BLE001 - never raise from a finalizer
             pass
+
+
+def _recreate(cls: type, arguments: dict) -> GodotEnv:
+    return cls(**arguments)
 
 
 def _read_png(path: Path) -> np.ndarray:

@@ -28,6 +28,7 @@ var _frames_left := 0
 var _frame_count := 0
 var _last_command_usec := 0
 var _connected := false
+var _render_pending := false
 
 
 # Reset the game (seed is an int or null) and return the first observation (an Array).
@@ -71,6 +72,9 @@ func _ready() -> void:
 
 
 func _physics_process(delta: float) -> void:
+	if _render_pending:		# asked last frame: _draw has run since, the frame is current
+		_render_pending = false
+		_send({"render_error": str(_render())})
 	_client.poll()
 	if _frames_left > 0:
 		_gym_frame(delta)
@@ -116,7 +120,11 @@ func _on_data() -> void:
 			_gym_action(message.get("action", []))
 			_frames_left = int(max(frames_per_step, 1))
 		"render":
-			_send({"render_error": str(_render())})
+			if OS.can_draw():
+				_render_pending = true
+				update()
+			else:
+				_send({"render_error": str(ERR_UNAVAILABLE)})
 		"close":
 			_client.disconnect_from_host()
 			get_tree().quit(0)
@@ -126,9 +134,6 @@ func _on_data() -> void:
 
 # Save the current frame as <renderPath><n>.png; a Godot error code (OK is 0).
 func _render() -> int:
-	if not OS.can_draw():
-		return ERR_UNAVAILABLE
-	update()
 	VisualServer.force_draw(true, 0.0)
 	var image := get_viewport().get_texture().get_data()
 	image.flip_y()
