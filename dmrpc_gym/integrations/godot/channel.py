@@ -67,7 +67,10 @@ class Channel:
             connection.close(1013, "this port already serves a game")
             return
         self._connections.put(connection)
-        self._release.wait()
+        # websockets runs handlers in non-daemon threads, which the interpreter joins at exit
+        # before atexit handlers run: stop waiting when the main thread has finished.
+        while not self._release.wait(0.1) and threading.main_thread().is_alive():
+            pass
 
     def accept(self, timeout: float, alive: Callable[[], bool] | None = None) -> None:
         """Wait for the game to connect: ``TimeoutError`` after ``timeout`` seconds, ``ConnectionError``

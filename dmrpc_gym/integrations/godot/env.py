@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Sequence
@@ -18,7 +19,7 @@ import numpy as np
 
 from dmrpc_gym.integrations.godot.channel import Channel, GodotProtocolError
 from dmrpc_gym.integrations.godot.codec import action_to_json, check_space, observation_from_json
-from dmrpc_gym.integrations.godot.launch import GameProcess, find_godot, is_headless
+from dmrpc_gym.integrations.godot.launch import GameProcess, find_godot, is_headless, stop_at_exit
 
 __all__ = ["GodotEnv", "scene_path"]
 
@@ -122,6 +123,7 @@ class GodotEnv(gym.Env):
         folder, scene = scene_path(project, scene)
         self.command = find_godot(godot, drawing=render_mode == "rgb_array")
         self._render_dir = tempfile.mkdtemp(prefix="dmrpc-godot-")
+        stop_at_exit(self)
         try:
             self._channel = Channel()
             args = [*self.command]
@@ -261,8 +263,14 @@ class GodotEnv(gym.Env):
         # Pickled as its arguments: unpickling starts a new game (SubprocVecEnv, SuperSuit, RLlib ship it so).
         return _recreate, (type(self), self._arguments)
 
+    def close_at_exit(self) -> None:
+        self.close()
+
     def __del__(self) -> None:
         try:
+            if sys.is_finalizing():        # threads are frozen: only the process can still be stopped
+                self._stop_game(grace=0.0)
+                return
             self.close()
         except Exception:  # noqa: BLE001 - never raise from a finalizer
             pass

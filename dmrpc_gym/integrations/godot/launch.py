@@ -27,7 +27,7 @@ import weakref
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["DEFAULT_EXECUTABLES", "DRAWING_EXECUTABLES", "find_godot", "is_headless", "GameProcess"]
+__all__ = ["DEFAULT_EXECUTABLES", "DRAWING_EXECUTABLES", "find_godot", "is_headless", "GameProcess", "stop_at_exit"]
 
 #: Tried in order when neither ``godot=`` nor ``$DMRPC_GODOT`` names the executable.
 DEFAULT_EXECUTABLES = ("godot3-server", "godot3", "godot")
@@ -93,22 +93,30 @@ def find_godot(godot: str | os.PathLike | Sequence[str] | None = None, *, drawin
 
 
 class _Live:
-    """The running games of this interpreter, stopped at exit."""
+    """What must be stopped at interpreter exit: envs (closed first) and game processes."""
 
-    games: "weakref.WeakSet[GameProcess]" = weakref.WeakSet()
+    items: "weakref.WeakSet" = weakref.WeakSet()
     registered = False
 
     @classmethod
-    def add(cls, game: "GameProcess") -> None:
+    def add(cls, item: object) -> None:
         if not cls.registered:
             atexit.register(cls.stop_all)
             cls.registered = True
-        cls.games.add(game)
+        cls.items.add(item)
 
     @classmethod
     def stop_all(cls) -> None:
-        for game in list(cls.games):
-            game.stop(grace=0.0)
+        for item in sorted(list(cls.items), key=lambda item: isinstance(item, GameProcess)):
+            try:
+                item.close_at_exit()
+            except Exception:  # noqa: BLE001 - stop the others anyway
+                pass
+
+
+def stop_at_exit(item: object) -> None:
+    """Call ``item.close_at_exit()`` at interpreter exit if ``item`` is still alive then (held weakly)."""
+    _Live.add(item)
 
 
 class GameProcess:
@@ -132,7 +140,7 @@ class GameProcess:
             stderr=subprocess.STDOUT, start_new_session=True)
         self._reader = threading.Thread(target=self._read, name=f"godot-output-{self.process.pid}", daemon=True)
         self._reader.start()
-        _Live.add(self)
+        stop_at_exit(self)
 
     def _read(self) -> None:
         stream = self.process.stdout
@@ -190,4 +198,7 @@ class GameProcess:
                 self.process.wait(timeout=wait)
             except subprocess.TimeoutExpired:
                 pass
-        _Live.games.discard(self)
+        _Live.items.discard(self)
+
+    def close_at_exit(self) -> None:
+        self.stop(grace=0.0)
