@@ -37,7 +37,7 @@ def check_space(space: Any, name: str) -> spaces.Space:
 
 
 def _short(value: Any, limit: int = 120) -> str:
-    text = repr(value)
+    text = repr(value.tolist() if isinstance(value, (np.ndarray, np.generic)) else value)
     return text if len(text) <= limit else text[:limit] + "..."
 
 

@@ -102,7 +102,10 @@ class GodotVectorEnv(VectorEnv):
                 keys.append(("init_observation",))
                 doing.append("reset")
             else:
-                messages.append(env.step_message(actions[i]))     # every action checked before any is sent
+                try:
+                    messages.append(env.step_message(actions[i]))     # every action checked before any is sent
+                except ValueError as exc:
+                    raise ValueError(f"env {i}: {exc}") from None
                 keys.append(_STEP_KEYS)
                 doing.append("step")
         answers = self._exchange(messages, keys, doing)
