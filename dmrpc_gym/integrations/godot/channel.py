@@ -11,15 +11,15 @@ and turns every way the conversation can fail into a clear error:
 
 >>> from websockets.sync.client import connect
 >>> channel = Channel()
->>> game = connect(f"ws://127.0.0.1:{channel.port}")       # what a game does
->>> channel.accept(timeout=10)
->>> channel.send({"cmd": "reset"})
->>> game.recv(timeout=10)
-'{"cmd": "reset"}'
->>> game.send('{"init_observation": [0.5]}')
->>> channel.receive(timeout=10)
+>>> with connect(f"ws://127.0.0.1:{channel.port}") as game:     # what a game does
+...     channel.accept(timeout=10)
+...     channel.send({"cmd": "reset"})
+...     print(game.recv(timeout=10))
+...     game.send('{"init_observation": [0.5]}')
+...     print(channel.receive(timeout=10))
+{"cmd": "reset"}
 {'init_observation': [0.5]}
->>> game.close(); channel.close()
+>>> channel.close()
 """
 from __future__ import annotations
 
