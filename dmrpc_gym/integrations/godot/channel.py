@@ -49,8 +49,10 @@ class Channel:
     """
 
     def __init__(self, host: str = "127.0.0.1") -> None:
-        from websockets.sync.server import serve   # optional dependency: imported when used
+        from websockets.exceptions import ConnectionClosed   # optional dependency: imported when used
+        from websockets.sync.server import serve
 
+        self._closed = ConnectionClosed
         self.host = host
         self._connections: queue.Queue = queue.Queue()
         self._release = threading.Event()
@@ -93,26 +95,22 @@ class Channel:
 
     def send(self, message: dict) -> None:
         """Send one command; ``ConnectionError`` if the game has gone."""
-        from websockets.exceptions import ConnectionClosed
-
         if self._connection is None:
             raise ConnectionError("no game is connected")
         try:
             self._connection.send(json.dumps(message))
-        except ConnectionClosed as exc:
+        except self._closed as exc:
             raise ConnectionError(f"the game closed the connection ({exc})") from None
 
     def receive(self, timeout: float | None) -> dict:
         """The next answer as a dict: ``TimeoutError``, ``ConnectionError`` or :class:`GodotProtocolError`."""
-        from websockets.exceptions import ConnectionClosed
-
         if self._connection is None:
             raise ConnectionError("no game is connected")
         try:
             text = self._connection.recv(timeout=timeout)
         except TimeoutError:
             raise TimeoutError(f"the game sent no answer within {timeout:g} s") from None
-        except ConnectionClosed as exc:
+        except self._closed as exc:
             raise ConnectionError(f"the game closed the connection ({exc})") from None
         try:
             answer = json.loads(text)

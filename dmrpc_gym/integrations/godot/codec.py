@@ -47,6 +47,9 @@ def action_to_json(space: spaces.Space, action: Any) -> list:
     Numbers of another dtype are accepted when they convert to the space's dtype without
     change (``1.0`` for a ``Discrete``, a float64 array for a float32 ``Box``).
     """
+    if isinstance(space, spaces.Discrete) and isinstance(action, (int, np.integer)) and not isinstance(action, bool):
+        if int(space.start) <= action < int(space.start) + int(space.n):       # the common case, fast
+            return [int(action)]
     cast = None
     try:
         value = np.asarray(action)
@@ -81,22 +84,29 @@ def observation_from_json(space: spaces.Space, value: Any, what: str) -> Any:
     def refuse(reason: str) -> ValueError:
         return ValueError(f"the game's {what} {_short(value)} does not fit {space}: {reason}")
 
-    try:
-        raw = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise refuse("expected numbers (a JSON array or number)") from None
-    shape = () if isinstance(space, spaces.Discrete) else space.shape
-    size = int(np.prod(shape, dtype=np.int64))
-    if raw.size != size:
-        raise refuse(f"{raw.size} value(s), expected {size} (shape {shape})")
-    raw = raw.reshape(shape)
     dtype = np.dtype(space.dtype)
-    if dtype.kind in "iub":
-        if not np.all(np.isfinite(raw)) or np.any(raw != np.round(raw)):
-            raise refuse(f"expected integers for dtype {dtype}")
+    try:
+        raw = np.array(value)
+    except (TypeError, ValueError):              # ragged nesting
+        raw = None
+    if raw is None or raw.dtype.kind not in "biuf":
+        raise refuse("expected numbers (a JSON array or number)")
+    shape = () if isinstance(space, spaces.Discrete) else space.shape
+    if raw.shape != shape:
+        size = int(np.prod(shape, dtype=np.int64))
+        if raw.size != size:
+            raise refuse(f"{raw.size} value(s), expected {size} (shape {shape})")
+        raw = raw.reshape(shape)
+    if dtype.kind != "f" and raw.dtype.kind == "f" and (
+            not np.all(np.isfinite(raw)) or np.any(raw != np.round(raw))):
+        raise refuse(f"expected integers for dtype {dtype}")
     cast = raw.astype(dtype)
     if isinstance(space, spaces.Discrete):
         cast = dtype.type(cast)
-    if not space.contains(cast):
+    if isinstance(space, spaces.Box):            # shape and dtype are right by construction
+        inside = bool(np.all(cast >= space.low) and np.all(cast <= space.high))
+    else:
+        inside = space.contains(cast)
+    if not inside:
         raise refuse("out of the space's bounds")
     return cast

@@ -11,10 +11,11 @@ extends Node2D
 
 # Physics frames one step lasts.
 export var frames_per_step := 2
-# While no step is running and no command came for idle_after_usec, sleep this long per
-# loop so that a waiting game does not spin a core.
-export var idle_sleep_usec := 200
-export var idle_after_usec := 2000
+# While no command came for idle_after_usec, each loop sleeps a tenth of the time waited so
+# far (at most idle_sleep_max_usec), so that a waiting game does not spin a core and a game
+# that has waited long adds little latency to the next command.
+export var idle_after_usec := 1000
+export var idle_sleep_max_usec := 2000
 
 var reward := 0.0
 var done := false
@@ -82,8 +83,10 @@ func _physics_process(delta: float) -> void:
 		if _frames_left == 0 or done:
 			_frames_left = 0
 			_send({"observation": _gym_observation(), "reward": reward, "done": done})
-	elif _connected and OS.get_ticks_usec() - _last_command_usec > idle_after_usec:
-		OS.delay_usec(idle_sleep_usec)
+	elif _connected:
+		var waited := OS.get_ticks_usec() - _last_command_usec
+		if waited > idle_after_usec:
+			OS.delay_usec(int(min(waited / 10, idle_sleep_max_usec)))
 
 
 func _on_connected(_protocol: String) -> void:

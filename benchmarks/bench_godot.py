@@ -1,0 +1,154 @@
+"""GodotEnv against a bare websockets loop, and 8 games stepped at once against 8 in turn.
+
+    python benchmarks/bench_godot.py [--rounds N] [--seconds S]
+
+Both comparisons drive the bundled Catch scene under the headless engine
+(``godot3-server``), random Discrete actions, resetting when an episode ends:
+
+    bare loop       websockets' sync server, json.dumps / json.loads, nothing else
+    GodotEnv        dmrpc_gym.integrations.godot.GodotEnv (checks, casting, timeouts)
+    in turn x8      8 GodotEnvs, each stepped and awaited before the next
+    vector x8       the same 8 games as one GodotVectorEnv: all sent, then all awaited
+
+The cases run in turn for ``--seconds`` each, ``--rounds`` times; the table gives
+median steps/s and the ratios are medians of per-round ratios (these machines are
+noisy: other processes compete for the same cores).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import queue
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dmrpc_gym.integrations.godot import CATCH_PROJECT, GodotVectorEnv, find_godot, make_godot_catch  # noqa: E402
+from dmrpc_gym.integrations.godot.launch import GameProcess  # noqa: E402
+
+
+class BareLoop:
+    """The minimum a Python side can do: a websockets sync server and JSON, one game."""
+
+    def __init__(self) -> None:
+        from websockets.sync.server import serve
+
+        connections: queue.Queue = queue.Queue()
+        self._done = threading.Event()
+
+        def handler(connection):
+            connections.put(connection)
+            self._done.wait()
+
+        self._server = serve(handler, "127.0.0.1", 0, compression=None)
+        port = self._server.socket.getsockname()[1]
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._game = GameProcess([*find_godot("godot3-server"), "--path", str(CATCH_PROJECT), "res://catch.tscn",
+                                  "--fixed-fps", "60", "--disable-render-loop", "--serverIP=127.0.0.1",
+                                  f"--serverPort={port}"])
+        self._conn = connections.get(timeout=30)
+
+    def ask(self, message: dict) -> dict:
+        self._conn.send(json.dumps(message))
+        return json.loads(self._conn.recv())
+
+    def close(self) -> None:
+        self._conn.send(json.dumps({"cmd": "close"}))
+        self._game.stop()
+        self._done.set()
+        self._server.shutdown()
+
+
+def run_bare(loop: BareLoop, seconds: float, rng: np.random.Generator) -> float:
+    loop.ask({"cmd": "reset"})
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        answer = loop.ask({"cmd": "step", "action": [int(rng.integers(3))]})
+        steps += 1
+        if answer["done"]:
+            loop.ask({"cmd": "reset"})
+    return steps / (time.perf_counter() - start)
+
+
+def run_env(env, seconds: float, rng: np.random.Generator) -> float:
+    env.reset()
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        _, _, terminated, truncated, _ = env.step(int(rng.integers(3)))
+        steps += 1
+        if terminated or truncated:
+            env.reset()
+    return steps / (time.perf_counter() - start)
+
+
+def run_in_turn(envs, seconds: float, rng: np.random.Generator) -> float:
+    for env in envs:
+        env.reset()
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for env in envs:
+            _, _, terminated, truncated, _ = env.step(int(rng.integers(3)))
+            steps += 1
+            if terminated or truncated:
+                env.reset()
+    return steps / (time.perf_counter() - start)
+
+
+def run_vector(vector: GodotVectorEnv, seconds: float, rng: np.random.Generator) -> float:
+    vector.reset()
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        vector.step(rng.integers(3, size=vector.num_envs))
+        steps += vector.num_envs
+    return steps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--seconds", type=float, default=0.3)
+    parser.add_argument("--games", type=int, default=8)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    bare, env = BareLoop(), make_godot_catch(godot=find_godot("godot3-server"))
+    vector = GodotVectorEnv(args.games, make_env=make_godot_catch, godot=find_godot("godot3-server"))
+    cases = {
+        "bare loop": lambda: run_bare(bare, args.seconds, rng),
+        "GodotEnv": lambda: run_env(env, args.seconds, rng),
+        f"in turn x{args.games}": lambda: run_in_turn(vector.envs, args.seconds, rng),
+        f"vector x{args.games}": lambda: run_vector(vector, args.seconds, rng),
+    }
+    results: dict[str, list[float]] = {name: [] for name in cases}
+    try:
+        for _ in range(args.rounds):
+            for name, case in cases.items():
+                results[name].append(case())
+    finally:
+        bare.close()
+        env.close()
+        vector.close()
+    load = os.getloadavg()[0]
+    print(f"Machine: {os.cpu_count()} cpus, Python {platform.python_version()}, "
+          f"{subprocess.run(find_godot('godot3-server') + ['--version'], capture_output=True, text=True).stdout.strip()}, "
+          f"load average {load:.1f} at the end; {args.rounds} rounds of {args.seconds:g} s per case\n")
+    print("| case | steps/s (median) | min | max |\n|---|---:|---:|---:|")
+    for name, values in results.items():
+        print(f"| {name} | {statistics.median(values):.0f} | {min(values):.0f} | {max(values):.0f} |")
+    names = list(cases)
+    print("\n| ratio (median of per-round ratios) | value | target |\n|---|---:|---:|")
+    for (a, b), target in (((names[1], names[0]), 0.8), ((names[3], names[2]), 2.0)):
+        ratio = statistics.median(x / y for x, y in zip(results[a], results[b]))
+        print(f"| {a} / {b} | {ratio:.2f} | >= {target} |")
+
+
+if __name__ == "__main__":
+    main()
