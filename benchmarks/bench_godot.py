@@ -114,8 +114,8 @@ def run_vector(vector: GodotVectorEnv, seconds: float, rng: np.random.Generator)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--seconds", type=float, default=0.3)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--seconds", type=float, default=0.15)
     parser.add_argument("--games", type=int, default=8)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
