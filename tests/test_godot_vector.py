@@ -11,7 +11,7 @@ from dmrpc_gym.vector import DmRpcVectorEnv
 import servers
 from dmrpc_gym.integrations.godot import GodotVectorEnv, make_godot_catch
 from dmrpc_gym.server import Server
-from godot_support import live_games, no_games_left, require_godot  # noqa: F401
+from godot_support import drawing_godot, live_games, no_games_left, require_godot  # noqa: F401
 
 require_godot()
 pytestmark = pytest.mark.usefixtures("no_games_left")
@@ -155,3 +155,23 @@ def test_a_served_godot_game_through_our_vector_env(godot_server):
         assert terminated.all() and set(rewards) <= {1.0, -1.0}
     finally:
         envs.close()
+
+
+def test_dmrpc_gym_serve_module_factory_serves_godot_catch_with_frames_where_it_can_draw():
+    server = servers.serve_like_cli("dmrpc_gym.integrations.godot:make_godot_catch")
+    draws = drawing_godot() is not None                         # then the server builds games with rgb_array
+    try:
+        env = gym.make("dmrpc/Remote-v0", address=server.address, world_settings={"seed": 2},
+                       render_mode="rgb_array" if draws else None)
+        try:
+            obs, _ = env.reset(seed=2)
+            assert obs.shape == (3,)
+            obs, reward, terminated, truncated, _ = env.step(1)
+            assert obs[1] > 0.0 and (terminated, truncated) == (False, False)
+            if draws:
+                frame = env.render()
+                assert frame.shape == (84, 84, 3) and frame.dtype == np.uint8
+        finally:
+            env.close()
+    finally:
+        server.stop()
