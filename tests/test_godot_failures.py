@@ -210,3 +210,27 @@ def test_an_unreferenced_env_stops_its_game():
     pid = env.process.pid
     del env
     assert _gone(pid)
+
+
+def test_an_interrupted_step_does_not_shift_later_answers():
+    env = make_godot_catch(step_timeout=30.0)
+    expected = env.reset(seed=5)[0]
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        os.kill(env.process.pid, signal.SIGSTOP)           # the answer will come late
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(KeyboardInterrupt):
+            env.step(2)
+        os.kill(env.process.pid, signal.SIGCONT)
+        obs, _ = env.reset(seed=5)                           # the late step answer is dropped, not returned
+        assert obs.tolist() == expected.tolist()
+        obs, *_ = env.step(1)
+        assert obs[1] > 0.0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        env.close()

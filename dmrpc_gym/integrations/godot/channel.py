@@ -57,6 +57,7 @@ class Channel:
         self._connections: queue.Queue = queue.Queue()
         self._release = threading.Event()
         self._connection: Any = None
+        self._pending = 0                          # commands sent whose answers are not read yet
         # No compression (the game does not offer it), no size limit (large observations).
         self._server = serve(self._handle, host, 0, compression=None, max_size=None, close_timeout=1)
         self.port: int = self._server.socket.getsockname()[1]
@@ -93,12 +94,13 @@ class Channel:
     def connected(self) -> bool:
         return self._connection is not None
 
-    def send(self, message: dict) -> None:
-        """Send one command; ``ConnectionError`` if the game has gone."""
+    def send(self, message: dict, answered: bool = True) -> None:
+        """Send one command (``answered``: the game will answer it); ``ConnectionError`` if the game has gone."""
         if self._connection is None:
             raise ConnectionError("no game is connected")
         try:
             self._connection.send(json.dumps(message))
+            self._pending += answered
         except self._closed as exc:
             raise ConnectionError(f"the game closed the connection ({exc})") from None
 
@@ -107,7 +109,11 @@ class Channel:
         if self._connection is None:
             raise ConnectionError("no game is connected")
         try:
+            while self._pending > 1:             # answers left unread by an interrupted receive
+                self._connection.recv(timeout=timeout)
+                self._pending -= 1
             text = self._connection.recv(timeout=timeout)
+            self._pending = 0
         except TimeoutError:
             raise TimeoutError(f"the game sent no answer within {timeout:g} s") from None
         except self._closed as exc:

@@ -245,7 +245,7 @@ class GodotEnv(gym.Env):
         if channel is not None:
             if channel.connected and self._game is not None and self._game.alive:
                 try:
-                    channel.send({"cmd": "close"})
+                    channel.send({"cmd": "close"}, answered=False)
                 except Exception:  # noqa: BLE001 - a gone game is what close wants anyway
                     pass
             self._stop_game(grace=2.0)

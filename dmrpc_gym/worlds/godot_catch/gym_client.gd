@@ -63,7 +63,6 @@ func _ready() -> void:
 	_client.connect("connection_established", self, "_on_connected")
 	_client.connect("connection_error", self, "_on_failed")
 	_client.connect("connection_closed", self, "_on_closed")
-	_client.connect("data_received", self, "_on_data")
 	var url := "ws://%s:%d" % [_server_ip, _server_port]
 	var err := _client.connect_to_url(url)
 	if err != OK:
@@ -77,6 +76,10 @@ func _physics_process(delta: float) -> void:
 		_render_pending = false
 		_send({"render_error": str(_render())})
 	_client.poll()
+	# One command at a time, in order: the next is read only when this one is answered.
+	while _connected and _frames_left == 0 and not _render_pending \
+			and _client.get_peer(1).get_available_packet_count() > 0:
+		_run(_client.get_peer(1).get_packet().get_string_from_utf8())
 	if _frames_left > 0:
 		_gym_frame(delta)
 		_frames_left -= 1
@@ -100,12 +103,12 @@ func _on_failed() -> void:
 
 
 func _on_closed(_was_clean: bool) -> void:
+	_connected = false
 	get_tree().quit(0)
 
 
-func _on_data() -> void:
+func _run(text: String) -> void:
 	_last_command_usec = OS.get_ticks_usec()
-	var text := _client.get_peer(1).get_packet().get_string_from_utf8()
 	var parsed := JSON.parse(text)
 	if parsed.error != OK or typeof(parsed.result) != TYPE_DICTIONARY:
 		printerr("gym_client: not a JSON object: " + text)
@@ -129,6 +132,7 @@ func _on_data() -> void:
 			else:
 				_send({"render_error": str(ERR_UNAVAILABLE)})
 		"close":
+			_connected = false
 			_client.disconnect_from_host()
 			get_tree().quit(0)
 		_:
