@@ -175,3 +175,22 @@ def test_dmrpc_gym_serve_module_factory_serves_godot_catch_with_frames_where_it_
             env.close()
     finally:
         server.stop()
+
+
+def test_make_vec_of_the_generic_id_with_a_multidiscrete_action():
+    from dmrpc_gym.integrations.godot import CATCH_PROJECT
+
+    envs = gym.make_vec("dmrpc/Godot-v0", num_envs=2, vectorization_mode="vector_entry_point",
+                        project=CATCH_PROJECT, scene="res://catch.tscn", max_episode_steps=5,
+                        observation_space=gym.spaces.Box(0.0, 1.0, (3,), np.float32),
+                        action_space=gym.spaces.MultiDiscrete([3]))              # goes out as [a] too
+    try:
+        assert isinstance(envs, GodotVectorEnv) and envs.action_space.shape == (2, 1)
+        obs, _ = envs.reset(seed=0)
+        obs, *_ = envs.step(np.array([[0], [2]]))
+        assert obs[0, 2] < 0.5 < obs[1, 2]                          # left and right
+        for _ in range(4):
+            *_, truncated, _ = envs.step(np.array([[1], [1]]))
+        assert truncated.all()
+    finally:
+        envs.close()
