@@ -186,21 +186,23 @@ def _gone(pid: int, within: float = 10.0) -> bool:
     return False
 
 
-@pytest.mark.parametrize("ending", ["exit", "interrupt"])
+@pytest.mark.parametrize("ending", ["exit", "interrupt", "kill"])
 def test_games_do_not_outlive_an_interpreter_that_never_closed_them(ending):
+    """At exit (also after Ctrl-C) the games are killed; a SIGKILLed interpreter runs no exit
+    handler, but its connections drop and the games quit by themselves (as the protocol says)."""
     child = _python(f"""
         import os, signal, time
         from dmrpc_gym.integrations.godot import make_godot_catch
         envs = [make_godot_catch(), make_godot_catch()]
         envs[0].reset(seed=0)
         print(*[env.process.pid for env in envs], flush=True)
-        if {ending == "interrupt"!r}:
-            time.sleep(60)                       # interrupted (SIGINT) while the games run
+        if {ending != "exit"!r}:
+            time.sleep(60)                       # interrupted (SIGINT) or killed while the games run
     """)
     pids = [int(pid) for pid in child.stdout.readline().split()]
     assert len(pids) == 2, child.stderr.read()
-    if ending == "interrupt":
-        child.send_signal(signal.SIGINT)
+    if ending != "exit":
+        child.send_signal(signal.SIGINT if ending == "interrupt" else signal.SIGKILL)
     child.communicate(timeout=60)
     assert all(_gone(pid) for pid in pids)
 
