@@ -21,7 +21,7 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
+import sys  # noqa: F401 - the examples use it
 import threading
 import weakref
 from pathlib import Path
