@@ -77,9 +77,9 @@ def test_a_game_that_exits_before_connecting_reports_its_output():
 
 def test_a_game_that_never_connects_times_out_with_its_output():
     with pytest.raises(TimeoutError) as excinfo:
-        faulty("idle", connect_timeout=3.0)
+        faulty("idle", connect_timeout=5.0)
     message = str(excinfo.value)
-    assert "no game connected to ws://127.0.0.1:" in message and "within 3 s" in message
+    assert "no game connected to ws://127.0.0.1:" in message and "within 5 s" in message
     assert "faults: idling, never connecting" in message and "still running" in message
 
 
@@ -91,7 +91,7 @@ def test_a_script_error_shows_in_the_connect_error(tmp_path):
         '[node name="Broken" type="Node"]\nscript = ExtResource( 1 )\n')
     with pytest.raises(TimeoutError, match=r"(?s)Parse Error.*res://broken.gd"):
         GodotEnv(project=tmp_path, scene="res://broken.tscn", observation_space=CATCH_OBS,
-                 action_space=gym.spaces.Discrete(3), connect_timeout=3.0)
+                 action_space=gym.spaces.Discrete(3), connect_timeout=5.0)
 
 
 # -- mid-episode --------------------------------------------------------------------------------

@@ -49,8 +49,11 @@ class Channel:
     """
 
     def __init__(self, host: str = "127.0.0.1") -> None:
-        from websockets.exceptions import ConnectionClosed   # optional dependency: imported when used
-        from websockets.sync.server import serve
+        try:                                       # optional dependency: imported when used
+            from websockets.exceptions import ConnectionClosed
+            from websockets.sync.server import serve
+        except ImportError as exc:
+            raise ImportError(f"Godot games need websockets>=11 ({exc}): pip install 'dmrpc_gym[godot]'") from None
 
         self._closed = ConnectionClosed
         self.host = host
