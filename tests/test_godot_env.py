@@ -221,3 +221,18 @@ def test_rgb_array_returns_the_frame_the_drawing_build_writes():
         assert not np.array_equal(first, later)                    # the ball fell, the paddle moved
     finally:
         env.close()
+
+
+def test_sb3_subproc_vec_env_ships_the_env_to_worker_processes(catch):
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    venv = SubprocVecEnv([lambda: catch, lambda: catch])     # each worker unpickles its own game
+    try:
+        venv.seed(4)
+        obs = venv.reset()
+        assert obs.shape == (2, 3)
+        np.testing.assert_array_equal(obs[0], catch.reset(seed=4)[0])
+        obs, rewards, dones, infos = venv.step(np.array([0, 2]))
+        assert obs[0, 2] < 0.5 < obs[1, 2]
+    finally:
+        venv.close()
