@@ -81,6 +81,13 @@ def _expected(space: spaces.Space) -> str:
 
 def observation_from_json(space: spaces.Space, value: Any, what: str) -> Any:
     """``value`` (parsed JSON) as an element of ``space``; ``ValueError`` naming ``what`` if it does not fit."""
+    if type(space) is spaces.Box and space.dtype.kind == "f":      # the common case, fast
+        raw = np.array(value)
+        if raw.dtype.kind in "iuf" and raw.shape == space.shape:
+            cast = raw.astype(space.dtype)
+            if (cast >= space.low).all() and (cast <= space.high).all():
+                return cast
+
     def refuse(reason: str) -> ValueError:
         return ValueError(f"the game's {what} {_short(value)} does not fit {space}: {reason}")
 
