@@ -5,12 +5,13 @@
 Both comparisons drive the bundled Catch scene under the headless engine
 (``godot3-server``), random Discrete actions, resetting when an episode ends:
 
-    bare loop       websockets' sync server, json.dumps / json.loads, nothing else
-    GodotEnv        dmrpc_gym.integrations.godot.GodotEnv (checks, casting, timeouts)
+    bare loop       json.dumps, send, recv, json.loads on the game's websockets connection
+    GodotEnv        dmrpc_gym.integrations.godot.GodotEnv (checks, casting, timeouts), same game
     in turn x8      8 GodotEnvs, each stepped and awaited before the next
     vector x8       the same 8 games as one GodotVectorEnv: all sent, then all awaited
 
-The cases run in turn for ``--seconds`` each, ``--rounds`` times; the table gives
+The cases run in turn for ``--seconds`` each, ``--rounds`` times (in reverse order every
+other round); the table gives
 median steps/s and the ratios are medians of per-round ratios (these machines are
 noisy: other processes compete for the same cores).
 """
@@ -20,11 +21,9 @@ import argparse
 import json
 import os
 import platform
-import queue
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -32,40 +31,22 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dmrpc_gym.integrations.godot import CATCH_PROJECT, GodotVectorEnv, find_godot, make_godot_catch  # noqa: E402
-from dmrpc_gym.integrations.godot.launch import GameProcess  # noqa: E402
+from dmrpc_gym.integrations.godot import GodotVectorEnv, find_godot, make_godot_catch  # noqa: E402
 
 
 class BareLoop:
-    """The minimum a Python side can do: a websockets sync server and JSON, one game."""
+    """The minimum a Python side can do: JSON text over a websockets connection, nothing else.
 
-    def __init__(self) -> None:
-        from websockets.sync.server import serve
+    It drives the very game (and websocket) of a :class:`GodotEnv`, so the two compare the
+    Python sides alone: two game processes differ by more (core placement) than the sides do.
+    """
 
-        connections: queue.Queue = queue.Queue()
-        self._done = threading.Event()
-
-        def handler(connection):
-            connections.put(connection)
-            self._done.wait()
-
-        self._server = serve(handler, "127.0.0.1", 0, compression=None)
-        port = self._server.socket.getsockname()[1]
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        self._game = GameProcess([*find_godot("godot3-server"), "--path", str(CATCH_PROJECT), "res://catch.tscn",
-                                  "--fixed-fps", "60", "--disable-render-loop", "--serverIP=127.0.0.1",
-                                  f"--serverPort={port}"])
-        self._conn = connections.get(timeout=30)
+    def __init__(self, env) -> None:
+        self._conn = env._channel._connection      # websockets' sync ServerConnection
 
     def ask(self, message: dict) -> dict:
         self._conn.send(json.dumps(message))
         return json.loads(self._conn.recv())
-
-    def close(self) -> None:
-        self._conn.send(json.dumps({"cmd": "close"}))
-        self._game.stop()
-        self._done.set()
-        self._server.shutdown()
 
 
 def run_bare(loop: BareLoop, seconds: float, rng: np.random.Generator) -> float:
@@ -119,7 +100,8 @@ def main() -> None:
     parser.add_argument("--games", type=int, default=8)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    bare, env = BareLoop(), make_godot_catch(godot=find_godot("godot3-server"))
+    env = make_godot_catch(godot=find_godot("godot3-server"))
+    bare = BareLoop(env)
     vector = GodotVectorEnv(args.games, make_env=make_godot_catch, godot=find_godot("godot3-server"))
     cases = {
         "bare loop": lambda: run_bare(bare, args.seconds, rng),
@@ -129,11 +111,11 @@ def main() -> None:
     }
     results: dict[str, list[float]] = {name: [] for name in cases}
     try:
-        for _ in range(args.rounds):
-            for name, case in cases.items():
-                results[name].append(case())
+        for round_ in range(args.rounds):
+            order = list(cases) if round_ % 2 == 0 else list(cases)[::-1]   # no case always runs first
+            for name in order:
+                results[name].append(cases[name]())
     finally:
-        bare.close()
         env.close()
         vector.close()
     load = os.getloadavg()[0]

@@ -15,7 +15,7 @@ export var frames_per_step := 2
 # far (at most idle_sleep_max_usec), so that a waiting game does not spin a core and a game
 # that has waited long adds little latency to the next command.
 export var idle_after_usec := 1000
-export var idle_sleep_max_usec := 2000
+export var idle_sleep_max_usec := 20000
 
 var reward := 0.0
 var done := false
