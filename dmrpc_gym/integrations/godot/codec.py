@@ -53,7 +53,7 @@ def action_to_json(space: spaces.Space, action: Any) -> list:
     cast = None
     try:
         value = np.asarray(action)
-        if value.dtype.kind in "biuf":
+        if value.dtype.kind in "iuf" or (value.dtype.kind == "b" and not isinstance(space, spaces.Discrete)):
             converted = value.astype(space.dtype)
             if np.array_equal(converted, value) or np.dtype(space.dtype).kind == value.dtype.kind == "f":
                 cast = converted
