@@ -75,9 +75,11 @@ class GodotEnv(gym.Env):
     output lines); a game that dies mid-episode (``ConnectionError``) or stops answering
     (``TimeoutError`` after ``step_timeout``); an answer that is not the protocol's
     (:class:`~dmrpc_gym.integrations.godot.GodotProtocolError`) or does not fit the
-    observation space (``ValueError``). After a failure mid-conversation the game is
-    stopped and later calls raise ``ConnectionError``. ``close()`` always returns and
-    leaves no process behind; games still running at interpreter exit are killed.
+    observation space (``ValueError``). After a lost connection, a timeout or a protocol
+    error the game is stopped and later calls raise ``ConnectionError``; an observation
+    that does not fit leaves the game running, and so does an interrupted call (Ctrl-C:
+    its late answer is dropped). ``close()`` always returns and leaves no process behind;
+    games still running at interpreter exit are killed.
 
     Seeding: ``reset(seed=...)`` seeds the env's generator, which draws the seed sent to
     the game as an extra ``"seed"`` key of every reset command. Games that read it (the
