@@ -10,10 +10,11 @@ Both comparisons drive the bundled Catch scene under the headless engine
     in turn x8      8 GodotEnvs, each stepped and awaited before the next
     vector x8       the same 8 games as one GodotVectorEnv: all sent, then all awaited
 
-The cases run in turn for ``--seconds`` each, ``--rounds`` times (in reverse order every
-other round); the table gives
-median steps/s and the ratios are medians of per-round ratios (these machines are
-noisy: other processes compete for the same cores).
+Each round runs the bare loop and GodotEnv for ``--seconds`` each, alternating whole
+episodes on the same game, then the two 8-game cases for ``--seconds`` each (in reverse
+order every other round); ``--rounds`` rounds. The table gives median steps/s and the
+ratios are medians of per-round ratios (these machines are noisy: other processes
+compete for the same cores).
 """
 from __future__ import annotations
 
@@ -49,26 +50,40 @@ class BareLoop:
         return json.loads(self._conn.recv())
 
 
-def run_bare(loop: BareLoop, seconds: float, rng: np.random.Generator) -> float:
+def episode_bare(loop: BareLoop, actions: np.ndarray) -> int:
+    """One episode (reset, then steps until done) with the bare loop; the number of steps."""
     loop.ask({"cmd": "reset"})
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        answer = loop.ask({"cmd": "step", "action": [int(rng.integers(3))]})
-        steps += 1
-        if answer["done"]:
-            loop.ask({"cmd": "reset"})
-    return steps / (time.perf_counter() - start)
+    for steps, action in enumerate(actions, 1):
+        if loop.ask({"cmd": "step", "action": [int(action)]})["done"]:
+            break
+    return steps
 
 
-def run_env(env, seconds: float, rng: np.random.Generator) -> float:
+def episode_env(env, actions: np.ndarray) -> int:
+    """One episode with GodotEnv; the number of steps."""
     env.reset()
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        _, _, terminated, truncated, _ = env.step(int(rng.integers(3)))
-        steps += 1
+    for steps, action in enumerate(actions, 1):
+        _, _, terminated, truncated, _ = env.step(int(action))
         if terminated or truncated:
-            env.reset()
-    return steps / (time.perf_counter() - start)
+            break
+    return steps
+
+
+def run_single_pair(loop: BareLoop, env, seconds: float, rng: np.random.Generator) -> tuple[float, float]:
+    """Whole episodes of the bare loop and of GodotEnv, alternating, on the same game: steps/s of each.
+
+    Alternating episode by episode puts both sides under the same (noisy) load.
+    """
+    elapsed, steps, flip = [0.0, 0.0], [0, 0], False
+    start = time.perf_counter()
+    while time.perf_counter() - start < 2 * seconds:
+        for side in ((0, 1) if flip else (1, 0)):
+            actions = rng.integers(3, size=100)
+            began = time.perf_counter()
+            steps[side] += episode_bare(loop, actions) if side == 0 else episode_env(env, actions)
+            elapsed[side] += time.perf_counter() - began
+        flip = not flip
+    return steps[0] / elapsed[0], steps[1] / elapsed[1]
 
 
 def run_in_turn(envs, seconds: float, rng: np.random.Generator) -> float:
@@ -103,18 +118,17 @@ def main() -> None:
     env = make_godot_catch(godot=find_godot("godot3-server"))
     bare = BareLoop(env)
     vector = GodotVectorEnv(args.games, make_env=make_godot_catch, godot=find_godot("godot3-server"))
-    cases = {
-        "bare loop": lambda: run_bare(bare, args.seconds, rng),
-        "GodotEnv": lambda: run_env(env, args.seconds, rng),
-        f"in turn x{args.games}": lambda: run_in_turn(vector.envs, args.seconds, rng),
-        f"vector x{args.games}": lambda: run_vector(vector, args.seconds, rng),
-    }
-    results: dict[str, list[float]] = {name: [] for name in cases}
+    names = ["bare loop", "GodotEnv", f"in turn x{args.games}", f"vector x{args.games}"]
+    results: dict[str, list[float]] = {name: [] for name in names}
     try:
         for round_ in range(args.rounds):
-            order = list(cases) if round_ % 2 == 0 else list(cases)[::-1]   # no case always runs first
-            for name in order:
-                results[name].append(cases[name]())
+            bare_rate, env_rate = run_single_pair(bare, env, args.seconds, rng)
+            results[names[0]].append(bare_rate)
+            results[names[1]].append(env_rate)
+            pair = [(names[2], lambda: run_in_turn(vector.envs, args.seconds, rng)),
+                    (names[3], lambda: run_vector(vector, args.seconds, rng))]
+            for name, case in (pair if round_ % 2 == 0 else pair[::-1]):   # neither always runs first
+                results[name].append(case())
     finally:
         env.close()
         vector.close()
@@ -125,7 +139,6 @@ def main() -> None:
     print("| case | steps/s (median) | min | max |\n|---|---:|---:|---:|")
     for name, values in results.items():
         print(f"| {name} | {statistics.median(values):.0f} | {min(values):.0f} | {max(values):.0f} |")
-    names = list(cases)
     print("\n| ratio (median of per-round ratios) | value | target |\n|---|---:|---:|")
     for (a, b), target in (((names[1], names[0]), 0.8), ((names[3], names[2]), 2.0)):
         ratio = statistics.median(x / y for x, y in zip(results[a], results[b]))
