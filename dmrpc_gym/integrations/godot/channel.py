@@ -53,7 +53,7 @@ class Channel:
             from websockets.exceptions import ConnectionClosed
             from websockets.sync.server import serve
         except ImportError as exc:
-            raise ImportError(f"Godot games need websockets>=11 ({exc}): pip install 'dmrpc_gym[godot]'") from None
+            raise ImportError(f"Godot games need websockets>=14 ({exc}): pip install 'dmrpc_gym[godot]'") from None
 
         self._closed = ConnectionClosed
         self.host = host
