@@ -1,4 +1,4 @@
-"""Old import paths, kept working: each is an alias of the module's new home.
+"""Old and short import paths, kept working: each is an alias of the module's home.
 
 The package was flat before it was grouped by layer. ``import dmrpc_gym.vector``
 (or ``from dmrpc_gym.connection import Connection``) still works: the old name
@@ -36,6 +36,8 @@ ALIASES = {
     "dmrpc_gym.report": "dmrpc_gym.app.report",
     "dmrpc_gym.embedded": "dmrpc_gym.worlds.embedded",
     "dmrpc_gym.cli": "dmrpc_gym.app.cli",
+    # Short public paths of the integrations (the names DESIGN.md gives).
+    "dmrpc_gym.godot": "dmrpc_gym.integrations.godot",
 }
 
 

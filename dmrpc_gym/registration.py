@@ -7,7 +7,7 @@ __all__ = ["register_envs"]
 
 
 def register_envs() -> None:
-    """Register ``dmrpc/Remote-v0`` and ``dmrpc/Catch-v0`` (idempotent)."""
+    """Register ``dmrpc/Remote-v0``, ``dmrpc/Catch-v0`` and the Godot ids (idempotent)."""
     if "dmrpc/Remote-v0" not in gym.registry:
         gym.register(
             id="dmrpc/Remote-v0",
@@ -21,4 +21,19 @@ def register_envs() -> None:
             id="dmrpc/Catch-v0",
             entry_point="dmrpc_gym.worlds.embedded:make_catch_env",
             vector_entry_point="dmrpc_gym.worlds.embedded:make_catch_vector_env",
+        )
+    godot = "dmrpc_gym.integrations.godot"
+    if "dmrpc/Godot-v0" not in gym.registry:
+        gym.register(
+            id="dmrpc/Godot-v0",
+            entry_point=f"{godot}.env:GodotEnv",
+            vector_entry_point=f"{godot}.vector:GodotVectorEnv",
+            # A game that ignores the seed sent with reset is not seeded.
+            nondeterministic=True,
+        )
+    if "dmrpc/GodotCatch-v0" not in gym.registry:
+        gym.register(
+            id="dmrpc/GodotCatch-v0",
+            entry_point=f"{godot}.catch:make_godot_catch",
+            vector_entry_point=f"{godot}.catch:make_godot_catch_vector",
         )
