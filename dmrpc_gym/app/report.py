@@ -277,7 +277,8 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = 
         table.add_column(header, no_wrap=True, overflow="ignore")
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))   # Text: brackets in cells are not markup
-    console = Console(file=io.StringIO(), width=100_000, color_system=None, highlight=False)
+    console = Console(file=io.StringIO(), width=100_000, color_system=None, highlight=False,
+                      force_jupyter=False, force_terminal=False)   # plain text, in Jupyter too
     console.print(table)
     lines = [line.rstrip() for line in console.file.getvalue().splitlines()]
     return [indent + line for line in lines if line]
