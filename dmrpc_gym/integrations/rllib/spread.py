@@ -18,7 +18,9 @@ only when there are no remote runners) counts as runner 1.
 RLlib's new API stack builds a runner's sub-envs one after the other from one
 shared context whose ``vector_index`` is always 0, so the sub-env's position is
 counted on that context object (:func:`next_vector_index`): the first call with
-a context is sub-env 0, the next sub-env 1, and so on. A plain ``dict`` config
+a context is sub-env 0, the next sub-env 1, and so on. (With RLlib's ASYNC
+vectorize mode every sub-env is built in its own process from a copy of the
+context, so a runner's sub-envs all go to one server.) A plain ``dict`` config
 (the creator called by hand) is sub-env 0 of runner 1.
 
 >>> class Context(dict):                       # stands in for RLlib's EnvContext
