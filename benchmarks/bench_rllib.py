@@ -4,7 +4,7 @@ One run (needs ``ray[rllib]``: ``pip install -e '.[rllib]'`` in a venv of its
 own) builds a PPO algorithm (new API stack) per case, each with ``N`` env
 runners of one Catch each, then times ``EnvRunner.sample`` on all runners at
 once, case after case, round after round (A, B, C, A, B, C...), and reports
-medians and the ratio to the local case. Cases:
+medians and the ratio to the local case (the median of per-round ratios). Cases:
 
 - ``local``: the bundled gymnasium ``Catch`` in the runner, wrapped in ``FlatSpaces``;
 - ``dm_env_rpc served``: ``dmrpc/Catch-v0`` with ``addresses`` of N ``dmrpc-gym serve
@@ -62,10 +62,10 @@ def serve_catch() -> tuple[subprocess.Popen, str]:
     return process, found.group(1)
 
 
-def build(env: str, env_config: dict, runners: int):
+def build(env: str, env_config: dict, runners: int, cpus: float):
     config = (PPOConfig()
               .environment(env, env_config=env_config)
-              .env_runners(num_env_runners=runners, num_envs_per_env_runner=1, num_cpus_per_env_runner=0.5)
+              .env_runners(num_env_runners=runners, num_envs_per_env_runner=1, num_cpus_per_env_runner=cpus)
               .rl_module(model_config={"fcnet_hiddens": [64, 64]}))
     return config.build_algo()
 
@@ -94,22 +94,25 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for n in args.runners:
             servers = [serve_catch() for _ in range(n)]
+            cpus = round(1.8 / (3 * n), 2)   # Ray's CPUs are a budget (2 here): every case's runners must fit at once
             try:
                 cases = {
-                    "local": build(LOCAL, {}, n),
-                    "dm_env_rpc served": build("dmrpc/Catch-v0", {"addresses": [a for _, a in servers]}, n),
-                    "dm_env_rpc embedded": build("dmrpc/Catch-v0", {}, n),
+                    "local": build(LOCAL, {}, n, cpus),
+                    "dm_env_rpc served": build("dmrpc/Catch-v0", {"addresses": [a for _, a in servers]}, n, cpus),
+                    "dm_env_rpc embedded": build("dmrpc/Catch-v0", {}, n, cpus),
                 }
                 rates: dict[str, list[float]] = {name: [] for name in cases}
                 for algo in cases.values():
                     sample_rate(algo, min(args.steps, 200))          # warm up: the first sample resets
-                for _ in range(args.rounds):
+                for round_ in range(args.rounds):
                     for name, algo in cases.items():
                         rates[name].append(sample_rate(algo, args.steps))
-                local = statistics.median(rates["local"])
+                    print(f"{n} runner(s), round {round_ + 1}: "
+                          + ", ".join(f"{name} {values[-1]:.0f}" for name, values in rates.items()),
+                          file=sys.stderr, flush=True)
                 for name, values in rates.items():
-                    rows.append((n, name, statistics.median(values), min(values), max(values),
-                                 statistics.median(values) / local))
+                    ratio = statistics.median(v / l for v, l in zip(values, rates["local"]))
+                    rows.append((n, name, statistics.median(values), min(values), max(values), ratio))
                 for algo in cases.values():
                     algo.stop()
             finally:
@@ -121,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
 
     print(f"\nMachine: {os.cpu_count()} cpus, Python {platform.python_version()}, ray {ray.__version__}; "
           f"{args.rounds} rounds of {args.steps} steps per runner, 1 Catch per runner\n")
-    print("| env runners | case | env steps/s (median) | min | max | vs local |")
+    print("| env runners | case | env steps/s (median) | min | max | vs local (median of round ratios) |")
     print("|---:|---|---:|---:|---:|---:|")
     for n, name, median, low, high, ratio in rows:
         print(f"| {n} | {name} | {median:.0f} | {low:.0f} | {high:.0f} | {ratio:.2f}x |")

@@ -215,3 +215,18 @@ def test_multi_agent_env_gives_each_agent_the_flat_view():
             assert int(np.argmax(observations["left"].reshape(3, 3)[2])) == max(paddle - 1, 0)
         finally:
             env.close()
+
+
+def test_tag_sub_envs_are_spread_over_tag_servers():
+    with Server(Tag) as a, Server(Tag) as b:
+        context = EnvContext({"addresses": [a.address, b.address], "world_settings": {"size": 4}},
+                             worker_index=1, num_workers=1)
+        envs = [dmrpc_rllib.tag_env(context) for _ in range(2)]
+        try:
+            placed = [{c.address for c in env.par_env.connections.values()} for env in envs]
+            assert placed == [{a.address}, {b.address}]
+            observations, _ = envs[1].reset(seed=0)
+            assert sorted(observations) == ["evader_0", "evader_1", "pursuer_0", "pursuer_1"]
+        finally:
+            for env in envs:
+                env.close()
