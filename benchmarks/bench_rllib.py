@@ -14,10 +14,12 @@ medians and the ratio to the local case (the median of per-round ratios). Cases:
 
     python benchmarks/bench_rllib.py                  # N = 1 and 2, 5 rounds
     python benchmarks/bench_rllib.py --rounds 2 --steps 500
+    python benchmarks/bench_rllib.py --save           # also write the table to benchmarks/rllib.md
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import platform
 import re
@@ -84,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runners", type=int, nargs="+", default=[1, 2], help="env runner counts (default: 1 2)")
     parser.add_argument("--steps", type=int, default=2000, help="steps each runner samples per measure")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of measures (medians are reported)")
+    parser.add_argument("--save", action="store_true", help="write the table to rllib.md beside this script")
     args = parser.parse_args(argv)
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
@@ -122,12 +125,21 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         ray.shutdown()
 
-    print(f"\nMachine: {os.cpu_count()} cpus, Python {platform.python_version()}, ray {ray.__version__}; "
-          f"{args.rounds} rounds of {args.steps} steps per runner, 1 Catch per runner\n")
-    print("| env runners | case | env steps/s (median) | min | max | vs local (median of round ratios) |")
-    print("|---:|---|---:|---:|---:|---:|")
-    for n, name, median, low, high, ratio in rows:
-        print(f"| {n} | {name} | {median:.0f} | {low:.0f} | {high:.0f} | {ratio:.2f}x |")
+    lines = [f"Machine: {os.cpu_count()} cpus, Python {platform.python_version()}, ray {ray.__version__}; "
+             f"{datetime.date.today()}; {args.rounds} rounds of {args.steps} steps per runner, 1 Catch per runner.",
+             "",
+             "| env runners | case | env steps/s (median) | min | max | vs local (median of round ratios) |",
+             "|---:|---|---:|---:|---:|---:|"]
+    lines += [f"| {n} | {name} | {median:.0f} | {low:.0f} | {high:.0f} | {ratio:.2f}x |"
+              for n, name, median, low, high, ratio in rows]
+    print("\n" + "\n".join(lines))
+    if args.save:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rllib.md")
+        with open(path, "w") as f:
+            f.write("# RLlib sampling over dm_env_rpc (`bench_rllib.py`)\n\n"
+                    "Not a test: one run on one machine, cases measured side by side "
+                    "(see the script's docstring for the cases).\n\n" + "\n".join(lines) + "\n")
+        print(f"\nwrote {path}")
 
 
 if __name__ == "__main__":
