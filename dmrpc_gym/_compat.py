@@ -32,12 +32,13 @@ ALIASES = {
     "dmrpc_gym.properties": "dmrpc_gym.client.properties",
     "dmrpc_gym.vector": ("dmrpc_gym.client.vector", "dmrpc_gym.client.fanout", "dmrpc_gym.integrations.sb3"),
     "dmrpc_gym.parallel": ("dmrpc_gym.client.parallel", "dmrpc_gym.worlds.embedded"),
-    "dmrpc_gym.wrappers": "dmrpc_gym.integrations.sb3",
+    "dmrpc_gym.wrappers": "dmrpc_gym.integrations.flat_spaces",
     "dmrpc_gym.report": "dmrpc_gym.app.report",
     "dmrpc_gym.embedded": "dmrpc_gym.worlds.embedded",
     "dmrpc_gym.cli": "dmrpc_gym.app.cli",
     # Short public paths of the integrations (the names DESIGN.md gives).
     "dmrpc_gym.godot": "dmrpc_gym.integrations.godot",
+    "dmrpc_gym.rllib": "dmrpc_gym.integrations.rllib",
 }
 
 

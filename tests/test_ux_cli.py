@@ -325,7 +325,7 @@ def test_record_a_saved_model(workdir):
     pytest.importorskip("stable_baselines3")
     import gymnasium as gym
     from stable_baselines3 import PPO
-    from dmrpc_gym.integrations.sb3.flat_spaces import SB3Compat
+    from dmrpc_gym.integrations.flat_spaces import SB3Compat
     env = SB3Compat(gym.make("dmrpc/Catch-v0"))
     PPO("MlpPolicy", env, n_steps=64, device="cpu").save(workdir / "model.zip")
     env.close()

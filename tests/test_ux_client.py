@@ -12,7 +12,7 @@ import pytest
 import dmrpc_gym
 from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.client.env import DmRpcEnv
-from dmrpc_gym.integrations.sb3.flat_spaces import SB3Compat
+from dmrpc_gym.integrations.flat_spaces import SB3Compat
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import Server
 from dmrpc_gym.worlds.catch import Catch

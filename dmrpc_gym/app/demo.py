@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from dmrpc_gym.integrations.sb3.flat_spaces import SB3Compat
+from dmrpc_gym.integrations.flat_spaces import SB3Compat
 
 __all__ = ["ENV_ID", "catch_ppo_kwargs", "RandomPolicy", "make_sb3_env", "evaluate", "run_demo",
            "learning_curve"]

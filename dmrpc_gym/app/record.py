@@ -1,7 +1,7 @@
 """``dmrpc-gym record ADDRESS --out run.gif``: a rollout of a world rendered to a video file.
 
 The world is played by a random policy, or by a saved Stable-Baselines3 model
-(``--model``, trained through :class:`~dmrpc_gym.integrations.sb3.flat_spaces.SB3Compat`),
+(``--model``, trained through :class:`~dmrpc_gym.integrations.flat_spaces.SB3Compat`),
 and every step's ``RGB`` observation becomes a frame. A multi-agent world is
 played by every agent at once (random actions). ``.gif`` is written with
 Pillow, ``.mp4`` with the ffmpeg that the ``imageio-ffmpeg`` package ships
@@ -106,7 +106,7 @@ def _single_agent(address: str, kwargs: Mapping[str, Any], model_path: str | Non
         view = env
     else:
         import stable_baselines3
-        from dmrpc_gym.integrations.sb3.flat_spaces import SB3Compat
+        from dmrpc_gym.integrations.flat_spaces import SB3Compat
         model_class = getattr(stable_baselines3, algo, None)
         if model_class is None:
             env.close()

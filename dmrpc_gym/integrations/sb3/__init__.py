@@ -1,10 +1,11 @@
-"""Stable-Baselines3: the flat-spaces view SB3 trains on, and a ``VecEnv`` without subprocesses.
+"""Stable-Baselines3: the flat-spaces view SB3 trains on (``SB3Compat``, the name it had first, of
+:class:`~dmrpc_gym.integrations.flat_spaces.FlatSpaces`), and a ``VecEnv`` without subprocesses.
 
-``SB3Compat`` needs only gymnasium; ``DmRpcSB3VecEnv`` imports SB3 when first used.
+``DmRpcSB3VecEnv`` imports SB3 when first used.
 """
-from dmrpc_gym.integrations.sb3.flat_spaces import SB3Compat, sb3_action_transform, sb3_observation_transform, sb3_spaces
+from dmrpc_gym.integrations.flat_spaces import FlatSpaces, SB3Compat, sb3_action_transform, sb3_observation_transform, sb3_spaces
 
-__all__ = ["SB3Compat", "DmRpcSB3VecEnv", "sb3_spaces", "sb3_action_transform", "sb3_observation_transform"]
+__all__ = ["FlatSpaces", "SB3Compat", "DmRpcSB3VecEnv", "sb3_spaces", "sb3_action_transform", "sb3_observation_transform"]
 
 
 def __getattr__(name: str):

@@ -28,7 +28,7 @@ from dmrpc_gym.worlds.embedded import resolve_address
 from dmrpc_gym.client.env import DmRpcEnv
 from dmrpc_gym.client.fanout import RESTART, Batch
 from dmrpc_gym.client.vector import batch_observations
-from dmrpc_gym.integrations.sb3.flat_spaces import sb3_action_transform, sb3_observation_transform
+from dmrpc_gym.integrations.flat_spaces import sb3_action_transform, sb3_observation_transform
 
 __all__ = ["DmRpcSB3VecEnv"]
 
@@ -37,7 +37,7 @@ class DmRpcSB3VecEnv(VecEnv):
     """N dm_env_rpc connections as a Stable-Baselines3 ``VecEnv``, without subprocesses.
 
     Takes :class:`DmRpcVectorEnv`'s arguments, plus ``sb3_compat=True`` for
-    the spaces SB3 can train on (the transforms of :class:`dmrpc_gym.integrations.sb3.flat_spaces.SB3Compat`). A
+    the spaces SB3 can train on (the transforms of :class:`dmrpc_gym.integrations.flat_spaces.SB3Compat`). A
     finished sub-env restarts within the step (all restarts in flight at
     once); its last observation is ``info["terminal_observation"]`` and
     ``info["TimeLimit.truncated"]`` says whether it was cut short.

@@ -1,4 +1,4 @@
-"""Wrappers over dmrpc_gym envs; ``SB3Compat`` is the Stable-Baselines3-ready view.
+"""Wrappers over dmrpc_gym envs; ``FlatSpaces`` is the flat-spaces view SB3 and RLlib take.
 
 Stable-Baselines3 takes a narrower set of spaces than a dm_env_rpc world
 offers: one-level Dicts, Discrete/MultiDiscrete starting at 0, 1-D vectors or
@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["SB3Compat", "sb3_observation_transform", "sb3_action_transform", "sb3_spaces"]
+__all__ = ["FlatSpaces", "SB3Compat", "sb3_observation_transform", "sb3_action_transform", "sb3_spaces"]
 
 #: A value map between a space and its SB3 form (leading batch axes are kept).
 Transform = Callable[[Any], Any]
@@ -314,18 +314,20 @@ def sb3_spaces(observation_space: spaces.Space, action_space: spaces.Space) -> t
     return sb3_observation_transform(observation_space)[0], sb3_action_transform(action_space)[0]
 
 
-class SB3Compat(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """The Stable-Baselines3-ready view of an env (typically a ``DmRpcEnv``).
+class FlatSpaces(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """The flat-spaces view of an env (typically a ``DmRpcEnv``): what SB3 and RLlib take.
 
     Observations and actions take the forms of :func:`sb3_observation_transform`
     and :func:`sb3_action_transform`; observations SB3 cannot take are left out
     and their values are put in ``info`` under their dotted names. Rewards are
     Python floats. Use it as ``wrapper_class`` of SB3's ``make_vec_env``::
 
-        make_vec_env("dmrpc/Catch-v0", n_envs=4, wrapper_class=SB3Compat)
+        make_vec_env("dmrpc/Catch-v0", n_envs=4, wrapper_class=FlatSpaces)
+
+    ``SB3Compat`` is the same class under its former name.
 
     >>> import gymnasium as gym, dmrpc_gym
-    >>> env = SB3Compat(gym.make("dmrpc/Catch-v0"))
+    >>> env = FlatSpaces(gym.make("dmrpc/Catch-v0"))
     >>> env.observation_space.shape, env.action_space
     ((100,), Discrete(3))
     >>> obs, info = env.reset(seed=0)
@@ -360,3 +362,7 @@ class SB3Compat(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def step(self, action: Any):
         obs, reward, terminated, truncated, info = self.env.step(self._to_env(action))
         return self._observe(obs, info), float(reward), bool(terminated), bool(truncated), info
+
+
+#: The former name of :class:`FlatSpaces`.
+SB3Compat = FlatSpaces

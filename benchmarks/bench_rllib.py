@@ -1,0 +1,146 @@
+"""RLlib sampling throughput (env steps/s): Catch over dm_env_rpc vs Catch run locally in the env runners.
+
+One run (needs ``ray[rllib]``: ``pip install -e '.[rllib]'`` in a venv of its
+own) builds a PPO algorithm (new API stack) per case, each with ``N`` env
+runners of one Catch each, then times ``EnvRunner.sample`` on all runners at
+once, case after case, round after round (A, B, C, A, B, C...), and reports
+medians and the ratio to the local case (the median of per-round ratios). Cases:
+
+- ``local``: the bundled gymnasium ``Catch`` in the runner, wrapped in ``FlatSpaces``;
+- ``dm_env_rpc served``: ``dmrpc/Catch-v0`` with ``addresses`` of N ``dmrpc-gym serve
+  dmrpc_gym.worlds:Catch`` processes (one server per runner, by the spread rule);
+- ``dm_env_rpc embedded``: ``dmrpc/Catch-v0`` without addresses (each runner serves
+  Catch in-process, so the server shares the runner's interpreter).
+
+    python benchmarks/bench_rllib.py                  # N = 1 and 2, 5 rounds
+    python benchmarks/bench_rllib.py --rounds 2 --steps 500
+    python benchmarks/bench_rllib.py --save           # also write the table to benchmarks/rllib.md
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+# Ray on loopback only (ray reads these at import): see tests/rllib/conftest.py.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "token")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import ray  # noqa: E402
+from ray.rllib.algorithms.ppo import PPOConfig  # noqa: E402
+from ray.tune.registry import register_env  # noqa: E402
+
+from dmrpc_gym.integrations import rllib as dmrpc_rllib  # noqa: E402
+
+LOCAL = "bench/LocalCatch-v0"
+
+
+def local_catch(env_config: Any):
+    """The bundled gymnasium Catch, in the runner's process, in the same flat view."""
+    from dmrpc_gym.worlds.catch import Catch
+    from dmrpc_gym.wrappers import FlatSpaces
+    return FlatSpaces(Catch(**dict(env_config)))
+
+
+def serve_catch() -> tuple[subprocess.Popen, str]:
+    """A ``dmrpc-gym serve dmrpc_gym.worlds:Catch --port 0`` process and its address."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    process = subprocess.Popen([sys.executable, "-m", "dmrpc_gym", "serve", "dmrpc_gym.worlds:Catch", "--port", "0"],
+                               cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    line = process.stdout.readline()
+    found = re.search(r"serving .* on (\S+:\d+)", line)
+    if not found:
+        process.kill()
+        raise RuntimeError(f"dmrpc-gym serve printed {line!r}, not its address")
+    return process, found.group(1)
+
+
+def build(env: str, env_config: dict, runners: int, cpus: float):
+    config = (PPOConfig()
+              .environment(env, env_config=env_config)
+              .env_runners(num_env_runners=runners, num_envs_per_env_runner=1, num_cpus_per_env_runner=cpus)
+              .rl_module(model_config={"fcnet_hiddens": [64, 64]}))
+    return config.build_algo()
+
+
+def sample_rate(algo, steps: int) -> float:
+    """Env steps/s of every runner sampling ``steps`` steps at once."""
+    start = time.perf_counter()
+    counts = algo.env_runner_group.foreach_env_runner(
+        lambda runner: sum(len(episode) for episode in runner.sample(num_timesteps=steps)),
+        local_env_runner=False)
+    return sum(counts) / (time.perf_counter() - start)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runners", type=int, nargs="+", default=[1, 2], help="env runner counts (default: 1 2)")
+    parser.add_argument("--steps", type=int, default=2000, help="steps each runner samples per measure")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of measures (medians are reported)")
+    parser.add_argument("--save", action="store_true", help="write the table to rllib.md beside this script")
+    args = parser.parse_args(argv)
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": ROOT}})
+    dmrpc_rllib.register()
+    register_env(LOCAL, local_catch)
+    rows = []
+    try:
+        for n in args.runners:
+            servers = [serve_catch() for _ in range(n)]
+            cpus = round(1.8 / (3 * n), 2)   # Ray's CPUs are a budget (2 here): every case's runners must fit at once
+            try:
+                cases = {
+                    "local": build(LOCAL, {}, n, cpus),
+                    "dm_env_rpc served": build("dmrpc/Catch-v0", {"addresses": [a for _, a in servers]}, n, cpus),
+                    "dm_env_rpc embedded": build("dmrpc/Catch-v0", {}, n, cpus),
+                }
+                rates: dict[str, list[float]] = {name: [] for name in cases}
+                for algo in cases.values():
+                    sample_rate(algo, min(args.steps, 200))          # warm up: the first sample resets
+                for round_ in range(args.rounds):
+                    for name, algo in cases.items():
+                        rates[name].append(sample_rate(algo, args.steps))
+                    print(f"{n} runner(s), round {round_ + 1}: "
+                          + ", ".join(f"{name} {values[-1]:.0f}" for name, values in rates.items()),
+                          file=sys.stderr, flush=True)
+                for name, values in rates.items():
+                    ratio = statistics.median(v / l for v, l in zip(values, rates["local"]))
+                    rows.append((n, name, statistics.median(values), min(values), max(values), ratio))
+                for algo in cases.values():
+                    algo.stop()
+            finally:
+                for process, _ in servers:
+                    process.terminate()
+                    process.wait(timeout=10)
+    finally:
+        ray.shutdown()
+
+    lines = [f"Machine: {os.cpu_count()} cpus, Python {platform.python_version()}, ray {ray.__version__}; "
+             f"{datetime.date.today()}; {args.rounds} rounds of {args.steps} steps per runner, 1 Catch per runner.",
+             "",
+             "| env runners | case | env steps/s (median) | min | max | vs local (median of round ratios) |",
+             "|---:|---|---:|---:|---:|---:|"]
+    lines += [f"| {n} | {name} | {median:.0f} | {low:.0f} | {high:.0f} | {ratio:.2f}x |"
+              for n, name, median, low, high, ratio in rows]
+    print("\n" + "\n".join(lines))
+    if args.save:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rllib.md")
+        with open(path, "w") as f:
+            f.write("# RLlib sampling over dm_env_rpc (`bench_rllib.py`)\n\n"
+                    "Not a test: one run on one machine, cases measured side by side "
+                    "(see the script's docstring for the cases).\n\n" + "\n".join(lines) + "\n")
+        print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()
