@@ -496,3 +496,23 @@ class TestProcessesCatchResetWorld(_InProcesses, tc.TestCatchResetWorld):
 class TestProcessesCatchStep(_InProcesses, tc.TestCatchStep):
     pass
 
+
+
+def test_closing_the_pool_runs_the_calls_already_posted_first():
+    """Server.stop() closes worlds by posting env closes: they must have run when it returns
+    (a Godot game, say, is a process that close() ends), unless an env is stuck."""
+    from dmrpc_gym.server.workers import WorkerPool
+    pool = WorkerPool(2)
+    lane, done = pool.lane(), []
+    for i in range(3):                      # several calls queued on one lane: each hands it back
+        lane.post(lambda i=i: (time.sleep(0.05), done.append(i)))
+    pool.close(timeout=WAIT)
+    assert done == [0, 1, 2]
+
+    stuck, release = WorkerPool(1), threading.Event()
+    stuck.lane().post(release.wait)
+    closer = threading.Thread(target=stuck.close, kwargs={"timeout": 0.2}, daemon=True)
+    closer.start()
+    closer.join(WAIT)
+    assert not closer.is_alive(), "close() waited on a call that never ends"
+    release.set()

@@ -31,6 +31,8 @@ log = logging.getLogger("dmrpc_gym.server")
 
 _START_TIMEOUT = 30.0
 _STOP_MARGIN = 5.0
+# Seconds stop() waits for the envs' closes (a game process quitting, say) before it returns.
+_CLOSE_WAIT = 3.0
 
 
 class Server:
@@ -222,8 +224,9 @@ class Server:
         self._release_workers()
 
     def _release_workers(self) -> None:
-        """End the worker threads (without waiting for any stuck in an env) and processes (terminated if stuck)."""
-        self._pool.close()
+        """End the worker threads once the envs' closes have run (waiting at most ``_CLOSE_WAIT``
+        for an env stuck in a call), and the worker processes (terminated if stuck)."""
+        self._pool.close(timeout=_CLOSE_WAIT)
         if self._processes is not None:
             self._processes.close()
 

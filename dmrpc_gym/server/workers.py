@@ -156,6 +156,7 @@ class Lane:
             self._put((fn, args, None, None, False))
 
     def _put(self, item: tuple) -> None:
+        self._pool._pending_change(1)  # type: ignore[union-attr]
         with self._lock:
             self._items.append(item)
             if self._busy:
@@ -167,6 +168,13 @@ class Lane:
         """Run the next call (on a worker thread); hand the lane back to the pool if more are waiting."""
         with self._lock:
             fn, args, loop, future, timed = self._items.popleft()
+        try:
+            self._run_item(fn, args, loop, future, timed)
+        finally:
+            self._pool._pending_change(-1)  # type: ignore[union-attr]
+        self._next()
+
+    def _run_item(self, fn: Callable[..., Any], args: tuple, loop: Any, future: Any, timed: bool) -> None:
         if future is None:
             _run_logged(fn, args)
         elif not future.cancelled():
@@ -181,6 +189,9 @@ class Lane:
                 loop.call_soon_threadsafe(_deliver, future, ok, value)
             except RuntimeError:
                 pass  # the loop is closed: the server stopped while the env was busy
+
+    def _next(self) -> None:
+        """Hand the lane back to the pool when more calls are waiting, else mark it idle."""
         with self._lock:
             if not self._items:
                 self._busy = False
@@ -228,6 +239,7 @@ class WorkerPool:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._pending = 0                  # calls posted to lanes and not yet run
 
     def lane(self) -> Lane:
         """A new lane (inline when the pool has no threads)."""
@@ -255,15 +267,32 @@ class WorkerPool:
                 log.exception("an env worker call failed")
             idle.release()
 
+    def _pending_change(self, delta: int) -> None:
+        with self._lock:
+            self._pending += delta
+
     @property
     def threads(self) -> int:
         """Threads started so far."""
         return len(self._threads)
 
-    def close(self) -> None:
-        """Let idle threads end; never waits (a thread stuck in an env call ends with the process)."""
+    def close(self, timeout: float = 0.0) -> None:
+        """End the threads once the calls already posted (env closes, say) have run.
+
+        Waits at most ``timeout`` seconds in all: a thread stuck in an env call
+        is left to end with the process (its threads are daemons).
+        """
+        deadline = time.monotonic() + timeout
+        while self._pending and time.monotonic() < deadline:     # the posted calls run first
+            time.sleep(0.01)
         with self._lock:
             self._closed = True
-            count = len(self._threads)
-        for _ in range(count):
+            threads = list(self._threads)
+        for _ in threads:
             self._queue.put(None)
+        for thread in threads:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            if thread is not threading.current_thread():
+                thread.join(left)
