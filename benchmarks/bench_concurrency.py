@@ -125,7 +125,7 @@ class Case:
 
     def open(self) -> None:
         from dmrpc_gym import DmRpcEnv
-        from dmrpc_gym.vector import DmRpcVectorEnv
+        from dmrpc_gym.client.vector import DmRpcVectorEnv
         if self.n:
             self.env = DmRpcVectorEnv(num_envs=self.n, address=self.address)
         else:

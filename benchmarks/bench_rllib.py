@@ -47,7 +47,7 @@ LOCAL = "bench/LocalCatch-v0"
 def local_catch(env_config: Any):
     """The bundled gymnasium Catch, in the runner's process, in the same flat view."""
     from dmrpc_gym.worlds.catch import Catch
-    from dmrpc_gym.wrappers import FlatSpaces
+    from dmrpc_gym.integrations.flat_spaces import FlatSpaces
     return FlatSpaces(Catch(**dict(env_config)))
 
 

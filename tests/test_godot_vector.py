@@ -7,7 +7,7 @@ import pytest
 from dm_env_rpc.v1 import dm_env_adaptor
 from dm_env_rpc.v1 import dm_env_rpc_pb2 as dpb
 
-from dmrpc_gym.vector import DmRpcVectorEnv
+from dmrpc_gym.client.vector import DmRpcVectorEnv
 import servers
 from dmrpc_gym.integrations.godot import GodotVectorEnv, make_godot_catch
 from dmrpc_gym.server import Server

@@ -55,6 +55,9 @@ def imports(path: pathlib.Path, known: set[str]) -> list[tuple[str, bool]]:
 def layer(module: str) -> str | None:
     if module == "dmrpc_gym.__main__":       # `python -m dmrpc_gym`: the command line
         return "app"
+    alias = ALIASES.get(module)
+    if alias is not None:                    # an old path is ranked as what it stands for
+        module = alias if isinstance(alias, str) else max(alias, key=lambda m: RANKS[m.split(".")[1]])
     parts = module.split(".")
     return parts[1] if len(parts) > 1 and parts[1] in RANKS else None
 
@@ -108,6 +111,7 @@ def test_the_walk_sees_imports_and_would_catch_a_wrong_one(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from dmrpc_gym.server import runner\n")
     assert imports(bad, set(GRAPH)) == [("dmrpc_gym.server.runner", False)]
+    assert layer("dmrpc_gym.connection") == "client"   # an old path counts as its new home
 
 
 def test_every_module_says_what_it_holds_and_stays_small():

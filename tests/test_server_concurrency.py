@@ -28,7 +28,7 @@ from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import pack_any, pb, props_pb, unpack_any
 from dmrpc_gym.server import Server
-from dmrpc_gym.vector import DmRpcVectorEnv
+from dmrpc_gym.client.vector import DmRpcVectorEnv
 from dmrpc_gym.worlds.catch import Catch
 from dmrpc_gym.worlds.tag import Tag
 

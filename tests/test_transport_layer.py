@@ -10,6 +10,8 @@ import socket
 import threading
 
 import grpc
+import gymnasium as gym
+import numpy as np
 import pytest
 from test_connection import ScriptedServer
 
@@ -145,3 +147,46 @@ def test_parse_address():
     for bad in ("localhost", ":5", "host:port"):
         with pytest.raises(ValueError, match="not of the form host:port"):
             parse_address(bad)
+
+
+class _BigFrame(gym.Env):
+    """One 8 MiB uint8 observation, different every step."""
+
+    observation_space = gym.spaces.Box(0, 255, (8 << 20,), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        self.n = 0
+        return np.zeros(8 << 20, np.uint8), {}
+
+    def step(self, action):
+        self.n += 1
+        return np.full(8 << 20, self.n % 256, np.uint8), 0.0, False, False, {}
+
+
+def test_a_large_answer_is_read_straight_into_its_message(monkeypatch):
+    """A large DATA frame takes the direct path (read into the message, not buffered first)."""
+    from dmrpc_gym.transport.h2_large import _LargeMessages
+    calls = []
+    original = _LargeMessages._read_data_direct
+
+    def spy(self, *args):
+        calls.append(args)
+        return original(self, *args)
+
+    monkeypatch.setattr(_LargeMessages, "_read_data_direct", spy)
+    with Server(_BigFrame) as server:
+        transport = open_h2(server.address)
+        try:
+            transport.write(request(create_world=pb.CreateWorldRequest()))
+            world = answer(transport.read(10.0)).create_world.world_name
+            transport.write(request(join_world=pb.JoinWorldRequest(world_name=world)))
+            answer(transport.read(10.0))
+            for expected in (0, 1, 2):
+                transport.write(request(step=pb.StepRequest(requested_observations=[1])))
+                observation = answer(transport.read(30.0)).step.observations[1].uint8s.array
+                assert len(observation) == 8 << 20 and observation[:3] == bytes([expected] * 3)
+                assert observation[-1] == expected
+        finally:
+            transport.close()
+    assert calls, "no large DATA frame took the direct path"

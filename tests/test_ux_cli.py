@@ -232,11 +232,11 @@ def test_ctrl_c_in_demo_is_one_line_and_status_130(workdir):
 # -- item 3 and "also add": bench, inspect, check, record against a multi-agent world ------------------
 
 def test_bench_against_a_multi_agent_world_says_at_once_why_it_cannot(workdir):
-    served = Served("dmrpc_gym.worlds:Tag", workdir)
+    served = Served("dmrpc_gym.worlds:Tag", workdir, "--timeout", "600")
     try:
         start = time.monotonic()
         result = console("bench", served.address, "--steps", "10", cwd=workdir)
-        assert time.monotonic() - start < 25        # the server's wait is 30 s
+        assert time.monotonic() - start < 300       # far below the server's wait for the other agents
     finally:
         served.stop()
     assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1

@@ -46,6 +46,7 @@ def _fail(command: str, message: Any) -> int:
 
 def add_serve(subparsers: Any) -> None:
     """Declare ``dmrpc-gym serve``."""
+    from dmrpc_gym.server.workers import DEFAULT_WORKERS, INLINE_BELOW
     parser = subparsers.add_parser(
         "serve", help="serve a gymnasium or PettingZoo env over dm_env_rpc",
         description="Serve a gymnasium or PettingZoo env over dm_env_rpc (gRPC) until interrupted. "
@@ -68,8 +69,8 @@ def add_serve(subparsers: Any) -> None:
                              "passed to the envs as is")
     parser.add_argument("--workers", type=int, default=None, metavar="N",
                         help="threads env calls run on, so that worlds step concurrently "
-                             "(default: 64, started as needed; 0 runs envs on the event loop)")
-    parser.add_argument("--inline-below", type=float, default=100e-6, metavar="SECONDS",
+                             f"(default: {DEFAULT_WORKERS}, started as needed; 0 runs envs on the event loop)")
+    parser.add_argument("--inline-below", type=float, default=INLINE_BELOW, metavar="SECONDS",
                         help="an env whose recent steps each took less runs them on the event loop, "
                              "cheaper than a thread hand-off (default: %(default)s; 0: never)")
     parser.add_argument("--processes", type=int, default=0, metavar="N",

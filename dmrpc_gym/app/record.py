@@ -99,22 +99,25 @@ def _single_agent(address: str, kwargs: Mapping[str, Any], model_path: str | Non
                   seed: int) -> tuple[Any, Callable[[], np.ndarray | None], Callable[[], bool], Callable[[], None]]:
     from dmrpc_gym.client.env import DmRpcEnv
     env = DmRpcEnv(address, render_mode="rgb_array", **kwargs)
-    act: Callable[[Any], Any]
-    if model_path is None:
-        env.action_space.seed(seed)
-        act = lambda obs: env.action_space.sample()          # noqa: E731
-        view = env
-    else:
-        import stable_baselines3
-        from dmrpc_gym.integrations.flat_spaces import SB3Compat
-        model_class = getattr(stable_baselines3, algo, None)
-        if model_class is None:
-            env.close()
-            raise ValueError(f"--algo {algo!r} is not a Stable-Baselines3 algorithm (e.g. PPO, A2C, DQN)")
-        view = SB3Compat(env)
-        model = model_class.load(model_path, device="cpu")
-        act = lambda obs: model.predict(obs, deterministic=True)[0]   # noqa: E731
-    state = {"obs": view.reset(seed=seed)[0]}
+    try:                                  # whatever fails before recording starts leaves no world behind
+        act: Callable[[Any], Any]
+        if model_path is None:
+            env.action_space.seed(seed)
+            act = lambda obs: env.action_space.sample()          # noqa: E731
+            view = env
+        else:
+            import stable_baselines3
+            from dmrpc_gym.integrations.flat_spaces import SB3Compat
+            model_class = getattr(stable_baselines3, algo, None)
+            if model_class is None:
+                raise ValueError(f"--algo {algo!r} is not a Stable-Baselines3 algorithm (e.g. PPO, A2C, DQN)")
+            view = SB3Compat(env)
+            model = model_class.load(model_path, device="cpu")
+            act = lambda obs: model.predict(obs, deterministic=True)[0]   # noqa: E731
+        state = {"obs": view.reset(seed=seed)[0]}
+    except BaseException:
+        env.close()
+        raise
 
     def step() -> bool:
         obs, _, terminated, truncated, _ = view.step(act(state["obs"]))

@@ -19,7 +19,7 @@ take a default: zero, moved into the action's bounds (``""`` for text).
 {1: 'observation', 2: 'reward', 3: 'discount'}
 >>> {uid: s.name for uid, s in face.specs.actions.items()}
 {1: 'action'}
->>> from dmrpc_gym import tensors
+>>> from dmrpc_gym.protocol import tensors
 >>> face.actions({1: tensors.pack(np.int64(2))}), face.actions({})
 (np.int64(2), np.int64(0))
 """

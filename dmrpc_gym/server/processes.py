@@ -145,7 +145,13 @@ class _Worker:
         self.process.start()
         child.close()
         self.lock = threading.Lock()
-        self.envs = 0
+        self.envs = 0                          # envs living in this process (changed by add_envs)
+        self._count_lock = threading.Lock()
+
+    def add_envs(self, n: int) -> None:
+        """Count ``n`` more (or fewer) envs here; called from several worker threads."""
+        with self._count_lock:
+            self.envs += n
 
     def ready(self, name: str) -> None:
         """Wait for the process to have loaded the factory; ``ValueError`` saying why it could not."""
@@ -231,7 +237,7 @@ class RemoteEnv:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._worker.envs -= 1
+            self._worker.add_envs(-1)
             self._worker.request("close", self._key)
 
     def __repr__(self) -> str:
@@ -293,12 +299,12 @@ class ProcessHost:
             if not self._workers:
                 raise status.failed_precondition("the server's env processes are stopped")
             worker = min(self._workers, key=lambda w: w.envs)
-            worker.envs += 1
+            worker.add_envs(1)
             key = next(self._keys)
         try:
             info = worker.request("make", key, dict(kwargs))
         except BaseException:
-            worker.envs -= 1
+            worker.add_envs(-1)
             raise
         return RemoteEnv(worker, key, info), info["kind"]
 

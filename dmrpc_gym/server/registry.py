@@ -38,7 +38,7 @@ class WorldRegistry:
         pool: where env calls run (None: inline, on the caller's thread).
 
     >>> import asyncio
-    >>> from dmrpc_gym import tensors
+    >>> from dmrpc_gym.protocol import tensors
     >>> from dmrpc_gym.worlds.catch import Catch
     >>> registry = WorldRegistry(Factory(Catch))
     >>> async def demo():

@@ -5,7 +5,7 @@ stay numpy arrays, so settings can be passed straight to an env factory as
 keyword arguments. ``seed`` is special everywhere: it is never passed to the
 factory, it seeds ``reset(seed=...)``.
 
->>> from dmrpc_gym import tensors
+>>> from dmrpc_gym.protocol import tensors
 >>> kwargs = unpack_settings({"rows": tensors.pack(np.int32(5)), "seed": tensors.pack(7)}, "world")
 >>> pop_seed(kwargs, "world"), kwargs
 (7, {'rows': 5})

@@ -15,7 +15,7 @@ from collections import deque
 import hpack
 
 __all__ = ["MessageSplitter", "MessageTooLarge", "StreamError", "ProtocolError", "frame", "grpc_frame",
-           "header_frames", "check_frame", "parse_settings", "header_fragment", "unpad", "decode_headers",
+           "header_frames", "check_frame", "parse_settings", "header_fragment", "unpad", "decode_headers", "grpc_status",
            "HEADER", "U32", "PREFACE", "MAX_WINDOW", "DEFAULT_MAX_MESSAGE"]
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -24,6 +24,7 @@ END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
 SETTING_HEADER_TABLE, SETTING_PUSH, SETTING_WINDOW, SETTING_FRAME = 1, 2, 4, 5
 # RFC 9113 section 7 error codes
 NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, CANCEL = 0x0, 0x1, 0x3, 0x6, 0x8
+COMPRESSION_ERROR = 0x9
 REFUSED_STREAM, ENHANCE_YOUR_CALM = 0x7, 0xB
 MIN_FRAME, MAX_FRAME = 16384, 2**24 - 1
 #: Default largest gRPC message either end accepts: 64 MiB (see the README's "Security and transport").
@@ -156,9 +157,19 @@ def check_frame(kind: int, flags: int, stream: int, length: int) -> None:
 
 
 def decode_headers(decoder: hpack.Decoder, block: bytes) -> dict[str, str]:
-    """A complete header block as ``{name: value}`` (text)."""
-    return {k if isinstance(k, str) else k.decode(): v if isinstance(v, str) else v.decode()
-            for k, v in decoder.decode(bytes(block))}
+    """A complete header block as ``{name: value}`` (text); one that does not decode is a
+    connection error (RFC 9113 4.3: COMPRESSION_ERROR)."""
+    try:
+        return {k if isinstance(k, str) else k.decode(): v if isinstance(v, str) else v.decode()
+                for k, v in decoder.decode(bytes(block))}
+    except (hpack.HPACKError, UnicodeDecodeError) as exc:
+        raise ProtocolError(COMPRESSION_ERROR, f"a header block that does not decode: {exc}") from None
+
+
+def grpc_status(headers: dict[str, str]) -> int:
+    """The ``grpc-status`` of trailers; missing or not a number: UNKNOWN (2) / INTERNAL (13)."""
+    text = headers.get("grpc-status", "2")
+    return int(text) if text.isdigit() else 13
 
 
 class MessageSplitter:

@@ -34,8 +34,8 @@ from dmrpc_gym.transport.frames import (ACK, CANCEL, DEFAULT_MAX_MESSAGE, CONTIN
                                         HEADERS, MAX_WINDOW, PADDED, PING, PREFACE, PROTOCOL_ERROR, PUSH_PROMISE,
                                         RST_STREAM, SETTING_FRAME, SETTING_PUSH, SETTING_WINDOW, SETTINGS, U32,
                                         WINDOW_UPDATE, MessageSplitter, ProtocolError, StreamError, check_frame,
-                                        decode_headers, frame, grpc_frame, header_fragment, header_frames,
-                                        parse_settings, unpad)
+                                        decode_headers, frame, grpc_frame, grpc_status, header_fragment,
+                                        header_frames, parse_settings, unpad)
 from dmrpc_gym.transport.h2_large import _LargeMessages
 from dmrpc_gym.transport.keepalive import IdleWatcher
 
@@ -191,9 +191,18 @@ class GrpcStream(_LargeMessages):
         """Half-close our side politely, then close the socket. Never blocks for long."""
         if self._watcher is not None:
             self._watcher.stop()
+        # END_STREAM only when no other thread is mid-send (its bytes must not be cut into).
+        if self.lock.acquire(blocking=False):
+            try:
+                if not self._unsent:
+                    self._sock.settimeout(0.0)
+                    self._sock.send(frame(DATA, END_STREAM, _STREAM))
+            except OSError:
+                pass
+            finally:
+                self.lock.release()
         try:
-            self._sock.settimeout(0.0)
-            self._sock.send(frame(DATA, END_STREAM, _STREAM))
+            self._sock.shutdown(socket.SHUT_RDWR)    # wakes a thread blocked reading this socket
         except OSError:
             pass
         try:
@@ -252,11 +261,12 @@ class GrpcStream(_LargeMessages):
         hi, lo, kind, flags, stream = HEADER.unpack_from(buf)
         length = (hi << 16) | lo
         end = 9 + length
+        stream &= 0x7FFFFFFF
+        if (kind == DATA and length >= _DIRECT and stream == _STREAM and not flags & PADDED and len(buf) < end
+                and self._header_block is None):
+            return self._read_data_direct(flags, length)      # not buffered first: read into the message
         if len(buf) < end:
             self._fill(end)
-        stream &= 0x7FFFFFFF
-        if kind == DATA and length >= _DIRECT and stream == _STREAM and not flags & PADDED and len(buf) < end:
-            return self._read_data_direct(flags, length)
         if kind == WINDOW_UPDATE and length == 4:   # grpcio servers send two with every answer: read in place
             increment = U32.unpack_from(buf, 9)[0] & 0x7FFFFFFF
             del buf[:end]
@@ -339,7 +349,8 @@ class GrpcStream(_LargeMessages):
 
     def _on_data(self, flags: int, payload: bytes) -> None:
         try:
-            self._splitter.feed(unpad(payload) if flags & PADDED else payload, self._messages)
+            if self._ended is None:          # after a refused answer the rest of it is dropped
+                self._splitter.feed(unpad(payload) if flags & PADDED else payload, self._messages)
         except StreamError as err:
             self._reset(err)
         self._received += len(payload)
@@ -380,7 +391,7 @@ class GrpcStream(_LargeMessages):
         if headers.get(":status", "200") != "200":
             self._end(None, f"the server answered HTTP status {headers[':status']}")
         elif self._header_flags & END_STREAM:
-            status = int(headers.get("grpc-status", "2"))
+            status = grpc_status(headers)
             message = urllib.parse.unquote(headers.get("grpc-message", ""))
             self._end(status, message or f"the server ended the stream with gRPC status {status}")
         elif headers.get("grpc-encoding", "identity") != "identity":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ssl
 
-from dmrpc_gym.transport.frames import DATA, HEADER, U32
+from dmrpc_gym.transport.frames import DATA, HEADER, U32, StreamError
 
 __all__: list[str] = []          # a part of GrpcStream, not an interface of its own
 
@@ -94,7 +94,10 @@ class _LargeMessages:
                 n = self._sock.recv_into(room, min(left, len(room)))
                 del room
                 if n:
-                    splitter.advance(n, messages)
+                    try:
+                        splitter.advance(n, messages)
+                    except StreamError as err:     # too large, or does not decompress: refuse it
+                        self._reset(err)
             if not n:
                 self._dead = ConnectionResetError("the server closed the connection in the middle of a frame")
                 raise self._dead

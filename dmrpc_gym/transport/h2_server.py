@@ -43,6 +43,7 @@ _CHUNK = 1 << 18                 # largest DATA frame we write in one go
 _MAX_HEADER_BLOCK = 1 << 20      # a header block larger than this ends the connection
 _BIG_FRAME = 1 << 16             # DATA frames at least this large are not copied out of the read buffer
 _INTERNAL = 13
+_LINGER = 1.0                    # seconds a connection that broke the protocol is read and dropped
 
 
 class GrpcProtocol(Replies, asyncio.Protocol):
@@ -75,6 +76,7 @@ class GrpcProtocol(Replies, asyncio.Protocol):
         self._can_write = asyncio.Event()
         self._can_write.set()
         self._closed = False
+        self._lingering = False
         self._last_stream = 0
         self._draining = False           # a GOAWAY went either way: close once the streams are done
 
@@ -91,6 +93,8 @@ class GrpcProtocol(Replies, asyncio.Protocol):
                 pass
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return                         # after a protocol error: read and dropped (see abort)
         buf = self._buf
         buf += data
         try:
@@ -114,7 +118,7 @@ class GrpcProtocol(Replies, asyncio.Protocol):
         except ProtocolError as exc:
             log.info("closing an HTTP/2 connection: %s", exc)
             self._buf = bytearray()
-            self.abort(exc.code, str(exc))
+            self.abort(exc.code, str(exc), linger=True)
         except Exception as exc:  # noqa: BLE001 - a broken peer loses its connection, nobody else
             log.info("closing an HTTP/2 connection: %s", exc)
             self._buf = bytearray()
@@ -335,11 +339,23 @@ class GrpcProtocol(Replies, asyncio.Protocol):
         self._transport.write(frame(GOAWAY, 0, 0, struct.pack(">LL", self._last_stream, NO_ERROR)))
         self._close_if_done()
 
-    def abort(self, code: int = NO_ERROR, debug: str = "") -> None:
-        """Say GOAWAY (``code``, ``debug`` text) and drop the connection; its streams end and their sessions close."""
+    def abort(self, code: int = NO_ERROR, debug: str = "", linger: bool = False) -> None:
+        """Say GOAWAY (``code``, ``debug`` text) and drop the connection; its streams end and their sessions close.
+
+        ``linger`` (a peer's protocol error): shut our side, and read and drop what the peer
+        still sends for a moment before closing. Closing with its bytes unread would make
+        the kernel reset the connection, and the peer could lose the GOAWAY that says why.
+        """
         if self._closed or self._transport is None:
             return
-        self._transport.write(frame(GOAWAY, 0, 0, struct.pack(">LL", self._last_stream, code)
-                                    + debug.encode("utf-8", "replace")[:256]))
+        transport = self._transport
+        transport.write(frame(GOAWAY, 0, 0, struct.pack(">LL", self._last_stream, code)
+                              + debug.encode("utf-8", "replace")[:256]))
         self._closed = True
-        self._transport.close()
+        if not linger:
+            transport.close()
+            return
+        self._lingering = True
+        if transport.can_write_eof():
+            transport.write_eof()
+        asyncio.get_running_loop().call_later(_LINGER, transport.close)
