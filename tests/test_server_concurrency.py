@@ -9,6 +9,7 @@ mode) in which processes envs ran. Nothing here asserts a duration.
 from __future__ import annotations
 
 import os
+import pathlib
 import sys
 import threading
 import types
@@ -40,6 +41,7 @@ HOLD = threading.Event()
 HELD = threading.Event()
 #: Seconds every Sleepy step sleeps on top of its own delay (thread mode).
 EXTRA = [0.0]
+BARRIER: list = [None]   # a threading.Barrier every in-process step waits at, when set
 #: (id, building seconds) of every Sleepy closed (thread mode).
 CLOSED: list[tuple[int, float]] = []
 WAIT = 30.0   # seconds a test waits for something that should happen at once
@@ -56,8 +58,10 @@ class Sleepy(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, delay: float = 0.01, marker: str = "", fail: bool = False, build: float = 0.0):
+    def __init__(self, delay: float = 0.01, marker: str = "", fail: bool = False, build: float = 0.0,
+                 meet: str = ""):
         self.delay, self.marker, self.fail, self.build = float(delay), str(marker), bool(fail), float(build)
+        self.meet = str(meet)   # a folder: each step waits there until 2 steps (of any process) have started
         time.sleep(self.build)
         self.observation_space = gym.spaces.Box(0.0, np.inf, (3,), np.float64)
         self._last = (0.0, 0.0)
@@ -79,6 +83,10 @@ class Sleepy(gym.Env):
             open(self.marker, "w").close()
         if self.fail:
             raise ValueError("boom")
+        if BARRIER[0] is not None:
+            BARRIER[0].wait()                  # broken (an error) unless the others step meanwhile
+        if self.meet:
+            _meet(self.meet)
         if self.delay < 0:
             HELD.set()
             HOLD.wait(WAIT)
@@ -87,6 +95,17 @@ class Sleepy(gym.Env):
         self._last = (start, time.monotonic())
         STEPS.append((id(self), threading.current_thread().name, *self._last))
         return self._obs(), 1.0, False, False, {}
+
+
+def _meet(folder: str, parties: int = 2) -> None:
+    """Wait until ``parties`` steps, in any processes, have started (bounded by ``WAIT``)."""
+    path = pathlib.Path(folder)
+    (path / f"{os.getpid()}-{threading.get_ident()}").touch()
+    deadline = time.monotonic() + WAIT
+    while len(list(path.iterdir())) < parties:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {len(list(path.iterdir()))} of {parties} steps started together")
+        time.sleep(0.005)
 
 
 class SlowTag(Tag):
@@ -138,7 +157,12 @@ def test_worlds_of_one_vector_env_step_at_the_same_time_off_the_loop():
         envs = DmRpcVectorEnv(num_envs=8, address=server.address)
         try:
             envs.reset(seed=0)
-            for _ in range(6):
+            BARRIER[0] = threading.Barrier(8, timeout=WAIT)    # the 8 worlds' steps must meet
+            try:
+                envs.step(np.zeros(8, np.int64))
+            finally:
+                BARRIER[0] = None
+            for _ in range(5):
                 envs.step(np.zeros(8, np.int64))
         finally:
             envs.close()
@@ -147,9 +171,8 @@ def test_worlds_of_one_vector_env_step_at_the_same_time_off_the_loop():
     # Every step ran on a worker thread, never on the server's event-loop thread.
     assert all(name.startswith("dmrpc-gym-env") for _, name, _, _ in STEPS), {n for _, n, _, _ in STEPS}
     assert len({name for _, name, _, _ in STEPS}) >= 2
-    # Steps of different worlds were in progress together (one at a time would give 1) ...
-    assert max_overlap(STEPS) >= 4, max_overlap(STEPS)
-    # ... and never two steps of one env.
+    # Steps of all 8 worlds were in progress together (the barrier above passed: a world
+    # stepping alone would have broken it) ... and never two steps of one env.
     for env in {env for env, *_ in STEPS}:
         assert max_overlap([step for step in STEPS if step[0] == env]) == 1
 
@@ -240,7 +263,7 @@ def test_workers_zero_runs_envs_on_the_loop_and_bad_numbers_are_refused():
 def test_quick_steps_run_on_the_loop_until_one_is_slow():
     STEPS.clear()
     EXTRA[0] = 0.0
-    with Server(Sleepy) as server, Server(Sleepy, inline_below=0) as never:
+    with Server(Sleepy, inline_below=0.05) as server, Server(Sleepy, inline_below=0) as never:
         loop_thread = f"dmrpc-gym-server {server.factory.name}"
         env = DmRpcEnv(server.address, world_settings={"delay": 0.0})
         env.reset(seed=0)
@@ -252,7 +275,7 @@ def test_quick_steps_run_on_the_loop_until_one_is_slow():
         assert all(name.startswith("dmrpc-gym-env") for name in quick[:7])
         assert loop_thread in quick[7:], quick
         STEPS.clear()
-        EXTRA[0] = 0.003   # the env turns slow: the first slow step sends the next ones to workers
+        EXTRA[0] = 0.1     # the env turns slow: the first slow step sends the next ones to workers
         try:
             for _ in range(6):
                 env.step(0)
@@ -274,11 +297,12 @@ def test_quick_steps_run_on_the_loop_until_one_is_slow():
 
 # -- processes -----------------------------------------------------------------------------
 
-def test_envs_live_in_worker_processes():
+def test_envs_live_in_worker_processes(tmp_path):
     STEPS.clear()
     with Server(Sleepy, processes=2) as server:
         assert len(server.env_pids) == 2 and os.getpid() not in server.env_pids
-        envs = DmRpcVectorEnv(num_envs=2, address=server.address, world_settings={"delay": 0.2})
+        envs = DmRpcVectorEnv(num_envs=2, address=server.address,
+                              world_settings={"delay": 0.0, "meet": str(tmp_path)})
         try:
             first, _ = envs.reset(seed=0)
             obs, *_ = envs.step(np.zeros(2, np.int64))
@@ -288,7 +312,7 @@ def test_envs_live_in_worker_processes():
         assert pids == pids_of(first)
         # Two envs, each in its own worker process (the least loaded one gets the next env) ...
         assert pids == set(server.env_pids)
-        # ... and the two processes were in their steps at the same time.
+        # ... and the two processes were in their steps at the same time (each waited for the other).
         starts, ends = obs[:, 1], obs[:, 2]
         assert starts.min() > 0 and starts.max() < ends.min(), obs
     assert not STEPS, "no step ran in the test's (the server's) process"
