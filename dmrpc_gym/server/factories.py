@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping
 import gymnasium as gym
 
 from dmrpc_gym.server import status
-from dmrpc_gym.server.settings import SEED, describe
+from dmrpc_gym.server.settings import SEED, describe, refuse_unknown
 
 __all__ = ["Factory", "env_kind", "close_quietly", "KINDS", "RENDER_MODE"]
 
@@ -223,13 +223,7 @@ class Factory:
                 f"render_mode={self.render_mode!r}; request the RGB observation instead")
         if self.accepted is None:
             return
-        unknown = sorted(set(kwargs) - self.accepted)
-        if unknown:
-            names = ", ".join(repr(n) for n in unknown)
-            plural = "s" if len(unknown) > 1 else ""
-            accepted = ", ".join(sorted(self.accepted | {SEED}))
-            raise status.invalid_argument(
-                f"unknown {what} setting{plural} {names} for {self.name} (accepted: {accepted})")
+        refuse_unknown(set(kwargs) - self.accepted, what, self.name, self.accepted | {SEED})
 
     def make(self, kwargs: Mapping[str, Any]) -> tuple[Any, str]:
         """Build one env with ``kwargs``: ``(env, kind)``.

@@ -41,7 +41,7 @@ from dmrpc_gym.server.factories import Factory, close_quietly
 from dmrpc_gym.server.interface import AgentInterface, probe_render, rgb_render, sequence_state
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.workers import Lane, WorkerPool
-from dmrpc_gym.server.settings import (SEED, check_seed, pop_seed, same_settings, unpack_settings,
+from dmrpc_gym.server.settings import (SEED, check_seed, refuse_unknown, pop_seed, same_settings, unpack_settings,
                                        world_reset_settings)
 from dmrpc_gym.protocol.wire import pb
 
@@ -111,10 +111,7 @@ class GymWorld:
         """A new agent (JoinWorld). Join settings: ``seed`` only."""
         kwargs = unpack_settings(settings, "join")
         seed = pop_seed(kwargs, "join")
-        if kwargs:
-            raise status.invalid_argument(
-                f"unknown join setting{'s' if len(kwargs) > 1 else ''} "
-                f"{', '.join(repr(k) for k in sorted(kwargs))} for world {self.name!r} (accepted: {SEED})")
+        refuse_unknown(kwargs, "join", f"world {self.name!r}", [SEED])
         slot = next(i for i in itertools.count() if i not in self.agents)
         self.agents[slot] = None  # type: ignore[assignment]  # claimed while the env is built
         try:

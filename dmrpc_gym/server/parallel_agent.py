@@ -10,10 +10,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import pb
-from dmrpc_gym.server import status
 from dmrpc_gym.server.interface import AgentInterface, sequence_state
 from dmrpc_gym.server.properties import Property
-from dmrpc_gym.server.settings import SEED, pop_seed, unpack_settings
+from dmrpc_gym.server.settings import SEED, pop_seed, refuse_unknown, unpack_settings
 
 if TYPE_CHECKING:
     from dmrpc_gym.server.parallel_world import ParallelWorld
@@ -88,10 +87,7 @@ class ParallelAgent:
         """ResetRequest: settings ``seed`` only; a running agent ends the episode for everyone."""
         kwargs = unpack_settings(settings, "reset")
         seed = pop_seed(kwargs, "reset")
-        if kwargs:
-            raise status.invalid_argument(
-                f"unknown reset setting{'s' if len(kwargs) > 1 else ''} {names_text(sorted(kwargs))} "
-                f"for an agent of world {self.world.name!r} (accepted: {SEED})")
+        refuse_unknown(kwargs, "reset", f"an agent of world {self.world.name!r}", [SEED])
         world = self.world
         in_current = world.running and world.episode == self.episode and self.name in world.live
         joins_current = world.running and self.name in world.live and not in_current

@@ -47,7 +47,7 @@ from dmrpc_gym.server.interface import AgentInterface, probe_render, rgb_render
 from dmrpc_gym.server.parallel_agent import AGENT, ParallelAgent, names_text
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.workers import Lane
-from dmrpc_gym.server.settings import SEED, check_seed, unpack_settings, world_reset_settings
+from dmrpc_gym.server.settings import SEED, check_seed, refuse_unknown, unpack_settings, world_reset_settings
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = ["ParallelWorld", "AGENT"]
@@ -252,10 +252,7 @@ class ParallelWorld:
         """Claim an agent (JoinWorld): the ``agent`` setting, or the first free one."""
         kwargs = unpack_settings(settings, "join")
         wanted = kwargs.pop(AGENT, None)
-        if kwargs:
-            raise status.invalid_argument(
-                f"unknown join setting{'s' if len(kwargs) > 1 else ''} {names_text(sorted(kwargs))} "
-                f"for world {self.name!r} (accepted: {AGENT})")
+        refuse_unknown(kwargs, "join", f"world {self.name!r}", [AGENT])
         free = [a for a in self.possible if a not in self.agents]
         if wanted is None:
             if not free:

@@ -55,6 +55,23 @@ def pop_seed(kwargs: dict[str, Any], what: str) -> int | None:
     return check_seed(kwargs.pop(SEED), f"{what} setting")
 
 
+def refuse_unknown(unknown: Any, what: str, where: str, accepted: Any) -> None:
+    """``INVALID_ARGUMENT`` naming the ``what`` settings (``"join"``, ``"reset"``...) that ``where``
+    does not accept, and those it does; nothing when ``unknown`` is empty.
+
+    >>> refuse_unknown(["speed"], "world", "Catch", ["rows", "seed"])
+    Traceback (most recent call last):
+    ...
+    dmrpc_gym.protocol.errors.DmRpcError: INVALID_ARGUMENT: unknown world setting 'speed' for Catch (accepted: rows, seed)
+    """
+    unknown = sorted(unknown)
+    if unknown:
+        plural = "s" if len(unknown) > 1 else ""
+        raise status.invalid_argument(
+            f"unknown {what} setting{plural} {', '.join(repr(n) for n in unknown)} for {where} "
+            f"(accepted: {', '.join(sorted(accepted))})")
+
+
 def same_settings(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Whether two settings dicts are equal (arrays compared by value)."""
     if a.keys() != b.keys():

@@ -15,7 +15,7 @@ from collections import deque
 import hpack
 
 __all__ = ["MessageSplitter", "MessageTooLarge", "StreamError", "ProtocolError", "frame", "grpc_frame",
-           "header_frames", "check_frame", "parse_settings", "header_fragment", "unpad", "decode_headers", "grpc_status",
+           "header_frames", "check_frame", "parse_settings", "header_fragment", "unpad", "decode_headers", "grpc_status", "HeaderBlock",
            "HEADER", "U32", "PREFACE", "MAX_WINDOW", "DEFAULT_MAX_MESSAGE"]
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -164,6 +164,48 @@ def decode_headers(decoder: hpack.Decoder, block: bytes) -> dict[str, str]:
                 for k, v in decoder.decode(bytes(block))}
     except (hpack.HPACKError, UnicodeDecodeError) as exc:
         raise ProtocolError(COMPRESSION_ERROR, f"a header block that does not decode: {exc}") from None
+
+
+class HeaderBlock:
+    """A header block as it arrives: a HEADERS frame, then CONTINUATION frames until END_HEADERS.
+
+    >>> block, encoder = HeaderBlock(), hpack.Encoder()
+    >>> data = encoder.encode([(":status", "200"), ("x", "1")])
+    >>> block.add(HEADERS, END_STREAM, 1, data[:2], hpack.Decoder()) is None, block.open, block.stream
+    (True, True, 1)
+    """
+
+    __slots__ = ("data", "stream", "flags", "_decoder")
+
+    #: The largest block accepted; a larger one ends the connection (ENHANCE_YOUR_CALM).
+    LIMIT = 1 << 20
+
+    def __init__(self):
+        self.data: bytearray | None = None
+        self.stream = 0                    # the stream and the HEADERS flags (END_STREAM) of the block
+        self.flags = 0
+
+    @property
+    def open(self) -> bool:
+        """A block has begun and not ended: only its CONTINUATION frames may come now."""
+        return self.data is not None
+
+    def add(self, kind: int, flags: int, stream: int, payload: bytes,
+            decoder: hpack.Decoder) -> dict[str, str] | None:
+        """Take one HEADERS or CONTINUATION frame: the decoded headers once the block is whole."""
+        if kind == HEADERS:
+            self.data = bytearray(header_fragment(flags, payload))
+            self.stream, self.flags = stream, flags
+        elif self.data is None:
+            raise ProtocolError(PROTOCOL_ERROR, "a CONTINUATION frame without a HEADERS frame before it")
+        else:
+            self.data += payload
+        if len(self.data) > self.LIMIT:
+            raise ProtocolError(ENHANCE_YOUR_CALM, f"a header block of more than {self.LIMIT} bytes")
+        if not flags & END_HEADERS:
+            return None
+        data, self.data = self.data, None
+        return decode_headers(decoder, data)
 
 
 def grpc_status(headers: dict[str, str]) -> int:

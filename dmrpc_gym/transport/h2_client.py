@@ -30,12 +30,11 @@ import hpack
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.base import StreamEnded
-from dmrpc_gym.transport.frames import (ACK, CANCEL, DEFAULT_MAX_MESSAGE, CONTINUATION, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADER,
+from dmrpc_gym.transport.frames import (ACK, CANCEL, DEFAULT_MAX_MESSAGE, CONTINUATION, DATA, END_STREAM, GOAWAY, HEADER,
                                         HEADERS, MAX_WINDOW, PADDED, PING, PREFACE, PROTOCOL_ERROR, PUSH_PROMISE,
                                         RST_STREAM, SETTING_FRAME, SETTING_PUSH, SETTING_WINDOW, SETTINGS, U32,
-                                        WINDOW_UPDATE, MessageSplitter, ProtocolError, StreamError, check_frame,
-                                        decode_headers, frame, grpc_frame, grpc_status, header_fragment,
-                                        header_frames, parse_settings, unpad)
+                                        WINDOW_UPDATE, HeaderBlock, MessageSplitter, ProtocolError, StreamError, check_frame,
+                                        frame, grpc_frame, grpc_status, header_frames, parse_settings, unpad)
 from dmrpc_gym.transport.h2_large import _LargeMessages
 from dmrpc_gym.transport.keepalive import IdleWatcher
 
@@ -44,7 +43,6 @@ __all__ = ["GrpcStream", "DEFAULT_MAX_MESSAGE"]
 _STREAM = 1                      # the one stream this connection carries
 _OUR_FRAME = 2**24 - 1           # largest frame we accept
 _RECV_CHUNK = 1 << 18
-_MAX_HEADER_BLOCK = 1 << 20      # a server's header block larger than this ends the connection
 _DIRECT = 1 << 16                # DATA frames at least this large are read straight into their message
 
 
@@ -79,8 +77,7 @@ class GrpcStream(_LargeMessages):
         self._max_message = max_message_size
         self._messages: deque[bytes] = deque()
         self._decoder = hpack.Decoder()
-        self._header_block: bytearray | None = None
-        self._header_flags = 0
+        self._headers_in = HeaderBlock()
         self._ended: StreamEnded | None = None
         #: The server's response headers (initial metadata), once they have come.
         self.initial_metadata: dict[str, str] = {}
@@ -263,7 +260,7 @@ class GrpcStream(_LargeMessages):
         end = 9 + length
         stream &= 0x7FFFFFFF
         if (kind == DATA and length >= _DIRECT and stream == _STREAM and not flags & PADDED and len(buf) < end
-                and self._header_block is None):
+                and not self._headers_in.open):
             return self._read_data_direct(flags, length)      # not buffered first: read into the message
         if len(buf) < end:
             self._fill(end)
@@ -278,9 +275,9 @@ class GrpcStream(_LargeMessages):
         payload = bytes(memoryview(buf)[9:end]) if length >= _DIRECT else bytes(buf[9:end])
         del buf[:end]
         try:
-            if kind != DATA or self._header_block is not None:
+            if kind != DATA or self._headers_in.open:
                 check_frame(kind, flags, stream, length)
-                if self._header_block is not None and kind != CONTINUATION:
+                if self._headers_in.open and kind != CONTINUATION:
                     raise ProtocolError(PROTOCOL_ERROR, "a frame interrupted a header block")
             if kind == DATA:
                 if stream == _STREAM:
@@ -373,24 +370,14 @@ class GrpcStream(_LargeMessages):
         self._send(frame(RST_STREAM, 0, _STREAM, U32.pack(CANCEL)))
 
     def _on_headers(self, kind: int, flags: int, payload: bytes) -> None:
-        if kind == HEADERS:
-            self._header_block = bytearray(header_fragment(flags, payload))
-            self._header_flags = flags
-        elif self._header_block is None:
-            raise ProtocolError(PROTOCOL_ERROR, "a CONTINUATION frame without a HEADERS frame before it")
-        else:
-            self._header_block += payload
-        if len(self._header_block) > _MAX_HEADER_BLOCK:
-            raise ProtocolError(0xB, f"a header block of more than {_MAX_HEADER_BLOCK} bytes")
-        if not flags & END_HEADERS:
+        headers = self._headers_in.add(kind, flags, _STREAM, payload, self._decoder)
+        if headers is None:
             return
-        block, self._header_block = self._header_block, None
-        headers = decode_headers(self._decoder, block)
-        if not self.initial_metadata and not self._header_flags & END_STREAM:
+        if not self.initial_metadata and not self._headers_in.flags & END_STREAM:
             self.initial_metadata = headers
         if headers.get(":status", "200") != "200":
             self._end(None, f"the server answered HTTP status {headers[':status']}")
-        elif self._header_flags & END_STREAM:
+        elif self._headers_in.flags & END_STREAM:
             status = grpc_status(headers)
             message = urllib.parse.unquote(headers.get("grpc-message", ""))
             self._end(status, message or f"the server ended the stream with gRPC status {status}")

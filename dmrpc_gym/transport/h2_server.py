@@ -25,8 +25,8 @@ import hpack
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport import frames as h2
-from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, END_HEADERS, END_STREAM,
-                                        ENHANCE_YOUR_CALM, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADER,
+from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, END_STREAM,
+                                        FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADER,
                                         HEADERS, MAX_WINDOW, NO_ERROR, PADDED, PING, PREFACE, PROTOCOL_ERROR,
                                         PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTING_FRAME,
                                         SETTING_HEADER_TABLE, SETTING_WINDOW, SETTINGS, U32, WINDOW_UPDATE,
@@ -40,7 +40,6 @@ log = logging.getLogger("dmrpc_gym.server")
 
 _OUR_FRAME = 1 << 20             # largest frame we accept (we advertise it)
 _CHUNK = 1 << 18                 # largest DATA frame we write in one go
-_MAX_HEADER_BLOCK = 1 << 20      # a header block larger than this ends the connection
 _BIG_FRAME = 1 << 16             # DATA frames at least this large are not copied out of the read buffer
 _INTERNAL = 13
 _LINGER = 1.0                    # seconds a connection that broke the protocol is read and dropped
@@ -65,9 +64,7 @@ class GrpcProtocol(Replies, asyncio.Protocol):
         self._streams: dict[int, Stream] = {}
         self._decoder = hpack.Decoder()
         self._encoder = hpack.Encoder()
-        self._block: bytearray | None = None
-        self._block_stream = 0
-        self._block_flags = 0
+        self._headers_in = h2.HeaderBlock()
         self._conn_window = 65535
         self._peer_window = 65535
         self._peer_frame = 16384
@@ -109,7 +106,7 @@ class GrpcProtocol(Replies, asyncio.Protocol):
                 end = 9 + length
                 if len(buf) < end:
                     return
-                if kind == DATA and length >= _BIG_FRAME and self._block is None:   # copied once, into its message
+                if kind == DATA and length >= _BIG_FRAME and not self._headers_in.open:   # copied once, into its message
                     with memoryview(buf) as view:
                         self._on_data(flags, stream & 0x7FFFFFFF, view[9:end])
                 else:
@@ -160,9 +157,9 @@ class GrpcProtocol(Replies, asyncio.Protocol):
 
     # -- frames --------------------------------------------------------------------
     def _on_frame(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
-        if kind != DATA or self._block is not None:
+        if kind != DATA or self._headers_in.open:
             check_frame(kind, flags, sid, len(payload))
-            if self._block is not None and (kind != CONTINUATION or sid != self._block_stream):
+            if self._headers_in.open and (kind != CONTINUATION or sid != self._headers_in.stream):
                 raise ProtocolError(PROTOCOL_ERROR, "a frame interrupted a header block")
         if kind == DATA:
             self._on_data(flags, sid, payload)
@@ -219,20 +216,10 @@ class GrpcProtocol(Replies, asyncio.Protocol):
         self._window_open.set()
 
     def _on_headers(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
-        if kind == HEADERS:
-            self._block = bytearray(h2.header_fragment(flags, payload))
-            self._block_stream, self._block_flags = sid, flags
-        elif self._block is None:
-            raise ProtocolError(PROTOCOL_ERROR, "a CONTINUATION frame without a HEADERS frame before it")
-        else:
-            self._block += payload
-        if len(self._block) > _MAX_HEADER_BLOCK:
-            raise ProtocolError(ENHANCE_YOUR_CALM, f"a header block of more than {_MAX_HEADER_BLOCK} bytes")
-        if not flags & END_HEADERS:
+        headers = self._headers_in.add(kind, flags, sid, payload, self._decoder)
+        if headers is None:
             return
-        block, self._block = self._block, None
-        sid, flags = self._block_stream, self._block_flags
-        headers = h2.decode_headers(self._decoder, block)
+        sid, flags = self._headers_in.stream, self._headers_in.flags
         if sid <= self._last_stream:      # trailers from the client: the end of its requests
             if sid in self._streams and flags & END_STREAM:
                 self._client_done(self._streams[sid])
