@@ -113,11 +113,7 @@ def godot_env(env_config: Mapping[str, Any]) -> gym.Env:
     if "addresses" in kwargs:
         raise ValueError("dmrpc/Godot-v0 runs the game inside each env runner; to spread runners over "
                          "served Godot games use dmrpc/Remote-v0 with env_config['addresses']")
-    try:
-        from dmrpc_gym.integrations.godot import GodotEnv
-    except ImportError as err:
-        raise ImportError(f"dmrpc/Godot-v0 needs dmrpc_gym.integrations.godot.GodotEnv, which this "
-                          f"install lacks: {err}") from err
+    from dmrpc_gym.integrations.godot import GodotEnv     # imported by the runners that use it
     return FlatSpaces(GodotEnv(**kwargs))
 
 
