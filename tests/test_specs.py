@@ -409,3 +409,17 @@ def test_default_values_fit_their_specs():
             if spec.dtype == 10:  # STRING: object arrays of str
                 value = value.astype(str)
             check_value(ours_spec, value, "observation")
+
+
+def test_integer_bounds_at_the_dtypes_limits_admit_every_value_of_the_dtype_and_nothing_else():
+    """[0, 255] on uint8 excludes nothing a uint8 can hold: checked by the cast alone (no scan)."""
+    checker = SpecChecker(make_spec("frame", pb.UINT8, [16, 16], 0, 255))
+    frame = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    assert checker.check(frame) is frame
+    assert checker.minimum == 0 and checker.maximum == 255          # still reported as given
+    assert checker.check(frame.astype(np.int64)).dtype == np.uint8
+    with pytest.raises(ValueError, match="frame"):
+        checker.check(np.full((16, 16), 256))                        # does not fit uint8
+    half = SpecChecker(make_spec("level", pb.UINT8, [2], 0, 9))      # a real bound is still checked
+    with pytest.raises(ValueError, match="above the maximum 9"):
+        half.check(np.array([3, 10], np.uint8))

@@ -178,9 +178,14 @@ class SpecChecker:
                 b_hi = hi[index] if hi.ndim else hi
                 raise ValueError(f"{kind} spec {name!r}: min {_fmt(b_lo)} is greater than "
                                  f"max {_fmt(b_hi)}{at}")
-        # Bounds that exclude nothing cost nothing on the hot path.
-        self._lo = None if lo is None or (self._float and np.isneginf(lo).all()) else lo
-        self._hi = None if hi is None or (self._float and np.isposinf(hi).all()) else hi
+        # Bounds that exclude nothing cost nothing on the hot path: infinite float bounds, and
+        # integer bounds at the dtype's own limits (a value cast to the dtype is within them:
+        # a 16 MiB uint8 image in [0, 255] is not compared element by element).
+        whole = np.iinfo(self.dtype) if self.dtype.kind in "iu" else None
+        self._lo = None if lo is None or (self._float and np.isneginf(lo).all()) or (
+            whole is not None and (lo <= whole.min).all()) else lo
+        self._hi = None if hi is None or (self._float and np.isposinf(hi).all()) or (
+            whole is not None and (hi >= whole.max).all()) else hi
         # Scalar values are compared as Python numbers: far cheaper than 0-d array operations.
         self._lo_item = -math.inf if self._lo is None or self._lo.ndim else self._lo.item()
         self._hi_item = math.inf if self._hi is None or self._hi.ndim else self._hi.item()
