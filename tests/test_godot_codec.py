@@ -75,3 +75,26 @@ def test_spaces_the_protocol_cannot_carry_are_refused():
     with pytest.raises(TypeError, match="observation_space must be a gymnasium space of one of Box, Discrete, "
                                         "MultiDiscrete, MultiBinary; got Text"):
         check_space(spaces.Text(5), "observation_space")
+
+
+def test_the_per_space_decoder_gives_what_the_general_path_gives():
+    """The fast check of flat, evenly bounded float Boxes accepts and refuses exactly as the general path."""
+    from dmrpc_gym.integrations.godot.codec import observation_decoder
+    space = spaces.Box(0.0, 1.0, (3,), np.float32)
+    decode = observation_decoder(space)
+    for value in ([0.5, 1, 0], [0, 0, 0.25], [1.0, 1.0, 1.0]):
+        got = decode(value, "observation")
+        assert got.dtype == np.float32 and np.array_equal(got, observation_from_json(space, value, "observation"))
+    for bad in ([0.5, 1.5, 0], [0.5, float("nan"), 0], [0.5, 0.5], ["a", 0, 0], 0.5, [[0.5, 0.5, 0.5]]):
+        try:
+            expected = observation_from_json(space, bad, "observation")
+        except ValueError as err:
+            with pytest.raises(ValueError) as got:
+                decode(bad, "observation")
+            assert str(got.value) == str(err)
+        else:                                   # the general path accepts it (e.g. reshaped): so must we
+            assert np.array_equal(decode(bad, "observation"), expected)
+    uneven = observation_decoder(spaces.Box(np.array([0, -1, 0], np.float32), np.array([1, 1, 2], np.float32)))
+    assert uneven([0.5, -0.5, 1.5], "observation").tolist() == [0.5, -0.5, 1.5]
+    with pytest.raises(ValueError, match="out of the space's bounds"):
+        uneven([0.5, -1.5, 1.5], "observation")

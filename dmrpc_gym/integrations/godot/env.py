@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from dmrpc_gym.integrations.godot.channel import Channel, GodotProtocolError
-from dmrpc_gym.integrations.godot.codec import action_to_json, check_space, observation_from_json
+from dmrpc_gym.integrations.godot.codec import action_to_json, check_space, observation_decoder
 from dmrpc_gym.integrations.godot.launch import GameProcess, find_godot, is_headless, stop_at_exit
 
 __all__ = ["GodotEnv", "scene_path"]
@@ -110,6 +110,7 @@ class GodotEnv(gym.Env):
                                action_space=action_space, godot=godot, fps=fps, render_mode=render_mode,
                                connect_timeout=connect_timeout, step_timeout=step_timeout, extra_args=extra_args)
         self.observation_space = check_space(observation_space, "observation_space")
+        self._decode_observation = observation_decoder(self.observation_space)
         self.action_space = check_space(action_space, "action_space")
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode {render_mode!r} is not supported; expected None or 'rgb_array'")
@@ -198,7 +199,7 @@ class GodotEnv(gym.Env):
 
     def reset_answer(self, answer: dict) -> Any:
         """The first observation from a reset answer."""
-        return observation_from_json(self.observation_space, answer["init_observation"], "init_observation")
+        return self._decode_observation(answer["init_observation"], "init_observation")
 
     def step_message(self, action: Any) -> dict:
         """The step command for ``action``; ``ValueError`` if it is not in the action space."""
@@ -206,7 +207,7 @@ class GodotEnv(gym.Env):
 
     def step_answer(self, answer: dict) -> tuple[Any, float, bool, bool, dict]:
         """``(observation, reward, terminated, truncated, info)`` from a step answer."""
-        observation = observation_from_json(self.observation_space, answer["observation"], "observation")
+        observation = self._decode_observation(answer["observation"], "observation")
         reward, done = answer["reward"], answer["done"]
         if isinstance(reward, bool) or not isinstance(reward, (int, float)):
             raise GodotProtocolError(f"the game's reward {reward!r} is not a number")
