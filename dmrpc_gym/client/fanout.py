@@ -26,23 +26,23 @@ K = TypeVar("K", bound=Hashable)
 R = TypeVar("R")
 
 
-def submit_all(submits: Mapping[K, Callable[[], bool]]) -> tuple[list[K], dict[K, BaseException]]:
+def submit_all(keys: Iterable[K], submit: Callable[[K], bool]) -> tuple[list[K], dict[K, BaseException]]:
     """Send every request before any answer is awaited (the first half of every exchange).
 
-    ``submits`` maps a key (a sub-env index, an agent name) to a call that
-    sends its request and returns whether an answer is owed. A failing send
-    does not stop the others (an interrupt, Ctrl-C, does). Returns the keys
-    that owe an answer, in order, and the failures by key.
+    ``submit(key)`` sends the request of one key (a sub-env index, an agent
+    name) and returns whether an answer is owed. A failing send does not stop
+    the others (an interrupt, Ctrl-C, does). Returns the keys that owe an
+    answer, in order, and the failures by key.
 
-    >>> owed, failures = submit_all({"a": lambda: True, "b": lambda: 1 / 0, "c": lambda: False})
+    >>> owed, failures = submit_all([2, 0, 1], lambda k: 1 / k > 0.6)
     >>> owed, failures
-    (['a'], {'b': ZeroDivisionError('division by zero')})
+    ([1], {0: ZeroDivisionError('division by zero')})
     """
     owed: list[K] = []
     failures: dict[K, BaseException] = {}
-    for key, submit in submits.items():
+    for key in keys:
         try:
-            if submit():
+            if submit(key):
                 owed.append(key)
         except Exception as err:  # noqa: BLE001 - raised by the caller, after the others are sent
             failures[key] = err
@@ -178,18 +178,17 @@ class Batch:
                 requests[i] = agent.step_request(None if isinstance(action, Restart) else action)
             except ValueError as err:
                 raise ValueError(f"sub-env {i}: {err}") from None
-        def sender(i: int) -> Callable[[], bool]:
-            def send() -> bool:
-                env, owed, job = self.envs[i], self._owed[i], jobs[i]
-                if isinstance(job, Restart) and env.agent.submit_reset(
-                        env.reset_settings if job.settings is None else job.settings):
-                    owed.append("reset")
-                env.connection.submit(requests[i])
-                owed.append("step")
-                return True
-            return send
 
-        _, failures = submit_all({i: sender(i) for i in requests})
+        def send(i: int) -> bool:
+            env, owed, job = self.envs[i], self._owed[i], jobs[i]
+            if isinstance(job, Restart) and env.agent.submit_reset(
+                    env.reset_settings if job.settings is None else job.settings):
+                owed.append("reset")
+            env.connection.submit(requests[i])
+            owed.append("step")
+            return True
+
+        _, failures = submit_all(requests, send)
         if failures:
             i, err = next(iter(failures.items()))
             raise _with_index(err, i)

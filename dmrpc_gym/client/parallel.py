@@ -282,7 +282,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         its agent; the env is then unusable (the world's agents are out of step).
         """
         try:
-            owed, failures = submit_all({name: submit for name, (submit, _) in calls.items()})
+            owed, failures = submit_all(calls, lambda name: calls[name][0]())
         except BaseException:            # interrupted between agents: some answers are owed, some never come
             self._failure = f"an interrupt during {what} left the agents out of step"
             raise
