@@ -122,12 +122,13 @@ def tag_env(*, world_settings: Mapping[str, Any] | None = None, **kwargs: Any) -
     ({'pursuer_0': True, 'evader_0': True}, [])
     >>> env.close()
     """
-    from dmrpc_gym.worlds.tag import Tag
+    from dmrpc_gym.worlds.tag import Tag, agents_of
 
     names = set(inspect.signature(Tag).parameters) - {"render_mode"}
     settings = dict(world_settings or {})
     for key in [k for k in kwargs if k in names]:
         settings[key] = kwargs.pop(key)
-    kwargs.setdefault("agents", Tag(**settings).possible_agents)
+    if "agents" not in kwargs:
+        kwargs["agents"] = agents_of(settings)
     kwargs.setdefault("seed_setting", "seed")
     return DmRpcParallelEnv(embedded_server("tag").address, world_settings=settings, **kwargs)

@@ -40,14 +40,14 @@ pursuers red, evaders blue).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import gymnasium
 import numpy as np
 from gymnasium.utils import seeding
 from pettingzoo import ParallelEnv
 
-__all__ = ["Tag", "agent_names", "MOVES"]
+__all__ = ["Tag", "agent_names", "agents_of", "MOVES"]
 
 #: Action -> (dx, dy): stay, up, down, left, right.
 MOVES = np.array([[0, 0], [0, -1], [0, 1], [-1, 0], [1, 0]], dtype=np.int64)
@@ -223,3 +223,17 @@ class Tag(ParallelEnv):
 
     def close(self) -> None:
         pass
+
+
+def agents_of(settings: Mapping[str, Any]) -> list[str]:
+    """The agents of a Tag world made with these CreateWorld settings.
+
+    ``ValueError`` naming the settings when Tag does not take them.
+
+    >>> agents_of({"pursuers": 1, "evaders": 1, "seed": 3})
+    ['pursuer_0', 'evader_0']
+    """
+    try:
+        return Tag(**settings).possible_agents
+    except TypeError as err:
+        raise ValueError(f"world_settings {dict(settings)} are not Tag's: {err}") from None

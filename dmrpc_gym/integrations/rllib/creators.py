@@ -88,7 +88,7 @@ def tag_env(env_config: Mapping[str, Any]) -> Any:
     """
     from dmrpc_gym import DmRpcParallelEnv
     from dmrpc_gym.integrations.rllib.multiagent import DmRpcMultiAgentEnv
-    from dmrpc_gym.worlds.tag import Tag
+    from dmrpc_gym.worlds.tag import agents_of
 
     kwargs = dict(env_config)
     address = pick_address(env_config, kwargs) or _embedded("tag")()
@@ -96,9 +96,9 @@ def tag_env(env_config: Mapping[str, Any]) -> Any:
     settings = dict(kwargs.pop("world_settings", None) or {})
     if "agents" not in kwargs:
         try:
-            kwargs["agents"] = Tag(**{k: v for k, v in settings.items() if k != "seed"}).possible_agents
-        except TypeError as err:
-            raise ValueError(f"dmrpc/Tag-v0: world_settings {settings} are not Tag's: {err}") from None
+            kwargs["agents"] = agents_of(settings)
+        except ValueError as err:
+            raise ValueError(f"dmrpc/Tag-v0: {err}") from None
     kwargs.setdefault("seed_setting", "seed")
     return DmRpcMultiAgentEnv(DmRpcParallelEnv(address, world_settings=settings, **kwargs))
 
