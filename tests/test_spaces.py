@@ -303,7 +303,12 @@ def numeric_spaces(draw):
     dtype = draw(st.sampled_from([np.int8, np.int32, np.int64, np.uint8, np.uint32, np.uint64]))
     info = np.iinfo(dtype)
     top = int(info.max) - (0 if _DISCRETE_TOP_CONTAINED else 1)  # a scalar comes back as a Discrete
-    lo = draw(st.integers(int(info.min), top))
+    bottom = int(info.min)
+    if kind == "box_i" and info.bits == 64:
+        # gymnasium's Box.sample draws integers through float64: past 2**53 it fails
+        # ("high - low < 0"), so 64-bit Boxes are drawn where it can sample them.
+        bottom, top = max(bottom, -2**53), min(top, 2**53)
+    lo = draw(st.integers(bottom, top))
     hi = draw(st.integers(lo, min(top, lo + 1000)))
     if kind == "box_i":
         return gs.Box(lo, hi, shape, dtype)
