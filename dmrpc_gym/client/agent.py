@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from dmrpc_gym import spaces as _spaces
-from dmrpc_gym.protocol import tensors
+from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.client.connection import Connection, settings_tensors
 from dmrpc_gym.protocol.spec_table import SpecManager
 from dmrpc_gym.protocol.wire import pb
@@ -231,17 +231,18 @@ class RemoteAgent:
     def _bare_name(space: gym.Space, names: list[str]) -> str:
         return "" if isinstance(space, gym.spaces.Dict) else names[0]
 
-    def _pack_actions(self, action: Any, request: pb.StepRequest) -> None:
+    def _pack_actions(self, action: Any, request: pb.StepRequest, pieces: bulk.Pieces) -> None:
         """Check ``action`` against the action specs and pack it; ``ValueError`` naming what is wrong."""
         if isinstance(action, Mapping) and not isinstance(self.action_space, gym.spaces.Dict):
             raise ValueError(f"got a dict action with keys {sorted(map(str, action))}, but the action space is "
                              f"{self.action_space}, the single action {self._act_names[0]!r}: "
                              "pass its value itself")
-        self.specs.actions.pack(self._act_codec.flatten(action), request.actions)
+        self.specs.actions.pack(self._act_codec.flatten(action), request.actions, pieces)
 
     # -- steps ------------------------------------------------------------------
-    def step_request(self, action: Any = None) -> pb.StepRequest:
-        """The StepRequest for ``action`` (``None``: no actions), checked but not sent.
+    def step_request(self, action: Any = None) -> tuple[pb.StepRequest, bulk.Pieces | None]:
+        """The StepRequest for ``action`` (``None``: no actions), checked but not sent, and
+        its large actions (:mod:`~dmrpc_gym.protocol.bulk`): what ``connection.submit`` takes.
 
         Multi-connection envs build every request first, so that a bad action
         for one agent is refused before anything is sent for any of them.
@@ -249,21 +250,21 @@ class RemoteAgent:
         key = (type(action), action) if isinstance(action, _MEMO_TYPES) else None
         request = self._requests.get(key) if key is not None else None
         if request is not None:
-            return request                 # Discrete actions: built once, shared (never modified)
-        request = pb.StepRequest(requested_observations=self._requested)
+            return request, None           # Discrete actions: built once, shared (never modified)
+        request, pieces = pb.StepRequest(requested_observations=self._requested), bulk.Pieces(bulk.ACTIONS)
         if action is not None:
-            self._pack_actions(action, request)
+            self._pack_actions(action, request, pieces)
         if key is not None and len(self._requests) < _MEMO:
             self._requests[key] = request
-        return request
+        return request, pieces or None
 
     def submit_step(self, action: Any = None) -> None:
         """Send a StepRequest (``action=None`` sends no actions) without waiting."""
-        self.connection.submit(self.step_request(action))
+        self.connection.submit(*self.step_request(action))
 
     def receive_step(self) -> tuple[Any, float, bool, bool, dict]:
         """The answer to the oldest ``submit_step``: ``(obs, reward, terminated, truncated, info)``."""
-        response = self.connection.receive()
+        response, large = self.connection.receive_step()
         state = _STATES.get(response.state) or State(response.state)
         self.state = state
         observations = response.observations
@@ -278,10 +279,10 @@ class RemoteAgent:
                     named[found[0]] = np.array(values[0], found[1])
                 else:
                     rest[uid] = tensor
-            if rest:
-                named.update(self.specs.observations.unpack(rest))
+            if rest or large:
+                named.update(self.specs.observations.unpack(rest, large=large))
         else:
-            named = self.specs.observations.unpack(observations)
+            named = self.specs.observations.unpack(observations, large=large)
         self.last_observations = named
         return self._result(named, state)
 

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping
 
 import grpc
 
-from dmrpc_gym.protocol import tensors
+from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.protocol.errors import DmRpcError, status_name
 from dmrpc_gym.protocol.wire import SERVER_METADATA, pb
 from dmrpc_gym.transport.base import StreamEnded, Transport, parse_address
@@ -98,23 +98,29 @@ class Connection:
         self._closed = False
 
     # -- requests --------------------------------------------------------------
-    def submit(self, request: Any) -> None:
-        """Send ``request`` (e.g. ``pb.StepRequest``) without waiting for its answer."""
+    def submit(self, request: Any, pieces: bulk.Pieces | None = None) -> None:
+        """Send ``request`` (e.g. ``pb.StepRequest``) without waiting for its answer.
+
+        ``pieces``: large actions that follow the request's own (:mod:`~dmrpc_gym.protocol.bulk`).
+        """
         field = _FIELDS.get(type(request))
         if field is None:
             raise TypeError(f"{type(request).__name__} is not a dm_env_rpc request")
-        self._write(field, request.SerializeToString())
+        self._write(field, request.SerializeToString(), pieces)
 
     def submit_extension(self, payload: Any) -> None:
         """Send a ``google.protobuf.Any`` in the envelope's ``extension`` slot."""
         self._write(_EXTENSION, payload.SerializeToString())
 
-    def _write(self, field: str, body: bytes) -> None:
+    def _write(self, field: str, body: bytes, pieces: bulk.Pieces | None = None) -> None:
         self._check_usable()
         transport = self._transport
         before = transport.messages_sent
         try:
-            transport.write(body, _TAGS[field] + tensors.varint(len(body)))
+            if pieces:
+                transport.write(*pieces.envelope(_TAGS[field], body))
+            else:
+                transport.write(_TAGS[field] + tensors.varint(len(body)), body)
         except StreamEnded as ended:
             raise self._ended_error(ended, field) from None
         except OSError as err:
@@ -132,6 +138,14 @@ class Connection:
 
     def receive(self) -> Any:
         """The answer to the oldest submitted request; raises ``DmRpcError`` for an error answer."""
+        return self._receive(0)[0]
+
+    def receive_step(self) -> tuple[pb.StepResponse, dict[int, bulk.Decoded]]:
+        """The answer to the oldest request, a StepRequest: the response and, apart, its large
+        observations by UID (:func:`~dmrpc_gym.protocol.bulk.split`)."""
+        return self._receive(bulk.OBSERVATIONS)
+
+    def _receive(self, map_field: int) -> tuple[Any, dict[int, bulk.Decoded]]:
         pending = self._pending
         current = next((entry for entry in pending if not entry[1]), None)
         if current is None:
@@ -140,7 +154,7 @@ class Connection:
             while pending[0] is not current:   # answers to interrupted calls: read and drop
                 self._read_one(pending[0][0])
                 pending.popleft()
-            response = self._read_one(current[0])
+            response, large = self._read_one(current[0], map_field)
         except BaseException:
             current[1] = True        # its answer, if it comes, is dropped later too
             raise
@@ -148,15 +162,16 @@ class Connection:
         field = current[0]
         which = response.WhichOneof("payload")
         if which == field:
-            return getattr(response, which)
+            return getattr(response, which), large
         if which == "error":
             raise DmRpcError.from_status(response.error, request=field)
         raise DmRpcError(13, f"the server answered a {field} request with {which!r}", request=field)
 
-    def _read_one(self, field: str) -> pb.EnvironmentResponse:
+    def _read_one(self, field: str, map_field: int = 0) -> tuple[pb.EnvironmentResponse, dict[int, bulk.Decoded]]:
         self._check_usable()
         try:
-            return pb.EnvironmentResponse.FromString(self._transport.read(self.timeout))
+            message, large = bulk.split(self._transport.read(self.timeout), map_field)
+            return pb.EnvironmentResponse.FromString(message), large
         except socket.timeout:
             raise TimeoutError(f"no answer to {field} from the dm_env_rpc server at "
                                f"{self.address} within {self.timeout} s") from None

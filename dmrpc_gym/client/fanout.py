@@ -184,7 +184,7 @@ class Batch:
             if isinstance(job, Restart) and env.agent.submit_reset(
                     env.reset_settings if job.settings is None else job.settings):
                 owed.append("reset")
-            env.connection.submit(requests[i])
+            env.connection.submit(*requests[i])
             owed.append("step")
             return True
 

@@ -367,7 +367,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
                 requests[name] = self.remote[name].step_request(actions[name])
             except ValueError as err:
                 raise ValueError(f"agent {name!r}: {err}") from None
-        answers = self._exchange("step", {name: (lambda c=self.connections[name], r=requests[name]: c.submit(r) or True,
+        answers = self._exchange("step", {name: (lambda c=self.connections[name], r=requests[name]: c.submit(*r) or True,
                                                  self.remote[name].receive_step) for name in live})
         observations, rewards, terminations, truncations, infos = {}, {}, {}, {}, {}
         for name in live:

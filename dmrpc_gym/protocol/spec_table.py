@@ -24,7 +24,7 @@ from typing import Any, Mapping, MutableMapping
 
 import numpy as np
 
-from dmrpc_gym.protocol import tensors
+from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.protocol.specs import SpecChecker, dtype_label
 from dmrpc_gym.protocol.wire import pb
 
@@ -88,43 +88,56 @@ class SpecTable:
         except KeyError:
             raise ValueError(f"no {self.kind} has UID {uid} ({self.kind}s: {self.listing})") from None
 
-    def pack(self, values: Mapping[str, Any], into: MutableMapping[int, pb.Tensor]) -> None:
+    def pack(self, values: Mapping[str, Any], into: MutableMapping[int, pb.Tensor],
+             pieces: bulk.Pieces | None = None) -> None:
         """Check the given values (sparse: only these names) and pack them into ``into`` by UID.
 
-        ``into`` is a ``map<uint64, Tensor>`` of a message (``request.actions``) or a dict.
+        ``into`` is a ``map<uint64, Tensor>`` of a message (``request.actions``) or a dict;
+        with ``pieces``, large values go there instead (:mod:`~dmrpc_gym.protocol.bulk`).
         """
         for name, value in values.items():
             uid = self.uid(name)
             checker = self.by_uid[uid]
             array = checker.check(value, self.kind)
+            if pieces is not None and pieces.take(uid, array, checker.data_type):
+                continue
             try:
                 tensor = into[uid]
             except KeyError:
                 tensor = into[uid] = pb.Tensor()
             tensors.pack_into(tensor, array, checker.data_type)
 
-    def unpack(self, tensors_by_uid: Mapping[int, pb.Tensor], *, check: bool = False) -> dict[str, np.ndarray]:
+    def unpack(self, tensors_by_uid: Mapping[int, pb.Tensor], *, check: bool = False,
+               large: Mapping[int, bulk.Decoded] | None = None) -> dict[str, np.ndarray]:
         """UID-keyed Tensors -> named arrays; ``ValueError`` naming an unknown UID.
 
         ``check=True`` (values from a peer that must obey the spec: a server
         reading actions) also requires the spec's payload type exactly and
-        checks shape and bounds per element.
+        checks shape and bounds per element. ``large``: tensors the message
+        carried outside protobuf (:func:`~dmrpc_gym.protocol.bulk.split`), already decoded.
         """
         out = {}
         for uid, tensor in tensors_by_uid.items():
-            checker = self.checker(uid)
-            if check:
-                want, got = self._payloads[uid], tensor.WhichOneof("payload")
-                if got != want:
-                    got = f"a {_PAYLOAD_TYPE[got]} tensor" if got else "a tensor with no payload"
-                    raise ValueError(f"{self.kind} {checker.name!r}: expected a {_PAYLOAD_TYPE[want]} tensor "
-                                     f"({dtype_label(checker.dtype)}), got {got}")
+            self._unpack_one(out, uid, tensor.WhichOneof("payload"), tensor, check)
+        if large:
+            for uid, (payload, array) in large.items():
+                self._unpack_one(out, uid, payload, array, check)
+        return out
+
+    def _unpack_one(self, out: dict, uid: int, payload: str | None, value: Any, check: bool) -> None:
+        checker = self.checker(uid)
+        if check:
+            want = self._payloads[uid]
+            if payload != want:
+                got = f"a {_PAYLOAD_TYPE[payload]} tensor" if payload else "a tensor with no payload"
+                raise ValueError(f"{self.kind} {checker.name!r}: expected a {_PAYLOAD_TYPE[want]} tensor "
+                                 f"({dtype_label(checker.dtype)}), got {got}")
+        if type(value) is not np.ndarray:
             try:
-                array = tensors.unpack(tensor)
+                value = tensors.unpack(value)
             except (ValueError, TypeError) as exc:
                 raise ValueError(f"{self.kind} {checker.name!r}: {exc}") from None
-            out[checker.name] = checker.check(array, self.kind) if check else array
-        return out
+        out[checker.name] = checker.check(value, self.kind) if check else value
 
     def __repr__(self) -> str:
         return f"SpecTable({self.kind}: {self.listing})"

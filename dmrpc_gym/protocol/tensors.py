@@ -37,7 +37,7 @@ from dmrpc_gym.protocol.wire import pb
 __all__ = [
     "DTYPES", "np_dtype", "data_type", "data_type_name",
     "pack", "pack_into", "unpack", "unpack_flat", "pack_flat_into", "tensor_bytes",
-    "resolve_shape", "varint",
+    "resolve_shape", "shaped", "prepare", "varint",
 ]
 
 # -- values to arrays ------------------------------------------------------------
@@ -113,7 +113,8 @@ def _cast(value: Any, c: DataTypeInfo) -> np.ndarray:
     return cast
 
 
-def _prepare(value: Any, dtype: Any) -> tuple[np.ndarray, DataTypeInfo]:
+def prepare(value: Any, dtype: Any = None) -> tuple[np.ndarray, DataTypeInfo]:
+    """``value`` as the array a Tensor of ``dtype`` encodes (inferred when None), and that DataType's codec."""
     if dtype is None:
         if type(value) is np.ndarray:
             found = BY_WIRE_DTYPE.get(value.dtype)
@@ -196,7 +197,7 @@ def _fill(tensor: pb.Tensor, value: Any, dtype: Any, clear: bool) -> pb.Tensor:
                 tensor.Clear()
             tensor.MergeFromString(data)
             return tensor
-    arr, c = _prepare(value, dtype)
+    arr, c = prepare(value, dtype)
     if clear:
         tensor.Clear()
     _write(tensor, arr, c)
@@ -383,8 +384,16 @@ def unpack(tensor: pb.Tensor) -> np.ndarray:
     name = tensor.WhichOneof("payload")
     if name is None:
         raise ValueError("tensor has no payload (no data type is set)")
-    flat = _DECODERS[name](getattr(tensor, name))
-    shape = tensor.shape[:]
+    return shaped(_DECODERS[name](getattr(tensor, name)), tensor.shape[:], name)
+
+
+def shaped(flat: np.ndarray, shape: list[int], name: str) -> np.ndarray:
+    """The 1-D payload ``flat`` of a ``name`` (e.g. ``"floats"``) tensor in its ``shape``.
+
+    >>> shaped(np.zeros(1, np.float32), [2, -1], "floats")
+    array([[0.],
+           [0.]], dtype=float32)
+    """
     if shape and min(shape) < 0:
         return _fit(flat, shape, name)
     try:

@@ -36,6 +36,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from dmrpc_gym.protocol import bulk
 from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import Factory, close_quietly
 from dmrpc_gym.server.interface import AgentInterface, probe_render, rgb_render, sequence_state
@@ -223,8 +224,12 @@ class GymAgent:
         self.episode_step, self.episode_return = 0, 0.0
         self._obs = obs
 
-    async def step(self, request: pb.StepRequest, out: pb.StepResponse) -> None:
-        """Answer one StepRequest into ``out`` (the env steps on a worker thread)."""
+    async def step(self, request: pb.StepRequest, out: pb.StepResponse, large: Mapping[int, bulk.Decoded] | None = None,
+                   pieces: bulk.Pieces | None = None) -> None:
+        """Answer one StepRequest into ``out`` (the env steps on a worker thread).
+
+        ``large``/``pieces``: the request's and the answer's large tensors (:mod:`~dmrpc_gym.protocol.bulk`).
+        """
         plan = self.interface.plan(request.requested_observations)
         reward, discount = 0.0, 1.0
         if not self.running:
@@ -234,7 +239,7 @@ class GymAgent:
             self.running = self.interrupt = False
             out.state = _INTERRUPTED
         else:
-            action = self.interface.actions(request.actions)
+            action = self.interface.actions(request.actions, large)
             try:
                 obs, reward, terminated, truncated, _ = await self.lane.quick(self.env.step, action)
             except Exception as exc:  # noqa: BLE001 - the env's error is the answer
@@ -248,7 +253,7 @@ class GymAgent:
             self.episode_return += reward
             out.state, discount = sequence_state(terminated, truncated)
             self.running = out.state == _RUNNING
-        await self.interface.answer(plan, out, self._obs, reward, discount, self.lane, self._render)
+        await self.interface.answer(plan, out, self._obs, reward, discount, self.lane, self._render, pieces)
 
     async def reset(self, settings: Mapping[str, pb.Tensor]) -> pb.ActionObservationSpecs:
         """ResetRequest: settings for the next sequence (``seed``, world-setting overrides)."""

@@ -33,7 +33,7 @@ from gymnasium import spaces as gym_spaces
 from gymnasium.spaces import Space
 
 from dmrpc_gym import spaces
-from dmrpc_gym.protocol import tensors
+from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.server import status
 from dmrpc_gym.server.workers import Lane, rendered
 from dmrpc_gym.protocol.spec_table import SpecTable
@@ -176,14 +176,15 @@ class AgentInterface:
 
     # -- actions -----------------------------------------------------------------
 
-    def actions(self, given: Mapping[int, pb.Tensor]) -> Any:
+    def actions(self, given: Mapping[int, pb.Tensor], large: Mapping[int, bulk.Decoded] | None = None) -> Any:
         """The env action for a StepRequest's ``actions``; ``INVALID_ARGUMENT`` naming a bad one.
 
         The tensor's payload must be the spec's dtype exactly; shape and bounds are
-        checked per element. Actions not given take their default.
+        checked per element. Actions not given take their default. ``large``: the
+        request's tensors read outside protobuf (:func:`~dmrpc_gym.protocol.bulk.split`).
         """
         try:
-            arrays = self._actions.unpack(given, check=True)
+            arrays = self._actions.unpack(given, check=True, large=large)
         except ValueError as exc:
             raise status.invalid_argument(str(exc)) from None
         if len(arrays) < len(self._defaults):
@@ -217,8 +218,9 @@ class AgentInterface:
         return plan
 
     def encode(self, plan: _Plan, out: Any, observation: Any, reward: float, discount: float,
-               render: Callable[[], Any] | None) -> None:
-        """Pack the planned observations into ``out`` (a StepResponse's ``observations`` map)."""
+               render: Callable[[], Any] | None, pieces: bulk.Pieces | None = None) -> None:
+        """Pack the planned observations into ``out`` (a StepResponse's ``observations`` map);
+        large ones into ``pieces`` when given."""
         flat = None
         if plan.env:
             try:
@@ -228,7 +230,9 @@ class AgentInterface:
         for uid, kind, name, dt in plan.items:
             if kind == _ENV:
                 try:
-                    tensors.pack_into(out[uid], flat[name], dt)
+                    value = flat[name]
+                    if pieces is None or not pieces.take(uid, value, dt):
+                        tensors.pack_into(out[uid], value, dt)
                 except KeyError:
                     raise status.internal(f"the env's observation has no value for {name!r}") from None
                 except (ValueError, TypeError) as exc:
@@ -238,15 +242,17 @@ class AgentInterface:
             elif kind == _DISCOUNT:
                 out[uid].doubles.array.append(discount)
             else:
-                tensors.pack_into(out[uid], self._frame(render), pb.UINT8)
+                frame = self._frame(render)
+                if pieces is None or not pieces.take(uid, frame, pb.UINT8):
+                    tensors.pack_into(out[uid], frame, pb.UINT8)
 
     async def answer(self, plan: _Plan, out: pb.StepResponse, observation: Any, reward: float, discount: float,
-                     lane: Lane, render: Callable[[], Any] | None) -> None:
+                     lane: Lane, render: Callable[[], Any] | None, pieces: bulk.Pieces | None = None) -> None:
         """Fill ``out``'s planned observations; a frame asked for is rendered on the env's ``lane``."""
         if plan.items:
             if plan.rgb:
                 render = await rendered(lane, render)
-            self.encode(plan, out.observations, observation, reward, discount, render)
+            self.encode(plan, out.observations, observation, reward, discount, render, pieces)
 
     def _frame(self, render: Callable[[], Any] | None) -> np.ndarray:
         if render is None:

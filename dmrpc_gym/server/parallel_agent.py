@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
+from dmrpc_gym.protocol import bulk
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server.interface import AgentInterface, sequence_state
@@ -54,8 +55,10 @@ class ParallelAgent:
         self.running, self.episode, self.episode_return = True, episode, 0.0
         self._obs = self.world.obs.get(self.name)
 
-    async def step(self, request: pb.StepRequest, out: pb.StepResponse) -> None:
-        """Answer one StepRequest into ``out`` (may wait for the other agents)."""
+    async def step(self, request: pb.StepRequest, out: pb.StepResponse, large: Mapping[int, bulk.Decoded] | None = None,
+                   pieces: bulk.Pieces | None = None) -> None:
+        """Answer one StepRequest into ``out`` (may wait for the other agents); ``large``/``pieces``
+        as :meth:`~dmrpc_gym.server.gym_world.GymAgent.step`."""
         plan = self.interface.plan(request.requested_observations)
         world = self.world
         reward, discount = 0.0, 1.0
@@ -66,7 +69,7 @@ class ParallelAgent:
             self.running = False
             out.state = _INTERRUPTED
         else:
-            action = self.interface.actions(request.actions)
+            action = self.interface.actions(request.actions, large)
             try:
                 result = await world.act(self, action)
             except DmRpcError:
@@ -81,7 +84,7 @@ class ParallelAgent:
                 self.episode_return += reward
                 out.state, discount = sequence_state(terminated, truncated or self.name not in world.live)
                 self.running = out.state == _RUNNING
-        await self.interface.answer(plan, out, self._obs, reward, discount, world.lane, self._render)
+        await self.interface.answer(plan, out, self._obs, reward, discount, world.lane, self._render, pieces)
 
     async def reset(self, settings: Mapping[str, pb.Tensor]) -> pb.ActionObservationSpecs:
         """ResetRequest: settings ``seed`` only; a running agent ends the episode for everyone."""

@@ -30,6 +30,7 @@ from typing import Any
 import grpc
 import numpy as np
 
+from dmrpc_gym.protocol import bulk
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.server import properties, status
 from dmrpc_gym.server.properties import Property
@@ -73,10 +74,15 @@ class Session:
             "extension": self._extension,
         }
 
-    async def handle(self, raw: bytes) -> bytes:
-        """Answer one serialized request with one serialized response."""
+    async def handle(self, raw: bytes) -> bytes | list:
+        """Answer one serialized request with one serialized response.
+
+        A step answer with large observations comes as a list of pieces to send
+        unjoined (:mod:`~dmrpc_gym.protocol.bulk`); large actions are read in place.
+        """
         try:
-            request = _parse(raw)
+            message, large = bulk.split(raw, bulk.ACTIONS)
+            request = _parse(message)
         except Exception as exc:  # noqa: BLE001 - any parse failure is the client's
             return error_response(status.code(grpc.StatusCode.INVALID_ARGUMENT),
                                   f"the request is not a valid EnvironmentRequest ({len(raw)} bytes): {exc}")
@@ -87,7 +93,10 @@ class Session:
                 agent = self.agent
                 if agent is None:
                     raise status.failed_precondition("step needs a joined world: send JoinWorldRequest first")
-                await agent.step(request.step, response.step)
+                pieces = bulk.Pieces(bulk.OBSERVATIONS)
+                await agent.step(request.step, response.step, large, pieces)
+                if pieces:
+                    return pieces.envelope(bulk.STEP_TAG, response.step.SerializeToString())
             else:
                 handler = self._handlers.get(which)
                 if handler is None:

@@ -43,8 +43,8 @@ class Transport(Protocol):
     #: The server's response headers (gRPC initial metadata), empty until they have come.
     initial_metadata: dict[str, str]
 
-    def write(self, message: bytes, head: bytes = b"") -> None:
-        """Send ``head + message`` as one gRPC message (a large ``message`` is not copied to join them)."""
+    def write(self, *parts: bytes | memoryview) -> None:
+        """Send the concatenation of ``parts`` as one gRPC message (large parts are not copied to join them)."""
 
     def read(self, timeout: float | None) -> bytes:
         """The next answer message, waiting at most ``timeout`` seconds (None: no limit)."""

@@ -15,7 +15,7 @@ from collections import deque
 import hpack
 
 __all__ = ["MessageSplitter", "MessageTooLarge", "StreamError", "ProtocolError", "frame", "grpc_frame",
-           "header_frames", "check_frame", "parse_settings", "header_fragment", "unpad", "decode_headers", "grpc_status", "HeaderBlock",
+           "header_frames", "MessageParts", "check_frame", "parse_settings", "header_fragment", "unpad", "decode_headers", "grpc_status", "HeaderBlock",
            "HEADER", "U32", "PREFACE", "MAX_WINDOW", "DEFAULT_MAX_MESSAGE"]
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -71,6 +71,41 @@ def grpc_frame(message: bytes, stream: int) -> bytes:
     n = len(message) + 5
     return (HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream)
             + b"\x00" + U32.pack(len(message)) + message)
+
+
+class MessageParts:
+    """One gRPC message (prefix included) held as pieces, taken out frame by frame without joining them.
+
+    >>> parts = MessageParts([b"ab", b"cde"])
+    >>> len(parts), [bytes(p) for p in parts.take(6)], [bytes(p) for p in parts.take(9)]
+    (10, [b'\\x00\\x00\\x00\\x00\\x05', b'a'], [b'b', b'cde'])
+    """
+
+    __slots__ = ("_parts", "left")
+
+    def __init__(self, parts, flag: bytes = b"\x00"):
+        views = [memoryview(p).cast("B") for p in parts]
+        self.left = 5 + sum(map(len, views))
+        self._parts = deque([memoryview(flag + U32.pack(self.left - 5)), *views])
+
+    def __len__(self) -> int:
+        return self.left
+
+    def take(self, n: int) -> list[memoryview]:
+        """The next ``n`` bytes (at most what is left), as views."""
+        out, parts = [], self._parts
+        n = min(n, self.left)
+        self.left -= n
+        while n:
+            part = parts[0]
+            if len(part) <= n:
+                out.append(parts.popleft())
+                n -= len(part)
+            else:
+                out.append(part[:n])
+                parts[0] = part[n:]
+                n = 0
+        return out
 
 
 def header_frames(stream: int, flags: int, block: bytes, max_frame: int) -> bytes:

@@ -56,8 +56,8 @@ class GrpcioTransport:
         return {key: value for key, value in (self._call.initial_metadata() or ())
                 if isinstance(value, str)}
 
-    def write(self, message: bytes, head: bytes = b"") -> None:
-        self._requests.put(head + message if head else message)
+    def write(self, *parts: bytes | memoryview) -> None:
+        self._requests.put(parts[0] if len(parts) == 1 else b"".join(parts))
         self.messages_sent += 1
 
     _answered = False

@@ -134,8 +134,8 @@ class GrpcStream(_LargeMessages):
         if self._watcher is None:
             self._watcher = IdleWatcher(self._sock, self.lock, lambda: self.messages_sent, self._pump)
 
-    def write(self, message: bytes, head: bytes = b"") -> None:
-        """Send ``head + message`` as one gRPC message (blocks only while the peer's window is full).
+    def write(self, *parts: bytes | memoryview) -> None:
+        """Send the concatenation of ``parts`` as one gRPC message (blocks only while the peer's window is full).
 
         ``messages_sent`` counts the messages committed to the stream. A
         message is committed before its first byte is sent: if an interrupt
@@ -146,13 +146,13 @@ class GrpcStream(_LargeMessages):
         with self.lock:
             if self._ended is not None or self._dead is not None:
                 raise self._ended or self._dead
-            n = len(head) + len(message) + 5
+            n = sum(map(len, parts)) + 5 if len(parts) > 1 else len(parts[0]) + 5
             if n <= self._send_stream and n <= self._send_conn and n <= self._peer_frame and not self._compress:
                 self._send_stream -= n
                 self._send_conn -= n
-                self._send(grpc_frame(head + message if head else message, _STREAM), message=True)
+                self._send(grpc_frame(parts[0] if len(parts) == 1 else b"".join(parts), _STREAM), message=True)
                 return
-            self._write_large(message, head)
+            self._write_large(parts)
 
     def _send(self, data: bytes, message: bool = False) -> None:
         """Send ``data`` after any bytes an interrupted send left behind."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ssl
 
-from dmrpc_gym.transport.frames import DATA, HEADER, U32, StreamError
+from dmrpc_gym.transport.frames import DATA, HEADER, MessageParts, StreamError
 
 __all__: list[str] = []          # a part of GrpcStream, not an interface of its own
 
@@ -21,31 +21,23 @@ _RECV_CHUNK = 1 << 18
 class _LargeMessages:
     """The large-message paths of :class:`~dmrpc_gym.transport.h2_client.GrpcStream` (a mixin)."""
 
-    def _write_large(self, message: bytes, head: bytes = b"") -> None:
-        flag = b"\x00"
+    def _write_large(self, parts: tuple) -> None:
+        """Send the message ``parts`` in DATA frames, as the peer's windows allow."""
         if self._compress:
-            message, head, flag = self._compress(head + message), b"", b"\x01"
-        body = memoryview(message)
-        prefix = flag + U32.pack(len(head) + len(message)) + head
-        total, done = len(prefix) + len(message), 0
+            message = MessageParts([self._compress(b"".join(parts))], b"\x01")
+        else:
+            message = MessageParts(parts)
         self.broken = True               # until the last frame of this message is committed
         self.messages_sent += 1
-        while done < total:
+        while message.left:
             while min(self._send_stream, self._send_conn) <= 0:
                 self._read_frame()
                 if self._ended is not None:
                     raise self._ended
-            n = min(total - done, self._send_stream, self._send_conn, self._peer_frame)
+            n = min(message.left, self._send_stream, self._send_conn, self._peer_frame)
             self._send_stream -= n
             self._send_conn -= n
-            parts = [HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, _STREAM)]
-            if done < len(prefix):
-                parts.append(prefix[done:done + n])
-            start, end = max(done - len(prefix), 0), done + n - len(prefix)
-            if end > start:
-                parts.append(body[start:end])
-            self._send_parts(parts)
-            done += n
+            self._send_parts([HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, _STREAM), *message.take(n)])
         self.broken = False
 
     def _send_parts(self, parts: list) -> None:

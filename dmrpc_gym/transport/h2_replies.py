@@ -36,26 +36,31 @@ class Replies:
             fields.append(("grpc-encoding", stream.encoding))
         return fields
 
-    async def _send(self, stream: Stream, message: bytes) -> None:
+    async def _send(self, stream: Stream, message: bytes | list) -> None:
+        """Send one message: bytes, or a list of pieces (:class:`~dmrpc_gym.protocol.bulk.Pieces`) not joined."""
         if not stream.replied:
             self._write(h2.header_frames(stream.id, 0, self._encoder.encode(self._headers(stream)),
                                          self._peer_frame))
-        n = len(message) + 5
+        if type(message) is list:
+            n = sum(map(len, message)) + 5
+            if n <= _CHUNK or stream.compress is not None:
+                message = b"".join(message)
+        else:
+            n = len(message) + 5
         if (n <= _CHUNK and n <= stream.window and n <= self._conn_window and n <= self._peer_frame
                 and stream.compress is None):
             stream.window -= n
             self._conn_window -= n
             self._write(h2.grpc_frame(message, stream.id))
             return
-        flag = b"\x00"
         if stream.compress is not None:
-            message, flag = stream.compress(message), b"\x01"
+            parts = h2.MessageParts([stream.compress(message)], b"\x01")
+        else:
+            parts = h2.MessageParts(message if type(message) is list else [message])
         # A large message goes out in chunks, each written only while the socket keeps
         # up (pause_writing / resume_writing): asyncio's write buffer then stays small,
         # where one huge write would be moved down its buffer once per partial send.
-        prefix, body = flag + U32.pack(len(message)), memoryview(message)
-        total, done = len(message) + 5, 0
-        while done < total:
+        while parts.left:
             while min(stream.window, self._conn_window) <= 0 or not self._can_write.is_set():
                 if self._closed or not stream.open:
                     raise asyncio.CancelledError()
@@ -64,17 +69,10 @@ class Replies:
                     await self._window_open.wait()
                 else:
                     await self._can_write.wait()
-            n = min(total - done, stream.window, self._conn_window, self._peer_frame, _CHUNK)
+            n = min(parts.left, stream.window, self._conn_window, self._peer_frame, _CHUNK)
             stream.window -= n
             self._conn_window -= n
-            head = HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id)
-            if done < 5:
-                head += prefix[done:done + n]
-            self._write(head)
-            start, end = max(done - 5, 0), done + n - 5
-            if end > start:
-                self._write(body[start:end])
-            done += n
+            self._writelines([HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id), *parts.take(n)])
 
     def _trailers(self, stream: Stream, code: int, message: str, extra: tuple = ()) -> None:
         if not stream.open or self._closed:

@@ -1,0 +1,237 @@
+"""Large tensors of step messages, written and read around protobuf.
+
+protobuf's Python API copies a bytes payload at every hand-over: into the
+message, out to the wire, from the wire, out to numpy. For a 16 MiB image
+those copies are most of a step. So the large memory-kind tensors (float,
+double, int8, uint8 and bool payloads of :data:`LARGE` bytes or more) of a
+step's ``actions`` or ``observations`` map skip protobuf at both ends:
+
+- writing (:class:`Pieces`), protobuf serializes the rest of the message and
+  each large map entry follows as two pieces, a header of a few bytes and the
+  array's own memory, which the transport sends without joining them;
+- reading (:func:`split`), a message of :data:`LARGE` bytes or more is walked
+  field by field: each large memory-kind Tensor of the step's map becomes an
+  array over the received buffer itself, and protobuf parses the rest, byte
+  for byte as it came.
+
+Both sides write and accept plain protobuf: a peer sees one ordinary message,
+and whatever the walk does not expect (a varint payload, an unknown field, an
+unpacked shape) is simply left to protobuf.
+
+>>> pieces = Pieces(OBSERVATIONS)
+>>> response = pb.EnvironmentResponse()
+>>> pieces.take(7, np.arange(LARGE, dtype=np.uint8), None)
+True
+>>> message = b"".join(pieces.envelope(STEP_TAG, response.step.SerializeToString()))
+>>> rest, arrays = split(message, OBSERVATIONS)
+>>> len(pb.EnvironmentResponse.FromString(rest).step.observations), arrays[7][0], arrays[7][1][:3]
+(0, 'uint8s', array([0, 1, 2], dtype=uint8))
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dmrpc_gym.protocol import tensors
+from dmrpc_gym.protocol.dtypes import BY_DATA_TYPE, MEMORY, DataTypeInfo
+from dmrpc_gym.protocol.protowire import memory_head, varint
+from dmrpc_gym.protocol.wire import pb
+
+__all__ = ["LARGE", "ACTIONS", "OBSERVATIONS", "STEP_TAG", "Pieces", "split", "Decoded"]
+
+#: Tensors of this many payload bytes or more travel outside protobuf.
+LARGE = 1 << 16
+#: Field numbers of the maps: StepRequest ``actions``, StepResponse ``observations``.
+ACTIONS, OBSERVATIONS = 1, 2
+_STEP = 3                                   # the envelopes' ``step`` field
+STEP_TAG = bytes(((_STEP << 3) | 2,))
+_SHAPE = 15                                 # Tensor ``shape``
+#: ``(payload field name, array)``: a Tensor decoded by :func:`split`.
+Decoded = tuple[str, np.ndarray]
+_MEMORY = {c.dt: c for c in BY_DATA_TYPE.values() if c.kind is MEMORY}   # payload field number == DataType
+
+
+class Pieces:
+    """The large map entries of one step message being written, as pieces to send unjoined.
+
+    ``map_field`` is :data:`ACTIONS` (a StepRequest) or :data:`OBSERVATIONS` (a StepResponse).
+    """
+
+    __slots__ = ("tag", "parts", "nbytes")
+
+    def __init__(self, map_field: int):
+        self.tag = bytes(((map_field << 3) | 2,))
+        self.parts: list[Any] = []
+        self.nbytes = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.parts)
+
+    def take(self, uid: int, value: Any, dtype: Any) -> bool:
+        """Whether ``value`` (the Tensor of ``uid``) is large, and so was added to the pieces."""
+        if type(value) is np.ndarray and value.nbytes >= LARGE:
+            arr, c = tensors.prepare(value, dtype)
+            if c.kind is MEMORY:
+                self.add(uid, arr, c)
+                return True
+        return False
+
+    def add(self, uid: int, arr: np.ndarray, c: DataTypeInfo) -> None:
+        """Append the map entry ``uid -> arr`` (already in ``c``'s wire dtype)."""
+        if not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr)
+        head = c.heads.get(arr.shape) or memory_head(c, arr.shape, arr.nbytes)
+        size = len(head) + arr.nbytes
+        entry = b"\x08" + varint(uid) + b"\x12" + varint(size)
+        first = self.tag + varint(len(entry) + size) + entry + head
+        data = memoryview(arr.reshape(-1).view(np.uint8))
+        self.parts += (first, data)
+        self.nbytes += len(first) + len(data)
+
+    def envelope(self, tag: bytes, body: bytes) -> list[Any]:
+        """The message whose field ``tag`` holds ``body`` (protobuf's bytes of the rest) and the pieces."""
+        return [tag + varint(len(body) + self.nbytes) + body, *self.parts]
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+
+class _Unexpected(Exception):
+    """Something the walk leaves to protobuf."""
+
+
+def _varint(buf: Any, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        try:
+            b = buf[pos]
+        except IndexError:
+            raise _Unexpected from None
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise _Unexpected
+
+
+def _fields(buf: Any, pos: int, end: int):
+    """``(number, wire type, start, stop, value)`` of each field in ``buf[pos:end]``.
+
+    The field's bytes are ``buf[start:stop]``; ``value`` is a varint's value, or
+    where a length-delimited value starts (it ends at ``stop``).
+    """
+    while pos < end:
+        start = pos
+        key, pos = _varint(buf, pos)
+        kind = key & 7
+        if kind == 2:
+            n, pos = _varint(buf, pos)
+            value = pos
+            pos += n
+        elif kind == 0:
+            value, pos = _varint(buf, pos)
+        elif kind in (1, 5):
+            value = pos
+            pos += 8 if kind == 1 else 4
+        else:
+            raise _Unexpected
+        if pos > end:
+            raise _Unexpected
+        yield key >> 3, kind, start, pos, value
+
+
+def _tensor(buf: Any, pos: int, end: int) -> Decoded:
+    """A memory-kind Tensor from ``buf[pos:end]``, as an array over ``buf``."""
+    shape, payload = None, None
+    for number, kind, _, stop, value in _fields(buf, pos, end):
+        if kind != 2:
+            raise _Unexpected
+        if number == _SHAPE and shape is None:
+            shape = []
+            while value < stop:
+                d, value = _varint(buf, value)
+                shape.append(d - (1 << 64) if d >= 1 << 63 else d)
+        elif number in _MEMORY and payload is None:
+            payload = number, value, stop
+        else:
+            raise _Unexpected
+    if payload is None:
+        raise _Unexpected
+    number, a, b = payload
+    c = _MEMORY[number]
+    inner = list(_fields(buf, a, b))
+    if len(inner) > 1 or (inner and (inner[0][0], inner[0][1]) != (1, 2)):
+        raise _Unexpected
+    a = inner[0][4] if inner else b
+    wire = np.dtype(np.uint8) if c.dt == pb.BOOL else c.wire
+    if (b - a) % wire.itemsize:
+        raise _Unexpected
+    flat = np.frombuffer(buf, wire, (b - a) // wire.itemsize, a)
+    if c.dt == pb.BOOL:
+        if flat.size and flat.max() > 1:
+            raise _Unexpected              # non-canonical bools: protobuf reads them
+        flat = flat.view(np.bool_)
+    if not flat.flags.writeable or not flat.flags.aligned:
+        flat = flat.copy()
+    try:
+        return c.name, tensors.shaped(flat, shape or [], c.name)
+    except ValueError:
+        raise _Unexpected from None        # protobuf's path words the error
+
+
+def _entries(buf: Any, pos: int, end: int, map_field: int, found: dict[int, Decoded], kept: list) -> None:
+    """Walk a StepRequest/StepResponse: large entries of its map into ``found``, the rest into ``kept``."""
+    view = memoryview(buf)
+    for number, kind, start, stop, value in _fields(buf, pos, end):
+        if number == map_field and kind == 2:
+            uid, tensor = 0, None
+            for n, k, _, b, v in _fields(buf, value, stop):
+                if n == 1 and k == 0:
+                    uid = v
+                elif n == 2 and k == 2:
+                    tensor = v, b
+                else:
+                    raise _Unexpected
+            if tensor is not None and tensor[1] - tensor[0] >= LARGE:
+                try:
+                    found[uid] = _tensor(buf, *tensor)
+                    continue
+                except _Unexpected:
+                    pass
+            found.pop(uid, None)           # a later entry for a UID replaces an earlier one
+        kept.append(view[start:stop])
+
+
+def split(message: Any, map_field: int) -> tuple[Any, dict[int, Decoded]]:
+    """``message`` (an envelope) without the large tensors of its step's map, and those tensors by UID.
+
+    Messages under :data:`LARGE` bytes, and any the walk does not expect,
+    come back whole with no tensors. The arrays share memory with
+    ``message`` when it is a writable buffer (a ``bytearray``); over read-only
+    ``bytes`` they are copies. Protobuf's later entries win: a tensor found
+    here replaces an earlier entry for its UID left in the message.
+    """
+    if len(message) < LARGE or not map_field:
+        return message, {}
+    found: dict[int, Decoded] = {}
+    steps = []                              # (start, stop, kept pieces) of each step field
+    try:
+        for number, kind, start, stop, value in _fields(message, 0, len(message)):
+            if number == _STEP and kind == 2:
+                kept: list[Any] = []
+                _entries(message, value, stop, map_field, found, kept)
+                steps.append((start, stop, kept))
+    except _Unexpected:
+        return message, {}
+    if not found:
+        return message, {}
+    view, out, done = memoryview(message), [], 0
+    for start, stop, kept in steps:
+        body = b"".join(kept)
+        out += (view[done:start], STEP_TAG, varint(len(body)), body)
+        done = stop
+    out.append(view[done:])
+    return b"".join(out), found
