@@ -356,7 +356,7 @@ def _tag_rounds(env) -> tuple[list, np.ndarray]:
     observations, _ = env.reset(seed=4)
     states = [sorted(observations)]
     for _ in range(3):
-        observations, *_ = env.step({a: env.action_space(a).sample() for a in env.agents})
+        observations, *_ = env.step({a: 0 for a in env.agents})   # stay: no capture ends the episode early
         states.append(sorted(observations))
     props = Properties(env.connections[env.possible_agents[0]])
     return states, props["episode_step"]

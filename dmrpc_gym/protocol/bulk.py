@@ -29,13 +29,14 @@ True
 """
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import numpy as np
 
 from dmrpc_gym.protocol import tensors
-from dmrpc_gym.protocol.dtypes import BY_DATA_TYPE, MEMORY, DataTypeInfo
-from dmrpc_gym.protocol.protowire import memory_head, varint
+from dmrpc_gym.protocol.dtypes import BY_DATA_TYPE, MEMORY, VARINT, DataTypeInfo
+from dmrpc_gym.protocol.protowire import ONE_BYTE, encode_tensor, memory_head, varint
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = ["LARGE", "ACTIONS", "OBSERVATIONS", "STEP_TAG", "Pieces", "split", "Decoded"]
@@ -52,46 +53,94 @@ Decoded = tuple[str, np.ndarray]
 _MEMORY = {c.dt: c for c in BY_DATA_TYPE.values() if c.kind is MEMORY}   # payload field number == DataType
 
 
-class Pieces:
-    """The large map entries of one step message being written, as pieces to send unjoined.
+_KEYS: dict[int, bytes] = {}
+_DOUBLES: dict[tuple[bytes, int], bytes] = {}   # (map tag, UID) -> a DOUBLE scalar's entry but its 8 bytes
+_PACK_DOUBLE = struct.Struct("<d").pack
 
-    ``map_field`` is :data:`ACTIONS` (a StepRequest) or :data:`OBSERVATIONS` (a StepResponse).
+
+def _key(uid: int) -> bytes:
+    """A map entry's ``key = 1`` field and the tag of its ``value = 2`` (cached per UID)."""
+    key = b"\x08" + varint(uid) + b"\x12"
+    if len(_KEYS) < 4096:
+        _KEYS[uid] = key
+    return key
+
+
+class Pieces:
+    """Map entries of one step message being written by hand, as pieces to send unjoined.
+
+    ``map_field`` is :data:`ACTIONS` (a StepRequest) or :data:`OBSERVATIONS` (a
+    StepResponse). :meth:`take` keeps only large tensors (the rest of the
+    message is a protobuf message); :meth:`add` takes any tensor (the whole
+    map is written here).
     """
 
-    __slots__ = ("tag", "parts", "nbytes")
+    __slots__ = ("tag", "parts")
 
     def __init__(self, map_field: int):
         self.tag = bytes(((map_field << 3) | 2,))
-        self.parts: list[Any] = []
-        self.nbytes = 0
+        self.parts: list[Any] = []    # bytes, and memoryviews of bytes
 
     def __bool__(self) -> bool:
         return bool(self.parts)
+
+    def add(self, uid: int, value: Any, dtype: Any) -> None:
+        """Append the map entry ``uid -> value`` (as :func:`~dmrpc_gym.protocol.tensors.pack` packs it)."""
+        if type(value) is np.ndarray:
+            arr, c = tensors.prepare(value, dtype)
+            if c.kind is MEMORY and arr.nbytes >= LARGE:
+                self._add_memory(uid, arr, c)
+                return
+            if c.kind is MEMORY or c.kind is VARINT:
+                self.add_bytes(uid, encode_tensor(arr, c))
+                return
+        self.add_bytes(uid, tensors.tensor_bytes(value, dtype))
+
+    def add_double(self, uid: int, value: float) -> None:
+        """Append the map entry ``uid -> value`` as a DOUBLE scalar (a reward, a discount)."""
+        prefix = _DOUBLES.get((self.tag, uid))
+        if prefix is None:
+            prefix = self._entry_bytes(uid, tensors.tensor_bytes(0.0))[:-8]
+            if len(_DOUBLES) < 4096:
+                _DOUBLES[self.tag, uid] = prefix
+        self.parts.append(prefix + _PACK_DOUBLE(value))
+
+    def add_bytes(self, uid: int, tensor: bytes) -> None:
+        """Append the map entry ``uid -> tensor`` (a serialized Tensor)."""
+        self.parts.append(self._entry_bytes(uid, tensor))
+
+    def _entry_bytes(self, uid: int, tensor: bytes) -> bytes:
+        key = _KEYS.get(uid) or _key(uid)
+        n = len(tensor)
+        if n + len(key) < 127:           # both lengths fit one byte
+            return self.tag + ONE_BYTE[n + len(key) + 1] + key + ONE_BYTE[n] + tensor
+        size = varint(n)
+        return b"".join((self.tag, varint(len(key) + len(size) + n), key, size, tensor))
 
     def take(self, uid: int, value: Any, dtype: Any) -> bool:
         """Whether ``value`` (the Tensor of ``uid``) is large, and so was added to the pieces."""
         if type(value) is np.ndarray and value.nbytes >= LARGE:
             arr, c = tensors.prepare(value, dtype)
             if c.kind is MEMORY:
-                self.add(uid, arr, c)
+                self._add_memory(uid, arr, c)
                 return True
         return False
 
-    def add(self, uid: int, arr: np.ndarray, c: DataTypeInfo) -> None:
+    def _add_memory(self, uid: int, arr: np.ndarray, c: DataTypeInfo) -> None:
         """Append the map entry ``uid -> arr`` (already in ``c``'s wire dtype)."""
         if not arr.flags.c_contiguous:
             arr = np.ascontiguousarray(arr)
         head = c.heads.get(arr.shape) or memory_head(c, arr.shape, arr.nbytes)
         size = len(head) + arr.nbytes
-        entry = b"\x08" + varint(uid) + b"\x12" + varint(size)
+        entry = (_KEYS.get(uid) or _key(uid)) + varint(size)
         first = self.tag + varint(len(entry) + size) + entry + head
         data = memoryview(arr.reshape(-1).view(np.uint8))
         self.parts += (first, data)
-        self.nbytes += len(first) + len(data)
 
     def envelope(self, tag: bytes, body: bytes) -> list[Any]:
         """The message whose field ``tag`` holds ``body`` (protobuf's bytes of the rest) and the pieces."""
-        return [tag + varint(len(body) + self.nbytes) + body, *self.parts]
+        parts = self.parts
+        return [tag + varint(len(body) + sum(map(len, parts))) + body, *parts]
 
 
 # -- reading -----------------------------------------------------------------------------------

@@ -117,27 +117,29 @@ class SpecTable:
         carried outside protobuf (:func:`~dmrpc_gym.protocol.bulk.split`), already decoded.
         """
         out = {}
-        for uid, tensor in tensors_by_uid.items():
-            self._unpack_one(out, uid, tensor.WhichOneof("payload"), tensor, check)
-        if large:
-            for uid, (payload, array) in large.items():
-                self._unpack_one(out, uid, payload, array, check)
-        return out
-
-    def _unpack_one(self, out: dict, uid: int, payload: str | None, value: Any, check: bool) -> None:
-        checker = self.checker(uid)
-        if check:
-            want = self._payloads[uid]
-            if payload != want:
-                got = f"a {_PAYLOAD_TYPE[payload]} tensor" if payload else "a tensor with no payload"
-                raise ValueError(f"{self.kind} {checker.name!r}: expected a {_PAYLOAD_TYPE[want]} tensor "
-                                 f"({dtype_label(checker.dtype)}), got {got}")
-        if type(value) is not np.ndarray:
+        for uid in tensors_by_uid:          # (a message's map has no C-level items())
+            tensor = tensors_by_uid[uid]
+            checker = self.by_uid.get(uid) or self.checker(uid)
+            if check and tensor.WhichOneof("payload") != self._payloads[uid]:
+                self._wrong_payload(uid, tensor.WhichOneof("payload"))
             try:
-                value = tensors.unpack(value)
+                array = tensors.unpack(tensor)
             except (ValueError, TypeError) as exc:
                 raise ValueError(f"{self.kind} {checker.name!r}: {exc}") from None
-        out[checker.name] = checker.check(value, self.kind) if check else value
+            out[checker.name] = checker.check(array, self.kind) if check else array
+        if large:
+            for uid, (payload, array) in large.items():
+                checker = self.checker(uid)
+                if check and payload != self._payloads[uid]:
+                    self._wrong_payload(uid, payload)
+                out[checker.name] = checker.check(array, self.kind) if check else array
+        return out
+
+    def _wrong_payload(self, uid: int, payload: str | None) -> None:
+        checker, want = self.by_uid[uid], self._payloads[uid]
+        got = f"a {_PAYLOAD_TYPE[payload]} tensor" if payload else "a tensor with no payload"
+        raise ValueError(f"{self.kind} {checker.name!r}: expected a {_PAYLOAD_TYPE[want]} tensor "
+                         f"({dtype_label(checker.dtype)}), got {got}")
 
     def __repr__(self) -> str:
         return f"SpecTable({self.kind}: {self.listing})"

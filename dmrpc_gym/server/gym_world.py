@@ -39,7 +39,7 @@ import numpy as np
 from dmrpc_gym.protocol import bulk
 from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import Factory, close_quietly
-from dmrpc_gym.server.interface import AgentInterface, probe_render, rgb_render, sequence_state
+from dmrpc_gym.server.interface import AgentInterface, StepAnswer, probe_render, rgb_render, sequence_state
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.workers import Lane, WorkerPool
 from dmrpc_gym.server.settings import (SEED, check_seed, refuse_unknown, pop_seed, same_settings, unpack_settings,
@@ -224,12 +224,10 @@ class GymAgent:
         self.episode_step, self.episode_return = 0, 0.0
         self._obs = obs
 
-    async def step(self, request: pb.StepRequest, out: pb.StepResponse, large: Mapping[int, bulk.Decoded] | None = None,
-                   pieces: bulk.Pieces | None = None) -> None:
-        """Answer one StepRequest into ``out`` (the env steps on a worker thread).
-
-        ``large``/``pieces``: the request's and the answer's large tensors (:mod:`~dmrpc_gym.protocol.bulk`).
-        """
+    async def step(self, request: pb.StepRequest, out: StepAnswer,
+                   large: Mapping[int, bulk.Decoded] | None = None) -> None:
+        """Answer one StepRequest into ``out`` (the env steps on a worker thread); ``large``: the
+        request's tensors read outside protobuf (:func:`~dmrpc_gym.protocol.bulk.split`)."""
         plan = self.interface.plan(request.requested_observations)
         reward, discount = 0.0, 1.0
         if not self.running:
@@ -253,7 +251,10 @@ class GymAgent:
             self.episode_return += reward
             out.state, discount = sequence_state(terminated, truncated)
             self.running = out.state == _RUNNING
-        await self.interface.answer(plan, out, self._obs, reward, discount, self.lane, self._render, pieces)
+        if plan.rgb:
+            await self.interface.answer(plan, out, self._obs, reward, discount, self.lane, self._render)
+        elif plan.items:
+            self.interface.encode(plan, out, self._obs, reward, discount, None)
 
     async def reset(self, settings: Mapping[str, pb.Tensor]) -> pb.ActionObservationSpecs:
         """ResetRequest: settings for the next sequence (``seed``, world-setting overrides)."""

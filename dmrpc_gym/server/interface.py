@@ -42,7 +42,7 @@ from dmrpc_gym.protocol.wire import pb
 
 log = logging.getLogger("dmrpc_gym.server")
 
-__all__ = ["sequence_state", "AgentInterface", "probe_rgb", "probe_render", "rgb_render", "OBSERVATION", "ACTION", "REWARD", "DISCOUNT", "RGB"]
+__all__ = ["sequence_state", "AgentInterface", "StepAnswer", "probe_rgb", "probe_render", "rgb_render", "OBSERVATION", "ACTION", "REWARD", "DISCOUNT", "RGB"]
 
 #: Spec name of a bare (non-Dict) observation space, and of a bare action space.
 OBSERVATION, ACTION = "observation", "action"
@@ -103,6 +103,34 @@ def probe_rgb(render: Callable[[], Any]) -> tuple[int, int, int]:
     if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] not in (3, 4):
         raise ValueError(f"render() returned {frame.dtype} {frame.shape}, not a uint8 HxWx3 image")
     return (frame.shape[0], frame.shape[1], 3)
+
+
+class StepAnswer(bulk.Pieces):
+    """A StepResponse written by hand: ``state``, and the pieces of its ``observations`` map.
+
+    The server writes every step answer this way (no message object, large
+    observations sent from their own memory).
+
+    >>> answer = StepAnswer()
+    >>> answer.state = pb.RUNNING
+    >>> answer.add_double(3, 0.5)
+    >>> response = pb.EnvironmentResponse.FromString(b"".join(answer.message()))
+    >>> pb.EnvironmentStateType.Name(response.step.state), response.step.observations[3].doubles.array[:]
+    ('RUNNING', [0.5])
+    """
+
+    __slots__ = ("state",)
+
+    def __init__(self):
+        super().__init__(bulk.OBSERVATIONS)
+        self.state = 0
+
+    def message(self) -> list:
+        """The serialized ``EnvironmentResponse``, as pieces."""
+        return self.envelope(bulk.STEP_TAG, _STATES.get(self.state) or b"\x08" + tensors.varint(self.state))
+
+
+_STATES = {0: b"", 1: b"\x08\x01", 2: b"\x08\x02", 3: b"\x08\x03"}
 
 
 class _Plan:
@@ -217,10 +245,9 @@ class AgentInterface:
         self._plans[key] = plan
         return plan
 
-    def encode(self, plan: _Plan, out: Any, observation: Any, reward: float, discount: float,
-               render: Callable[[], Any] | None, pieces: bulk.Pieces | None = None) -> None:
-        """Pack the planned observations into ``out`` (a StepResponse's ``observations`` map);
-        large ones into ``pieces`` when given."""
+    def encode(self, plan: _Plan, out: bulk.Pieces, observation: Any, reward: float, discount: float,
+               render: Callable[[], Any] | None) -> None:
+        """Write the planned observations as the entries of a StepResponse's ``observations`` map (``out``)."""
         flat = None
         if plan.env:
             try:
@@ -230,29 +257,28 @@ class AgentInterface:
         for uid, kind, name, dt in plan.items:
             if kind == _ENV:
                 try:
-                    value = flat[name]
-                    if pieces is None or not pieces.take(uid, value, dt):
-                        tensors.pack_into(out[uid], value, dt)
+                    out.add(uid, flat[name], dt)
                 except KeyError:
                     raise status.internal(f"the env's observation has no value for {name!r}") from None
                 except (ValueError, TypeError) as exc:
                     raise status.internal(f"the env's observation {name!r} does not fit its spec: {exc}") from None
             elif kind == _REWARD:
-                out[uid].doubles.array.append(reward)
+                out.add_double(uid, reward)
             elif kind == _DISCOUNT:
-                out[uid].doubles.array.append(discount)
+                out.add_double(uid, discount)
             else:
-                frame = self._frame(render)
-                if pieces is None or not pieces.take(uid, frame, pb.UINT8):
-                    tensors.pack_into(out[uid], frame, pb.UINT8)
+                out.add(uid, self._frame(render), pb.UINT8)
 
-    async def answer(self, plan: _Plan, out: pb.StepResponse, observation: Any, reward: float, discount: float,
-                     lane: Lane, render: Callable[[], Any] | None, pieces: bulk.Pieces | None = None) -> None:
-        """Fill ``out``'s planned observations; a frame asked for is rendered on the env's ``lane``."""
-        if plan.items:
-            if plan.rgb:
-                render = await rendered(lane, render)
-            self.encode(plan, out.observations, observation, reward, discount, render, pieces)
+    async def answer(self, plan: _Plan, out: StepAnswer, observation: Any, reward: float, discount: float,
+                     lane: Lane, render: Callable[[], Any] | None) -> None:
+        """Write ``out``'s planned observations; a frame asked for is rendered on the env's ``lane`` first.
+
+        Callers skip it (calling :meth:`encode` themselves) when ``plan.rgb`` is false: an await
+        is a measurable part of a small step.
+        """
+        if plan.rgb:
+            render = await rendered(lane, render)
+        self.encode(plan, out, observation, reward, discount, render)
 
     def _frame(self, render: Callable[[], Any] | None) -> np.ndarray:
         if render is None:

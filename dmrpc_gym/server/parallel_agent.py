@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from dmrpc_gym.protocol import bulk
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import pb
-from dmrpc_gym.server.interface import AgentInterface, sequence_state
+from dmrpc_gym.server.interface import AgentInterface, StepAnswer, sequence_state
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.settings import SEED, pop_seed, refuse_unknown, unpack_settings
 
@@ -55,10 +55,10 @@ class ParallelAgent:
         self.running, self.episode, self.episode_return = True, episode, 0.0
         self._obs = self.world.obs.get(self.name)
 
-    async def step(self, request: pb.StepRequest, out: pb.StepResponse, large: Mapping[int, bulk.Decoded] | None = None,
-                   pieces: bulk.Pieces | None = None) -> None:
-        """Answer one StepRequest into ``out`` (may wait for the other agents); ``large``/``pieces``
-        as :meth:`~dmrpc_gym.server.gym_world.GymAgent.step`."""
+    async def step(self, request: pb.StepRequest, out: StepAnswer,
+                   large: Mapping[int, bulk.Decoded] | None = None) -> None:
+        """Answer one StepRequest into ``out`` (may wait for the other agents); ``large`` as
+        :meth:`~dmrpc_gym.server.gym_world.GymAgent.step`."""
         plan = self.interface.plan(request.requested_observations)
         world = self.world
         reward, discount = 0.0, 1.0
@@ -84,7 +84,10 @@ class ParallelAgent:
                 self.episode_return += reward
                 out.state, discount = sequence_state(terminated, truncated or self.name not in world.live)
                 self.running = out.state == _RUNNING
-        await self.interface.answer(plan, out, self._obs, reward, discount, world.lane, self._render, pieces)
+        if plan.rgb:
+            await self.interface.answer(plan, out, self._obs, reward, discount, world.lane, self._render)
+        elif plan.items:
+            self.interface.encode(plan, out, self._obs, reward, discount, None)
 
     async def reset(self, settings: Mapping[str, pb.Tensor]) -> pb.ActionObservationSpecs:
         """ResetRequest: settings ``seed`` only; a running agent ends the episode for everyone."""

@@ -40,11 +40,12 @@ class WorldRegistry:
     >>> import asyncio
     >>> from dmrpc_gym.protocol import tensors
     >>> from dmrpc_gym.worlds.catch import Catch
+    >>> from dmrpc_gym.server.interface import StepAnswer
     >>> registry = WorldRegistry(Factory(Catch))
     >>> async def demo():
     ...     name = await registry.create({"rows": tensors.pack(4), "seed": tensors.pack(1)})
     ...     agent = await (await registry.get(name)).join({})
-    ...     out = pb.StepResponse()
+    ...     out = StepAnswer()
     ...     await agent.step(pb.StepRequest(), out)   # the first step starts a sequence
     ...     agent.leave(); registry.destroy(name, joined=None)
     ...     return pb.EnvironmentStateType.Name(out.state), agent.episode_step, registry.names()

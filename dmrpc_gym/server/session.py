@@ -33,6 +33,7 @@ import numpy as np
 from dmrpc_gym.protocol import bulk
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.server import properties, status
+from dmrpc_gym.server.interface import StepAnswer
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.registry import WorldRegistry
 from dmrpc_gym.protocol.wire import pb
@@ -77,34 +78,35 @@ class Session:
     async def handle(self, raw: bytes) -> bytes | list:
         """Answer one serialized request with one serialized response.
 
-        A step answer with large observations comes as a list of pieces to send
-        unjoined (:mod:`~dmrpc_gym.protocol.bulk`); large actions are read in place.
+        A step's answer is written by hand and comes as a list of pieces, to send
+        unjoined (:class:`~dmrpc_gym.server.interface.StepAnswer`); large actions
+        are read in place (:func:`~dmrpc_gym.protocol.bulk.split`).
         """
         try:
-            message, large = bulk.split(raw, bulk.ACTIONS)
-            request = _parse(message)
+            large = None
+            if len(raw) >= bulk.LARGE:
+                raw, large = bulk.split(raw, bulk.ACTIONS)
+            request = _parse(raw)
         except Exception as exc:  # noqa: BLE001 - any parse failure is the client's
             return error_response(status.code(grpc.StatusCode.INVALID_ARGUMENT),
                                   f"the request is not a valid EnvironmentRequest ({len(raw)} bytes): {exc}")
         which = request.WhichOneof("payload")
-        response = pb.EnvironmentResponse()
         try:
             if which == "step":
                 agent = self.agent
                 if agent is None:
                     raise status.failed_precondition("step needs a joined world: send JoinWorldRequest first")
-                pieces = bulk.Pieces(bulk.OBSERVATIONS)
-                await agent.step(request.step, response.step, large, pieces)
-                if pieces:
-                    return pieces.envelope(bulk.STEP_TAG, response.step.SerializeToString())
-            else:
-                handler = self._handlers.get(which)
-                if handler is None:
-                    if raw:
-                        raise status.unimplemented("the request's payload is not one this server knows "
-                                                   "(dm_env_rpc v1 requests and the properties extension)")
-                    raise status.invalid_argument("the request is empty (no payload is set)")
-                await handler(getattr(request, which), response)
+                out = StepAnswer()
+                await agent.step(request.step, out, large)
+                return out.message()
+            handler = self._handlers.get(which)
+            if handler is None:
+                if raw:
+                    raise status.unimplemented("the request's payload is not one this server knows "
+                                               "(dm_env_rpc v1 requests and the properties extension)")
+                raise status.invalid_argument("the request is empty (no payload is set)")
+            response = pb.EnvironmentResponse()
+            await handler(getattr(request, which), response)
         except DmRpcError as exc:
             log.info("%s refused: %s: %s", which, exc.code_name, exc.message)
             return error_response(exc.code, exc.message)
