@@ -2,9 +2,12 @@
 
 One run (needs ``ray[rllib]``: ``pip install -e '.[rllib]'`` in a venv of its
 own) builds a PPO algorithm (new API stack) per case, each with ``N`` env
-runners of one Catch each, then times ``EnvRunner.sample`` on all runners at
+runners of ``E`` Catch envs each, then times ``EnvRunner.sample`` on all runners at
 once, case after case, round after round (A, B, C, A, B, C...), and reports
-medians and the ratio to the local case (the median of per-round ratios). Cases:
+medians and the ratio to the local case (the median of per-round ratios). With
+``E > 1`` the dm_env_rpc cases use RLlib's ``vector_entry_point`` mode (one
+``DmRpcVectorEnv`` per runner, all its steps in flight at once) and the local
+case RLlib's default ``sync`` mode. Cases:
 
 - ``local``: the bundled gymnasium ``Catch`` in the runner, wrapped in ``FlatSpaces``;
 - ``dm_env_rpc served``: ``dmrpc/Catch-v0`` with ``addresses`` of N ``dmrpc-gym serve
@@ -12,7 +15,7 @@ medians and the ratio to the local case (the median of per-round ratios). Cases:
 - ``dm_env_rpc embedded``: ``dmrpc/Catch-v0`` without addresses (each runner serves
   Catch in-process, so the server shares the runner's interpreter).
 
-    python benchmarks/bench_rllib.py                  # N = 1 and 2, 5 rounds
+    python benchmarks/bench_rllib.py                  # N = 1 and 2, E = 1 and 8, 5 rounds
     python benchmarks/bench_rllib.py --rounds 2 --steps 500
     python benchmarks/bench_rllib.py --save           # also write the table to benchmarks/rllib.md
 """
@@ -64,10 +67,11 @@ def serve_catch() -> tuple[subprocess.Popen, str]:
     return process, found.group(1)
 
 
-def build(env: str, env_config: dict, runners: int, cpus: float):
+def build(env: str, env_config: dict, runners: int, cpus: float, envs: int = 1, mode: str = "sync"):
     config = (PPOConfig()
               .environment(env, env_config=env_config)
-              .env_runners(num_env_runners=runners, num_envs_per_env_runner=1, num_cpus_per_env_runner=cpus)
+              .env_runners(num_env_runners=runners, num_envs_per_env_runner=envs, num_cpus_per_env_runner=cpus,
+                           gym_env_vectorize_mode=mode)
               .rl_module(model_config={"fcnet_hiddens": [64, 64]}))
     return config.build_algo()
 
@@ -84,6 +88,9 @@ def sample_rate(algo, steps: int) -> float:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runners", type=int, nargs="+", default=[1, 2], help="env runner counts (default: 1 2)")
+    parser.add_argument("--envs", type=int, nargs="+", default=[1, 8],
+                        help="envs per runner (default: 1 8); with more than 1, the dm_env_rpc cases use "
+                             "RLlib's vector_entry_point mode (one DmRpcVectorEnv per runner), local ones 'sync'")
     parser.add_argument("--steps", type=int, default=2000, help="steps each runner samples per measure")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of measures (medians are reported)")
     parser.add_argument("--save", action="store_true", help="write the table to rllib.md beside this script")
@@ -95,14 +102,16 @@ def main(argv: list[str] | None = None) -> None:
     register_env(LOCAL, local_catch)
     rows = []
     try:
-        for n in args.runners:
+        for n, envs in [(n, e) for e in args.envs for n in args.runners]:
             servers = [serve_catch() for _ in range(n)]
             cpus = round(1.8 / (3 * n), 2)   # Ray's CPUs are a budget (2 here): every case's runners must fit at once
+            mode = "vector_entry_point" if envs > 1 else "sync"
             try:
                 cases = {
-                    "local": build(LOCAL, {}, n, cpus),
-                    "dm_env_rpc served": build("dmrpc/Catch-v0", {"addresses": [a for _, a in servers]}, n, cpus),
-                    "dm_env_rpc embedded": build("dmrpc/Catch-v0", {}, n, cpus),
+                    "local": build(LOCAL, {}, n, cpus, envs),
+                    "dm_env_rpc served": build("dmrpc/Catch-v0", {"addresses": [a for _, a in servers]}, n, cpus,
+                                               envs, mode),
+                    "dm_env_rpc embedded": build("dmrpc/Catch-v0", {}, n, cpus, envs, mode),
                 }
                 rates: dict[str, list[float]] = {name: [] for name in cases}
                 for algo in cases.values():
@@ -110,12 +119,12 @@ def main(argv: list[str] | None = None) -> None:
                 for round_ in range(args.rounds):
                     for name, algo in cases.items():
                         rates[name].append(sample_rate(algo, args.steps))
-                    print(f"{n} runner(s), round {round_ + 1}: "
+                    print(f"{n} runner(s) x {envs} env(s), round {round_ + 1}: "
                           + ", ".join(f"{name} {values[-1]:.0f}" for name, values in rates.items()),
                           file=sys.stderr, flush=True)
                 for name, values in rates.items():
                     ratio = statistics.median(v / l for v, l in zip(values, rates["local"]))
-                    rows.append((n, name, statistics.median(values), min(values), max(values), ratio))
+                    rows.append((n, envs, name, statistics.median(values), min(values), max(values), ratio))
                 for algo in cases.values():
                     algo.stop()
             finally:
@@ -126,12 +135,14 @@ def main(argv: list[str] | None = None) -> None:
         ray.shutdown()
 
     lines = [f"Machine: {os.cpu_count()} cpus, Python {platform.python_version()}, ray {ray.__version__}; "
-             f"{datetime.date.today()}; {args.rounds} rounds of {args.steps} steps per runner, 1 Catch per runner.",
+             f"{datetime.date.today()}; {args.rounds} rounds of {args.steps} steps per runner. With more than "
+             "one env per runner the dm_env_rpc cases run in RLlib's `vector_entry_point` mode (one "
+             "`DmRpcVectorEnv` per runner), the local case in `sync` mode.",
              "",
-             "| env runners | case | env steps/s (median) | min | max | vs local (median of round ratios) |",
-             "|---:|---|---:|---:|---:|---:|"]
-    lines += [f"| {n} | {name} | {median:.0f} | {low:.0f} | {high:.0f} | {ratio:.2f}x |"
-              for n, name, median, low, high, ratio in rows]
+             "| env runners | envs per runner | case | env steps/s (median) | min | max | vs local (median of round ratios) |",
+             "|---:|---:|---|---:|---:|---:|---:|"]
+    lines += [f"| {n} | {envs} | {name} | {median:.0f} | {low:.0f} | {high:.0f} | {ratio:.2f}x |"
+              for n, envs, name, median, low, high, ratio in rows]
     print("\n" + "\n".join(lines))
     if args.save:
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rllib.md")

@@ -57,10 +57,23 @@ EXPECTED = {
 }
 #: Notebooks that run a Godot engine: skipped without one (a failure under DMRPC_REQUIRE_GODOT=1).
 NEEDS_GODOT = {"05_godot.ipynb"}
+#: Notebooks that need ``ray[rllib]`` (its own venv: it pins gymnasium): run by tests/rllib.
+NEEDS_RAY = {
+    "06_rllib.ipynb": (900, [
+        r"registered: \['dmrpc/Remote-v0', 'dmrpc/Catch-v0', 'dmrpc/Tag-v0', 'dmrpc/Godot-v0'\]",
+        r"iteration  1: mean episode return -[01]\.\d\d",
+        r"(?m)iteration +\d+: mean episode return \+0\.[6-9]\d$",   # learned: above 0.6 within 25
+        r"policy pursuer: [1-9]\d* module steps trained",
+        r"policy evader: [1-9]\d* module steps trained",
+        r"agents sampled: \['evader_0', 'evader_1', 'pursuer_0', 'pursuer_1'\]",
+        r"cluster nodes: 1 \| CPUs: 2\.0",
+        r"worlds on a: 3, worlds on b: 1",
+    ]),
+}
 
 
 def test_every_notebook_is_checked():
-    assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(EXPECTED)
+    assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted({**EXPECTED, **NEEDS_RAY})
 
 
 def outputs(nb: nbformat.NotebookNode, kind: str) -> list:
@@ -68,7 +81,7 @@ def outputs(nb: nbformat.NotebookNode, kind: str) -> list:
             if o.get("output_type") in kind.split("|")]
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", sorted({**EXPECTED, **NEEDS_RAY}))
 def test_notebook_is_committed_with_outputs(name):
     """What a repository page shows: every code cell ran, in order, and the plots are there."""
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
@@ -87,7 +100,11 @@ def test_notebook_runs(name, tmp_path):
     if name in NEEDS_GODOT:
         from godot_support import require_godot
         require_godot()
-    cell_timeout, patterns = EXPECTED[name]
+    run_and_check(name, *EXPECTED[name], tmp_path)
+
+
+def run_and_check(name: str, cell_timeout: float, patterns: list[str], tmp_path: Path) -> None:
+    """Execute ``name`` in a fresh kernel of this interpreter and check its output against ``patterns``."""
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     notebook_client(nb, tmp_path, timeout=cell_timeout).execute()
     code = [cell for cell in nb.cells if cell.cell_type == "code"]

@@ -15,8 +15,9 @@ from typing import Any, Callable, Iterator
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
 
-__all__ = ["FlatSpaces", "SB3Compat", "sb3_observation_transform", "sb3_action_transform", "sb3_spaces"]
+__all__ = ["FlatSpaces", "FlatSpacesVector", "SB3Compat", "sb3_observation_transform", "sb3_action_transform", "sb3_spaces"]
 
 #: A value map between a space and its SB3 form (leading batch axes are kept).
 Transform = Callable[[Any], Any]
@@ -366,3 +367,42 @@ class FlatSpaces(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
 #: The former name of :class:`FlatSpaces`.
 SB3Compat = FlatSpaces
+
+
+class FlatSpacesVector(gym.vector.VectorWrapper):
+    """:class:`FlatSpaces` for a vector env (a ``DmRpcVectorEnv``): the same view, batched.
+
+    Observations left out are put in ``infos`` under their dotted names (with
+    the ``_name`` mask gymnasium's vector infos use).
+
+    >>> from dmrpc_gym.client.vector import DmRpcVectorEnv
+    >>> from dmrpc_gym.worlds.embedded import embedded_server
+    >>> envs = FlatSpacesVector(DmRpcVectorEnv(2, embedded_server("catch").address))
+    >>> envs.single_observation_space.shape, envs.action_space
+    ((100,), MultiDiscrete([3 3]))
+    >>> obs, infos = envs.reset(seed=0)
+    >>> obs.shape, envs.step([0, 2])[0].shape
+    ((2, 100), (2, 100))
+    >>> envs.close()
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv):
+        super().__init__(env)
+        self.single_observation_space, self._to_flat, self._dropped = _observation_plan(env.single_observation_space)
+        self.single_action_space, self._to_env = sb3_action_transform(env.single_action_space)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+
+    def _observe(self, obs: Any, infos: dict) -> Any:
+        for name, path in self._dropped.items():
+            infos.setdefault(name, _get(obs, path))
+            infos.setdefault(f"_{name}", np.ones(self.num_envs, bool))
+        return self._to_flat(obs)
+
+    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None):
+        obs, infos = self.env.reset(seed=seed, options=options)
+        return self._observe(obs, infos), infos
+
+    def step(self, actions: Any):
+        obs, rewards, terminations, truncations, infos = self.env.step(self._to_env(actions))
+        return self._observe(obs, infos), rewards, terminations, truncations, infos

@@ -1,4 +1,4 @@
-"""Large tensors of step messages, written and read around protobuf.
+"""Step messages' tensor maps written by hand, and their large tensors read in place.
 
 protobuf's Python API copies a bytes payload at every hand-over: into the
 message, out to the wire, from the wire, out to numpy. For a 16 MiB image
@@ -6,9 +6,11 @@ those copies are most of a step. So the large memory-kind tensors (float,
 double, int8, uint8 and bool payloads of :data:`LARGE` bytes or more) of a
 step's ``actions`` or ``observations`` map skip protobuf at both ends:
 
-- writing (:class:`Pieces`), protobuf serializes the rest of the message and
-  each large map entry follows as two pieces, a header of a few bytes and the
-  array's own memory, which the transport sends without joining them;
+- writing (:class:`Pieces`), each large map entry is two pieces, a header of
+  a few bytes and the array's own memory, which the transport sends without
+  joining them; the rest of the message is protobuf's bytes (client
+  requests) or map entries written here too (every server step answer, where
+  that is also the cheaper way for small ones);
 - reading (:func:`split`), a message of :data:`LARGE` bytes or more is walked
   field by field: each large memory-kind Tensor of the step's map becomes an
   array over the received buffer itself, and protobuf parses the rest, byte

@@ -129,6 +129,29 @@ def test_sub_envs_are_spread_over_the_servers_by_the_rule(catch_servers):
             env.close()
 
 
+def test_vector_entry_point_gives_one_pipelined_vector_env_spread_by_the_rule(catch_servers):
+    """RLlib's vector_entry_point mode calls the creator with ``env_ctx | {"num_envs": n}`` (a plain dict):
+    the runner's context is recovered, and its sub-envs go where the rule says."""
+    a, b = catch_servers
+    addresses = [a, a, b]
+    placed = {}
+    for worker in (1, 2):
+        env_ctx = EnvContext({"addresses": addresses}, worker_index=worker, num_workers=2)
+        entry = lambda num_envs: dmrpc_rllib.catch_env(env_ctx | {"num_envs": num_envs})  # noqa: E731 - as RLlib
+        envs = entry(2)
+        try:
+            assert isinstance(envs, gym.vector.VectorEnv) and envs.num_envs == 2
+            assert envs.single_observation_space.shape == (100,) and envs.single_action_space == gym.spaces.Discrete(3)
+            obs, _ = envs.reset(seed=0)
+            obs, rewards, terminated, truncated, _ = envs.step(np.array([0, 2]))
+            assert obs.shape == (2, 100) and rewards.shape == (2,)
+            for vector, sub in enumerate(envs.unwrapped.envs):
+                placed[worker, vector] = sub.connection.address
+        finally:
+            envs.close()
+    assert placed == {(w, v): addresses[(v * 2 + w - 1) % 3] for w in (1, 2) for v in (0, 1)}
+
+
 def test_old_stack_contexts_carry_their_vector_index(catch_servers):
     a, b = catch_servers
     contexts = [EnvContext({"addresses": [a, b]}, worker_index=3, vector_index=v, num_workers=4) for v in range(2)]

@@ -14,6 +14,7 @@ from ray.rllib.connectors.env_to_module import FlattenObservations  # noqa: E402
 from dmrpc_gym.integrations import rllib as dmrpc_rllib  # noqa: E402
 from dmrpc_gym.integrations.rllib import role  # noqa: E402
 from dmrpc_gym.server import Server  # noqa: E402
+from dmrpc_gym.worlds.catch import Catch  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -121,3 +122,24 @@ def test_remote_world_with_several_observations_trains_with_rllibs_flatten_conne
     assert set(spaces) == {"cell", "grid"} and spaces["grid"].shape == (6,), spaces
     assert result["env_runners"]["num_env_steps_sampled_lifetime"] >= 100
     assert result["env_runners"]["episode_return_mean"] > 0.0     # reward 1 per action that reached the world as 0
+
+
+def test_rllib_runners_in_vector_entry_point_mode_step_dm_env_rpc_vector_envs():
+    """Real env runners in RLlib's vector_entry_point mode: one pipelined DmRpcVectorEnv each, spread by the rule."""
+    servers = [Server(Catch).start() for _ in range(2)]
+    a, b = [server.address for server in servers]
+    config = (PPOConfig().environment("dmrpc/Catch-v0", env_config={"addresses": [a, b]})
+              .env_runners(num_env_runners=2, num_envs_per_env_runner=2, num_cpus_per_env_runner=0.5,
+                           gym_env_vectorize_mode="vector_entry_point"))
+    algo = config.build_algo()
+    try:
+        found = algo.env_runner_group.foreach_env_runner(
+            lambda r: (r.worker_index, type(r.env.unwrapped).__name__,
+                       [sub.connection.address for sub in r.env.unwrapped.envs],
+                       sum(len(e) for e in r.sample(num_timesteps=40))), local_env_runner=False)
+    finally:
+        algo.stop()
+        for server in servers:
+            server.stop(grace=0)
+    # index = vector * 2 + (worker - 1) over [a, b]: runner 1 steps both sub-envs on a, runner 2 on b.
+    assert sorted(found) == [(1, "DmRpcVectorEnv", [a, a], 40), (2, "DmRpcVectorEnv", [b, b], 40)]

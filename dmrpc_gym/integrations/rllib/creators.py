@@ -18,8 +18,8 @@ from typing import Any, Callable, Mapping
 
 import gymnasium as gym
 
-from dmrpc_gym.integrations.rllib.spread import pick_address
-from dmrpc_gym.integrations.flat_spaces import FlatSpaces
+from dmrpc_gym.integrations.rllib.spread import pick_address, pick_addresses, runner_context
+from dmrpc_gym.integrations.flat_spaces import FlatSpaces, FlatSpacesVector
 
 __all__ = ["register", "ENV_CREATORS", "remote_env", "catch_env", "tag_env", "godot_env"]
 
@@ -36,20 +36,28 @@ def _check_keys(name: str, kwargs: Mapping[str, Any], target: Callable) -> None:
 
 
 def _single_agent(name: str, env_config: Mapping[str, Any], default_address: Callable[[], str] | None,
-                  defaults: Mapping[str, Any]) -> gym.Env:
-    from dmrpc_gym import DmRpcEnv
+                  defaults: Mapping[str, Any]) -> gym.Env | gym.vector.VectorEnv:
+    """One env, or (``num_envs`` in env_config: RLlib's ``vector_entry_point`` mode) a
+    :class:`~dmrpc_gym.client.vector.DmRpcVectorEnv` whose steps are all in flight at once."""
+    from dmrpc_gym import DmRpcEnv, DmRpcVectorEnv
 
     kwargs = dict(env_config)
-    address = pick_address(env_config, kwargs)
+    num_envs = kwargs.pop("num_envs", None)
+    if num_envs is None:
+        addresses = [pick_address(env_config, kwargs)]
+    else:
+        addresses = pick_addresses(runner_context(env_config), kwargs, int(num_envs))
     _check_keys(name, kwargs, DmRpcEnv.__init__)
-    if address is None and kwargs.get("channel") is None:
+    if addresses[0] is None and kwargs.get("channel") is None:
         if default_address is None:
             raise ValueError(f"{name} needs env_config['address'] ('host:port') or "
                              "env_config['addresses'] (a list of them)")
-        address = default_address()
+        addresses = [default_address()] * len(addresses)
     for key, value in defaults.items():
         kwargs.setdefault(key, value)
-    return FlatSpaces(DmRpcEnv(address, **kwargs))
+    if num_envs is None:
+        return FlatSpaces(DmRpcEnv(addresses[0], **kwargs))
+    return FlatSpacesVector(DmRpcVectorEnv(len(addresses), addresses=addresses, **kwargs))
 
 
 def remote_env(env_config: Mapping[str, Any]) -> gym.Env:

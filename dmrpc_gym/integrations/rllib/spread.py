@@ -36,9 +36,11 @@ context, so a runner's sub-envs all go to one server.) A plain ``dict`` config
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Mapping, Sequence
 
-__all__ = ["spread_index", "spread_address", "next_vector_index", "pick_address"]
+__all__ = ["spread_index", "spread_address", "next_vector_index", "pick_address", "pick_addresses",
+           "runner_context"]
 
 #: The attribute of an EnvContext that counts the sub-envs already built from it.
 _COUNTER = "_dmrpc_sub_envs"
@@ -79,6 +81,40 @@ def spread_address(addresses: Sequence[str], env_config: Mapping[str, Any]) -> s
     index = spread_index(getattr(env_config, "worker_index", 0) or 0, next_vector_index(env_config),
                          getattr(env_config, "num_workers", 0))
     return addresses[index % len(addresses)]
+
+
+def runner_context(env_config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The env runner's EnvContext: ``env_config`` itself, or the one RLlib's vector entry point dropped.
+
+    RLlib (2.60) calls a creator in ``vector_entry_point`` mode with
+    ``env_ctx | {"num_envs": n}``, a plain dict without ``worker_index``;
+    the runner's context is then the ``env_ctx`` of that calling lambda, found
+    in the caller's frame. Without one, ``env_config`` (runner 1) is used.
+    """
+    if hasattr(env_config, "worker_index"):
+        return env_config
+    frame = sys._getframe(1)
+    for _ in range(4):
+        frame = frame.f_back
+        if frame is None:
+            break
+        found = frame.f_locals.get("env_ctx")
+        if hasattr(found, "worker_index"):
+            return found
+    return env_config
+
+
+def pick_addresses(context: Mapping[str, Any], kwargs: dict[str, Any], num_envs: int) -> list[str | None]:
+    """As :func:`pick_address` for the ``num_envs`` sub-envs of one runner's vector env (``context``:
+    the runner's EnvContext): sub-env ``j`` takes the rule's address for ``vector_index = j``."""
+    if num_envs < 1:
+        raise ValueError(f"num_envs={num_envs}; expected at least 1")
+    addresses = kwargs.get("addresses")
+    first = pick_address(context, kwargs)        # checks and pops them
+    if addresses is None:
+        return [first] * num_envs
+    worker, workers = getattr(context, "worker_index", 0) or 0, getattr(context, "num_workers", 0)
+    return [addresses[spread_index(worker, j, workers) % len(addresses)] for j in range(num_envs)]
 
 
 def pick_address(env_config: Mapping[str, Any], kwargs: dict[str, Any]) -> str | None:
