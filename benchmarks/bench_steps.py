@@ -434,6 +434,8 @@ these machines are noisy. Regenerate everything here with
 python benchmarks/bench_steps.py --save     # steps/s, ratios, codec table; rewrites this file and the plot
 python benchmarks/memory.py --save          # resident memory over 1e5 steps (its section below)
 python benchmarks/bench_codec.py            # the tensor codec alone
+python benchmarks/bench_transport.py        # 16 MiB payloads vs the official client, TLS, keepalive (transport.md)
+python benchmarks/bench_concurrency.py      # slow worlds stepped concurrently, process workers
 ```
 
 `servers.py` holds the trivial servers (started in subprocesses): an
