@@ -241,3 +241,39 @@ def test_large_actions_echoed_by_an_official_server():
                     np.testing.assert_array_equal(obs[f"echo.{name}"], value, err_msg=name)
         finally:
             env.close()
+
+
+class InPlace(gym.Env):
+    """Returns one buffer, overwritten in place every step (as many fast envs do)."""
+
+    observation_space = gym.spaces.Box(0, 255, (1 << 20,), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        self.n, self.buffer = 0, np.zeros(1 << 20, np.uint8)
+        return self.buffer, {}
+
+    def step(self, action):
+        self.n += 1
+        self.buffer[:] = self.n
+        return self.buffer, 0.0, False, False, {}
+
+
+def test_pipelined_answers_keep_what_each_step_observed():
+    """Large answers are sent from the env's memory, yet a pipelined next step that overwrites
+    that memory does not change an answer already given."""
+    from dmrpc_gym import Connection
+
+    with Server(InPlace) as server, Connection(server.address, timeout=30) as conn:
+        world = conn.send(pb.CreateWorldRequest()).world_name
+        conn.send(pb.JoinWorldRequest(world_name=world))
+        conn.send(pb.StepRequest())                       # starts the sequence
+        for _ in range(6):
+            conn.submit(pb.StepRequest(requested_observations=[1]))
+        firsts = []
+        for _ in range(6):
+            _, large = conn.receive_step()
+            payload, observation = large[1]
+            assert payload == "uint8s" and observation.min() == observation.max()
+            firsts.append(int(observation[0]))
+    assert firsts == [1, 2, 3, 4, 5, 6]

@@ -72,7 +72,10 @@ class Replies:
             n = min(parts.left, stream.window, self._conn_window, self._peer_frame, _CHUNK)
             stream.window -= n
             self._conn_window -= n
-            self._writelines([HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id), *parts.take(n)])
+            # Joined into bytes: asyncio may keep what it could not send yet (Python 3.12+ keeps
+            # memoryviews as they are), and the pieces may be an env's own array, which its next
+            # step is free to change.
+            self._write(b"".join([HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id), *parts.take(n)]))
 
     def _trailers(self, stream: Stream, code: int, message: str, extra: tuple = ()) -> None:
         if not stream.open or self._closed:

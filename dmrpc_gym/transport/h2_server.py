@@ -313,10 +313,6 @@ class GrpcProtocol(Replies, asyncio.Protocol):
         if not self._closed and self._transport is not None:
             self._transport.write(data)
 
-    def _writelines(self, parts: list) -> None:
-        if not self._closed and self._transport is not None:
-            self._transport.writelines(parts)
-
     def _close_if_done(self) -> None:
         if self._draining and not self._streams and not self._closed and self._transport is not None:
             self._closed = True
