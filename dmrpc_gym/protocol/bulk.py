@@ -7,8 +7,9 @@ double, int8, uint8 and bool payloads of :data:`LARGE` bytes or more) of a
 step's ``actions`` or ``observations`` map skip protobuf at both ends:
 
 - writing (:class:`Pieces`), each large map entry is two pieces, a header of
-  a few bytes and the array's own memory, which the transport sends without
-  joining them; the rest of the message is protobuf's bytes (client
+  a few bytes and the array's own memory, which the transport sends frame by
+  frame (the client straight from the array; the server joins each frame's
+  bytes once, as asyncio may hold them past the next step); the rest of the message is protobuf's bytes (client
   requests) or map entries written here too (every server step answer, where
   that is also the cheaper way for small ones);
 - reading (:func:`split`), a message of :data:`LARGE` bytes or more is walked
