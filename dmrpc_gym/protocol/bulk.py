@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 
 from dmrpc_gym.protocol import tensors
-from dmrpc_gym.protocol.dtypes import BY_DATA_TYPE, MEMORY, VARINT, DataTypeInfo
-from dmrpc_gym.protocol.protowire import ONE_BYTE, encode_tensor, memory_head, varint
+from dmrpc_gym.protocol.dtypes import BY_DATA_TYPE, MEMORY, DataTypeInfo
+from dmrpc_gym.protocol.protowire import ONE_BYTE, memory_head, varint
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = ["LARGE", "ACTIONS", "OBSERVATIONS", "STEP_TAG", "Pieces", "split", "Decoded"]
@@ -94,9 +94,7 @@ class Pieces:
             if c.kind is MEMORY and arr.nbytes >= LARGE:
                 self._add_memory(uid, arr, c)
                 return
-            if c.kind is MEMORY or c.kind is VARINT:
-                self.add_bytes(uid, encode_tensor(arr, c))
-                return
+            value, dtype = arr, c.dt              # already converted: tensor_bytes takes it as it is
         self.add_bytes(uid, tensors.tensor_bytes(value, dtype))
 
     def add_double(self, uid: int, value: float) -> None:

@@ -127,10 +127,7 @@ class StepAnswer(bulk.Pieces):
 
     def message(self) -> list:
         """The serialized ``EnvironmentResponse``, as pieces."""
-        return self.envelope(bulk.STEP_TAG, _STATES.get(self.state) or b"\x08" + tensors.varint(self.state))
-
-
-_STATES = {0: b"", 1: b"\x08\x01", 2: b"\x08\x02", 3: b"\x08\x03"}
+        return self.envelope(bulk.STEP_TAG, b"\x08" + tensors.varint(self.state) if self.state else b"")
 
 
 class _Plan:

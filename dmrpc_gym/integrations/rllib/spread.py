@@ -70,15 +70,18 @@ def next_vector_index(env_config: Mapping[str, Any]) -> int:
     return base + built
 
 
-def spread_address(addresses: Sequence[str], env_config: Mapping[str, Any]) -> str:
-    """The server of the next sub-env built from ``env_config`` (see the module doc for the rule)."""
+def spread_address(addresses: Sequence[str], env_config: Mapping[str, Any], vector_index: int | None = None) -> str:
+    """The server of the next sub-env built from ``env_config`` (see the module doc for the rule),
+    or of sub-env ``vector_index`` when given."""
     if isinstance(addresses, str) or not isinstance(addresses, Sequence) or not addresses:
         raise ValueError(f"env_config['addresses']={addresses!r}; expected a non-empty list of "
                          "'host:port' strings")
     bad = [a for a in addresses if not isinstance(a, str) or not a]
     if bad:
         raise ValueError(f"env_config['addresses'] holds {bad!r}; expected 'host:port' strings")
-    index = spread_index(getattr(env_config, "worker_index", 0) or 0, next_vector_index(env_config),
+    if vector_index is None:
+        vector_index = next_vector_index(env_config)
+    index = spread_index(getattr(env_config, "worker_index", 0) or 0, vector_index,
                          getattr(env_config, "num_workers", 0))
     return addresses[index % len(addresses)]
 
@@ -109,21 +112,25 @@ def pick_addresses(context: Mapping[str, Any], kwargs: dict[str, Any], num_envs:
     the runner's EnvContext): sub-env ``j`` takes the rule's address for ``vector_index = j``."""
     if num_envs < 1:
         raise ValueError(f"num_envs={num_envs}; expected at least 1")
-    addresses = kwargs.get("addresses")
-    first = pick_address(context, kwargs)        # checks and pops them
+    addresses, address = _pop_addresses(kwargs)
     if addresses is None:
-        return [first] * num_envs
-    worker, workers = getattr(context, "worker_index", 0) or 0, getattr(context, "num_workers", 0)
-    return [addresses[spread_index(worker, j, workers) % len(addresses)] for j in range(num_envs)]
+        return [address] * num_envs
+    return [spread_address(addresses, context, j) for j in range(num_envs)]
 
 
-def pick_address(env_config: Mapping[str, Any], kwargs: dict[str, Any]) -> str | None:
-    """Pop ``addresses`` / ``address`` from ``kwargs``: the spread address, the one address, or None."""
+def _pop_addresses(kwargs: dict[str, Any]) -> tuple[Any, str | None]:
+    """Pop ``addresses`` and ``address`` from ``kwargs``; a clear error when both are there."""
     addresses = kwargs.pop("addresses", None)
     address = kwargs.pop("address", None)
     if addresses is not None and address is not None:
         raise ValueError("env_config has both 'address' and 'addresses'; give one "
                          "(a single server, or a list to spread the sub-envs over)")
+    return addresses, address
+
+
+def pick_address(env_config: Mapping[str, Any], kwargs: dict[str, Any]) -> str | None:
+    """Pop ``addresses`` / ``address`` from ``kwargs``: the spread address, the one address, or None."""
+    addresses, address = _pop_addresses(kwargs)
     if addresses is not None:
         return spread_address(addresses, env_config)
     return address
