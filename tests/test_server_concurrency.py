@@ -209,11 +209,14 @@ def test_a_world_held_inside_step_delays_no_other_world_nor_other_requests():
     assert not stuck.is_alive()
 
 
-def test_one_stream_is_answered_strictly_in_order():
+@pytest.mark.parametrize("delay, rounds", [(0.005, 6), (0.0, 30)], ids=["on workers", "worker then inline"])
+def test_one_stream_is_answered_strictly_in_order(delay, rounds):
+    # Quick steps move from the workers to the loop (answered on the turn that read them, with
+    # no task) after a streak: the order holds across that change, in one pipelined burst.
     read = pack_any(props_pb.PropertyRequest(read_property=props_pb.ReadPropertyRequest(key="episode_step")))
-    rounds = 6
+    STEPS.clear()
     with Server(Sleepy) as server, Connection(server.address) as conn:
-        world = conn.send(pb.CreateWorldRequest(settings={"delay": tensors.pack(0.005)}))
+        world = conn.send(pb.CreateWorldRequest(settings={"delay": tensors.pack(delay)}))
         conn.send(pb.JoinWorldRequest(world_name=world.world_name))
         # Pipelined: every request is written before any answer is read.
         for _ in range(rounds):
@@ -226,6 +229,8 @@ def test_one_stream_is_answered_strictly_in_order():
             seen.append(int(answer.read_property.value.int64s.array[0]))
     # Each read answers after the step before it: the first step starts the sequence (0 taken).
     assert seen == list(range(rounds)), seen
+    on_loop = {name == f"dmrpc-gym-server {server.factory.name}" for _, name, _, _ in STEPS}
+    assert on_loop == ({False} if delay else {False, True}), STEPS
 
 
 def test_an_env_built_for_a_stream_that_ended_meanwhile_is_closed():

@@ -42,7 +42,7 @@ class Stream:
     (1048576, True, [])
     """
 
-    __slots__ = ("id", "window", "received", "splitter", "inbox", "wake", "task", "open", "replied",
+    __slots__ = ("id", "window", "received", "splitter", "inbox", "session", "busy", "task", "open", "replied",
                  "compress", "encoding", "client_done")
 
     def __init__(self, stream_id: int, window: int, limit: int):
@@ -51,8 +51,9 @@ class Stream:
         self.received = 0                # bytes taken in since our last WINDOW_UPDATE for it
         self.splitter = MessageSplitter(limit)
         self.inbox: deque = deque()      # requests, then None once the client is done writing
-        self.wake = asyncio.Event()
-        self.task: asyncio.Task | None = None
+        self.session: StreamHandler | None = None
+        self.busy = False                # answering requests (on the loop's turn, or in ``task``)
+        self.task: asyncio.Task | None = None   # carries the answering on when it had to wait
         self.open = True
         self.replied = False
         self.compress = None             # compresses our answers in the client's request encoding

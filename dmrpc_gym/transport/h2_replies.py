@@ -103,7 +103,7 @@ class Replies:
     def _end_stream(self, stream: Stream) -> None:
         stream.open = False
         self._streams.pop(stream.id, None)
-        if stream.task is not None and not stream.task.done():
-            stream.task.cancel()
-        else:
-            self._close_if_done()
+        if not stream.busy:
+            self._finish(stream)
+        elif stream.task is not None:
+            stream.task.cancel()         # its end finishes the stream

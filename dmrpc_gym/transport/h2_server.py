@@ -24,6 +24,7 @@ from typing import Callable
 import hpack
 
 from dmrpc_gym.transport import compression as encodings
+from dmrpc_gym.transport import eager
 from dmrpc_gym.transport import frames as h2
 from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, END_STREAM,
                                         FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADER,
@@ -243,8 +244,8 @@ class GrpcProtocol(Replies, asyncio.Protocol):
         if encoding != "identity":
             stream.splitter.decompress = encodings.decompressor(encoding, self._max_message)
             stream.compress, stream.encoding = encodings.compressor(encoding), encoding
+        stream.session = self._new_session()
         self._streams[sid] = stream
-        stream.task = asyncio.get_running_loop().create_task(self._serve(stream))
         if flags & END_STREAM:
             self._client_done(stream)
 
@@ -274,39 +275,53 @@ class GrpcProtocol(Replies, asyncio.Protocol):
         except StreamError as err:       # too large, badly compressed: this stream only
             self._refuse(stream, err, flags & END_STREAM)
             return
-        if len(stream.inbox) != before:
-            stream.wake.set()
+        if len(stream.inbox) != before and not stream.busy:
+            self._run(stream)
         if flags & END_STREAM:
             self._client_done(stream)
 
     def _client_done(self, stream: Stream) -> None:
         stream.client_done = True
         stream.inbox.append(None)
-        stream.wake.set()
+        if not stream.busy:
+            self._run(stream)
 
     # -- streams -------------------------------------------------------------------
+    def _run(self, stream: Stream) -> None:
+        """Answer the stream's waiting requests now, on the loop's turn that read them; a task
+        carries on only if one has to wait (:mod:`~dmrpc_gym.transport.eager`)."""
+        stream.busy = True
+        stream.task = eager.start(self._serve(stream))
+
     async def _serve(self, stream: Stream) -> None:
-        session = self._new_session()
+        """Answer the waiting requests in order; trailers once the client is done writing."""
+        inbox, session, over = stream.inbox, stream.session, True
         try:
-            inbox = stream.inbox
-            while True:
-                while not inbox:
-                    stream.wake.clear()
-                    await stream.wake.wait()
+            while inbox:
                 raw = inbox.popleft()
                 if raw is None:
+                    self._trailers(stream, 0, "")
                     break
                 await self._send(stream, await session.handle(raw))
-            self._trailers(stream, 0, "")
+            else:
+                over = False             # more requests may come
         except asyncio.CancelledError:
             pass
         except Exception as exc:  # noqa: BLE001 - end this stream with a status, keep the connection
             log.exception("a stream failed")
             self._trailers(stream, _INTERNAL, f"{type(exc).__name__}: {exc}")
         finally:
+            stream.busy, stream.task = False, None
+            if over or not stream.open or self._closed:
+                self._finish(stream)
+
+    def _finish(self, stream: Stream) -> None:
+        """The stream is over: close its session (once) and forget it."""
+        session, stream.session = stream.session, None
+        if session is not None:
             session.close()
-            self._streams.pop(stream.id, None)
-            self._close_if_done()
+        self._streams.pop(stream.id, None)
+        self._close_if_done()
 
     # -- output --------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
