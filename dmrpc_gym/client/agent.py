@@ -12,7 +12,8 @@ from __future__ import annotations
 import enum
 import inspect
 import warnings
-from typing import Any, Callable, Mapping, Sequence, Union
+from collections.abc import Mapping
+from typing import Any, Callable, Sequence, Union
 
 import gymnasium as gym
 import numpy as np

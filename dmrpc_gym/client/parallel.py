@@ -41,7 +41,8 @@ copy gets its own connections and its own world); close the original.
 from __future__ import annotations
 
 import concurrent.futures
-from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+from collections.abc import Mapping
+from typing import Any, Callable, Iterable, Sequence, Union
 
 import grpc
 import numpy as np

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces as gs
