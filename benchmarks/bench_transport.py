@@ -9,6 +9,8 @@ run are compared)::
     python benchmarks/bench_transport.py --quick                        # a smoke run
 
 Cases: ``small``: ``DmRpcEnv.step`` with a 4-float observation and a Discrete action;
+``vector N``: the same world stepped by a ``DmRpcVectorEnv`` of N envs (``--envs``, default 8;
+steps/s and CPU are per env step);
 ``obs 16 MiB``: a 16 MiB uint8 observation each step; ``action 16 MiB``: a 16 MiB uint8
 action each step. ``ours`` is ``DmRpcEnv``; ``official`` is dm-env-rpc's ``DmEnvAdaptor``
 over a grpcio channel with its message limits lifted. All servers are ours.
@@ -66,10 +68,19 @@ def serve(obs_bytes: int, action_bytes: int, tls: str | None) -> None:
     server.stop(0)
 
 
-def client(impl: str, address: str, tls: str | None, action_bytes: int, watcher: bool) -> None:
-    """Step an env on command: each stdin line ``SECONDS`` answers ``STEPS ELAPSED``."""
+def client(impl: str, address: str, tls: str | None, action_bytes: int, watcher: bool, envs: int) -> None:
+    """Step an env on command: each stdin line ``SECONDS`` answers ``STEPS ELAPSED CPU`` (env steps)."""
     action = np.full(action_bytes, 7, np.uint8) if action_bytes else np.int64(1)
-    if impl == "official":
+    if envs:
+        import gymnasium as gym
+
+        import dmrpc_gym  # noqa: F401 - registers dmrpc/Remote-v0
+
+        env = gym.make_vec("dmrpc/Remote-v0", num_envs=envs, vectorization_mode="vector_entry_point",
+                           address=address)
+        env.reset()
+        step, arg = env.step, np.ones(envs, np.int64)
+    elif impl == "official":
         import grpc
         from dm_env_rpc.v1 import connection, dm_env_adaptor
 
@@ -80,7 +91,7 @@ def client(impl: str, address: str, tls: str | None, action_bytes: int, watcher:
         env.reset()
         step, arg = env.step, {"action": action if action_bytes else np.int32(1)}
     else:
-        from dmrpc_gym.client.env import DmRpcEnv
+        from dmrpc_gym import DmRpcEnv  # the public name: a baseline checkout may lay modules out differently
 
         env = DmRpcEnv(address, **({"tls": tls} if tls else {}))
         env.reset()
@@ -95,7 +106,7 @@ def client(impl: str, address: str, tls: str | None, action_bytes: int, watcher:
         while n < 3 or time.perf_counter() - start < seconds:
             step(arg)
             n += 1
-        print(n, time.perf_counter() - start, time.process_time() - cpu, flush=True)
+        print(n * max(envs, 1), time.perf_counter() - start, time.process_time() - cpu, flush=True)
     env.close()
 
 
@@ -171,6 +182,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float)
     parser.add_argument("--skip-large", action="store_true")
     parser.add_argument("--skip-small", action="store_true")
+    parser.add_argument("--envs", type=int, default=8, help="envs of the vector case (0: no vector case)")
     # roles
     parser.add_argument("--obs-bytes", type=int, default=0)
     parser.add_argument("--action-bytes", type=int, default=0)
@@ -182,7 +194,7 @@ def main() -> None:
     if args.role == "serve":
         return serve(args.obs_bytes, args.action_bytes, args.tls)
     if args.role == "client":
-        return client(args.impl, args.address, args.tls, args.action_bytes, not args.no_watcher)
+        return client(args.impl, args.address, args.tls, args.action_bytes, not args.no_watcher, args.envs)
 
     rounds = args.rounds or (2 if args.quick else 7)
     seconds = args.seconds or (0.2 if args.quick else 0.5)
@@ -202,17 +214,27 @@ def main() -> None:
                 cert, key = certificate(tmp)
                 plain = start(TREE, "serve")
                 secure = start(TREE, "serve", "--tls", f"{cert},{key}")
-                cases = {"small, this tree": (start(TREE, "client", "--address", address(plain)), plain),
+                one = ("--envs", "0")
+                vector = f"vector {args.envs}"
+                cases = {"small, this tree": (start(TREE, "client", "--address", address(plain), *one), plain),
                          "small, this tree, TLS":
-                             (start(TREE, "client", "--address", address(secure), "--tls", cert), secure),
+                             (start(TREE, "client", "--address", address(secure), "--tls", cert, *one), secure),
                          "small, this tree, no keepalive watcher":
-                             (start(TREE, "client", "--address", address(plain), "--no-watcher"), plain)}
+                             (start(TREE, "client", "--address", address(plain), "--no-watcher", *one), plain)}
                 pairs = [("TLS / plain", "small, this tree, TLS", "small, this tree"),
                          ("watcher on / off", "small, this tree", "small, this tree, no keepalive watcher")]
+                if args.envs:
+                    cases[f"{vector}, this tree"] = (start(TREE, "client", "--address", address(plain),
+                                                           "--envs", str(args.envs)), plain)
                 if args.base:
                     base = start(args.base, "serve")
-                    cases["small, baseline"] = (start(args.base, "client", "--address", address(base)), base)
+                    cases["small, baseline"] = (start(args.base, "client", "--address", address(base), *one), base)
                     pairs.insert(0, ("this tree / baseline", "small, this tree", "small, baseline"))
+                    if args.envs:
+                        cases[f"{vector}, baseline"] = (start(args.base, "client", "--address", address(base),
+                                                              "--envs", str(args.envs)), base)
+                        pairs.insert(1, (f"{vector}: this tree / baseline", f"{vector}, this tree",
+                                         f"{vector}, baseline"))
                 table("(c) small steps (DmRpcEnv, our server)", measure(cases, rounds, seconds), pairs)
             if not args.skip_large:
                 obs = start(TREE, "serve", "--obs-bytes", str(MIB16))
