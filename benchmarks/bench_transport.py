@@ -190,11 +190,12 @@ def main() -> None:
     parser.add_argument("--impl", default="ours")
     parser.add_argument("--address")
     parser.add_argument("--no-watcher", action="store_true")
+    parser.add_argument("--vector", type=int, default=0, help="(client role) step a vector env of this many")
     args = parser.parse_args()
     if args.role == "serve":
         return serve(args.obs_bytes, args.action_bytes, args.tls)
     if args.role == "client":
-        return client(args.impl, args.address, args.tls, args.action_bytes, not args.no_watcher, args.envs)
+        return client(args.impl, args.address, args.tls, args.action_bytes, not args.no_watcher, args.vector)
 
     rounds = args.rounds or (2 if args.quick else 7)
     seconds = args.seconds or (0.2 if args.quick else 0.5)
@@ -214,25 +215,24 @@ def main() -> None:
                 cert, key = certificate(tmp)
                 plain = start(TREE, "serve")
                 secure = start(TREE, "serve", "--tls", f"{cert},{key}")
-                one = ("--envs", "0")
                 vector = f"vector {args.envs}"
-                cases = {"small, this tree": (start(TREE, "client", "--address", address(plain), *one), plain),
+                cases = {"small, this tree": (start(TREE, "client", "--address", address(plain)), plain),
                          "small, this tree, TLS":
-                             (start(TREE, "client", "--address", address(secure), "--tls", cert, *one), secure),
+                             (start(TREE, "client", "--address", address(secure), "--tls", cert), secure),
                          "small, this tree, no keepalive watcher":
-                             (start(TREE, "client", "--address", address(plain), "--no-watcher", *one), plain)}
+                             (start(TREE, "client", "--address", address(plain), "--no-watcher"), plain)}
                 pairs = [("TLS / plain", "small, this tree, TLS", "small, this tree"),
                          ("watcher on / off", "small, this tree", "small, this tree, no keepalive watcher")]
                 if args.envs:
                     cases[f"{vector}, this tree"] = (start(TREE, "client", "--address", address(plain),
-                                                           "--envs", str(args.envs)), plain)
+                                                           "--vector", str(args.envs)), plain)
                 if args.base:
                     base = start(args.base, "serve")
-                    cases["small, baseline"] = (start(args.base, "client", "--address", address(base), *one), base)
+                    cases["small, baseline"] = (start(args.base, "client", "--address", address(base)), base)
                     pairs.insert(0, ("this tree / baseline", "small, this tree", "small, baseline"))
                     if args.envs:
                         cases[f"{vector}, baseline"] = (start(args.base, "client", "--address", address(base),
-                                                              "--envs", str(args.envs)), base)
+                                                              "--vector", str(args.envs)), base)
                         pairs.insert(1, (f"{vector}: this tree / baseline", f"{vector}, this tree",
                                          f"{vector}, baseline"))
                 table("(c) small steps (DmRpcEnv, our server)", measure(cases, rounds, seconds), pairs)
