@@ -275,7 +275,7 @@ class GrpcProtocol(Replies, asyncio.Protocol):
         except StreamError as err:       # too large, badly compressed: this stream only
             self._refuse(stream, err, flags & END_STREAM)
             return
-        if len(stream.inbox) != before and not stream.busy:
+        if len(stream.inbox) != before:
             self._run(stream)
         if flags & END_STREAM:
             self._client_done(stream)
@@ -283,13 +283,15 @@ class GrpcProtocol(Replies, asyncio.Protocol):
     def _client_done(self, stream: Stream) -> None:
         stream.client_done = True
         stream.inbox.append(None)
-        if not stream.busy:
-            self._run(stream)
+        self._run(stream)
 
     # -- streams -------------------------------------------------------------------
     def _run(self, stream: Stream) -> None:
         """Answer the stream's waiting requests now, on the loop's turn that read them; a task
-        carries on only if one has to wait (:mod:`~dmrpc_gym.transport.eager`)."""
+        carries on only if one has to wait (:mod:`~dmrpc_gym.transport.eager`). While the
+        stream is busy, whoever is answering takes the new requests too, in order."""
+        if stream.busy:
+            return
         stream.busy = True
         stream.task = eager.start(self._serve(stream))
 
