@@ -375,3 +375,38 @@ def test_render_observation_chosen_as_an_observation(server):
         assert obs["RGB"].shape == (4, 6, 3) and obs["RGB"].dtype == np.uint8
     finally:
         env.close()
+
+
+
+CATCH_BOARD = spaces.Box(0.0, 1.0, (10, 10), np.float32)
+OBSERVATIONS = {None: CATCH_BOARD, "board": CATCH_BOARD,
+                ("board", "reward"): spaces.Dict({"board": CATCH_BOARD,
+                                                  "reward": spaces.Box(-np.inf, np.inf, (), np.float64)})}
+#: reward= / discount= choices: leave the default, a callable reading observations, or None.
+SCALARS = {"reward": {"callable": lambda obs, state: float(obs["reward"]) + 100.0, "none": None},
+           "discount": {"callable": lambda obs, state: 0.25 + float(obs["discount"]), "none": None}}
+
+
+@pytest.mark.parametrize("observations", list(OBSERVATIONS), ids=str)
+@pytest.mark.parametrize("reward", ["default", "callable", "none"])
+@pytest.mark.parametrize("discount", ["default", "callable", "none"])
+def test_observation_space_is_independent_of_reward_and_discount(observations, reward, discount):
+    """The space is what ``observations=`` asks for, whatever reward= / discount= are; a
+    callable reads observations the space leaves out (Catch's ``reward`` and ``discount``)."""
+    kwargs = {"observations": list(observations) if isinstance(observations, tuple) else observations}
+    for kind, choice in (("reward", reward), ("discount", discount)):
+        if choice != "default":
+            kwargs[kind] = SCALARS[kind][choice]
+    env = gym.make("dmrpc/Catch-v0", **kwargs)
+    try:
+        assert env.observation_space == OBSERVATIONS[observations]
+        obs, _ = env.reset(seed=0)
+        assert obs in env.observation_space
+        terminated = False
+        while not terminated:                 # Catch ends with a reward of +-1 and discount 0
+            obs, r, terminated, _, info = env.step(np.int8(0))
+            assert obs in env.observation_space
+        assert r in {"default": (-1.0, 1.0), "callable": (99.0, 101.0), "none": (0.0,)}[reward]
+        assert info["discount"] == {"default": 0.0, "callable": 0.25, "none": 1.0}[discount]
+    finally:
+        env.close()

@@ -124,7 +124,9 @@ class RemoteAgent:
         connection: an open :class:`Connection`.
         world_name: the world to join.
         join_settings: JoinWorld settings (Python values, arrays or Tensors).
-        observations / actions: ``None`` (all), a name (one bare space) or a list (Dict subset).
+        observations / actions: ``None`` (all; for observations, all but ``reward``, ``discount``,
+            the ones ``reward=`` / ``discount=`` name and the render observation, whatever
+            callables read them), a name (one bare space) or a list (Dict subset, any name).
         nested: turn dotted names into nested Dicts.
         reward / discount: an observation name, a callable ``(obs, state)`` (multi-agent:
             ``(obs, state, agent)``), or ``None`` (0.0 / 1.0).
@@ -182,8 +184,11 @@ class RemoteAgent:
         self.render_name = render_name
         self.reward = _Scalar(o["reward"], "reward", 0.0, names, self.agent)
         self.discount = _Scalar(o["discount"], "discount", 1.0, names, self.agent)
-        candidates = [n for n in names if n not in (self.reward.name, self.discount.name)
-                      and (n != render_name or o["observations"] is not None)]
+        if o["observations"] is None:   # the same space whatever reward= / discount= are
+            scalars = {"reward", "discount", self.reward.name, self.discount.name}
+            candidates = [n for n in names if n not in scalars and n != render_name]
+        else:                            # what was named, even an observation a scalar reads
+            candidates = names
         chosen, bare = select(candidates, o["observations"], "observations")
         self.observation_space, self._obs_names, self.extra_names = self._space(
             {n: obs_specs[n] for n in chosen}, bare, o["nested"], "observation")
