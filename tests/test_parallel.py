@@ -71,7 +71,7 @@ def test_parallel_api_test_bundled_world(settings):
 
 
 def test_parallel_api_test_official_server(official):
-    env = ab_env(official)
+    env = ab_env(official, seed_setting=None)     # a foreign server: seeds are not sent (no warning)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         parallel_api_test(env, num_cycles=20)

@@ -17,6 +17,8 @@ import re
 import warnings
 from typing import Any, Callable, Mapping
 
+from dmrpc_gym.client.seeding import AUTO
+
 __all__ = ["Verdict", "check_world", "format_verdicts", "gym_checks"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -117,13 +119,13 @@ def _check_parallel(address: str, agents: list[str], kwargs: Mapping[str, Any], 
 
 def check_world(address: str, *, world_settings: Mapping[str, Any] | None = None,
                 world_name: str | None = None, join_settings: Mapping[str, Any] | None = None,
-                seed_setting: str | None = "seed", connect_timeout: float = 5.0,
+                seed_setting: str | None = AUTO, connect_timeout: float = 5.0,
                 step_timeout: float | None = 30.0, cycles: int = 100) -> tuple[str, list[Verdict]]:
     """Check the world at ``address``: ``(what it is, one Verdict per check)``.
 
     ``seed_setting`` is the Reset setting that carries ``reset(seed=...)`` to the
-    server (``"seed"`` for servers built with :mod:`dmrpc_gym.server`; ``None``
-    if the server has none, and then the determinism checks will say so).
+    server (by default ``"seed"`` on servers built with :mod:`dmrpc_gym.server`, none
+    elsewhere; without one the determinism checks will say so).
 
     >>> from dmrpc_gym.worlds.embedded import embedded_server
     >>> kind, verdicts = check_world(embedded_server("catch").address)

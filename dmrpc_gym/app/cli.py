@@ -32,6 +32,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from dmrpc_gym.client.seeding import AUTO
+
 __all__ = ["main", "build_parser", "COMMANDS", "add_serve", "run_serve", "start_server", "serve_target",
            "connect_line", "add_inspect", "run_inspect", "add_check", "run_check", "add_record", "run_record",
            "add_bench", "run_bench", "add_demo", "run_demo"]
@@ -248,9 +250,9 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def _add_seed_setting(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seed-setting", default="seed", metavar="NAME",
+    parser.add_argument("--seed-setting", default=AUTO, metavar="NAME",
                         help="the Reset setting that carries reset(seed=...) to the server; '' for none "
-                             "(default: %(default)s, as servers built with dmrpc_gym take it)")
+                             "(default: %(default)s: 'seed' on a dmrpc_gym server, none elsewhere)")
 
 
 def add_check(subparsers: Any) -> None:

@@ -14,6 +14,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from dmrpc_gym.client.seeding import AUTO
+
 __all__ = ["record", "write_video", "FORMATS"]
 
 #: File suffix -> what writes it.
@@ -149,7 +151,7 @@ def _multi_agent(address: str, agents: list[str], kwargs: Mapping[str, Any], see
 def record(address: str, out: str | Path, *, steps: int = 200, fps: int = 10, seed: int = 0,
            model: str | None = None, algo: str = "PPO", world_settings: Mapping[str, Any] | None = None,
            world_name: str | None = None, join_settings: Mapping[str, Any] | None = None,
-           seed_setting: str | None = "seed", connect_timeout: float = 5.0,
+           seed_setting: str | None = AUTO, connect_timeout: float = 5.0,
            step_timeout: float | None = 30.0, progress: bool = True) -> dict[str, Any]:
     """Play ``steps`` steps of the world at ``address`` and write the frames to ``out``.
 

@@ -24,7 +24,7 @@ from dmrpc_gym.client.connection import Connection, settings_tensors
 from dmrpc_gym.protocol.spec_table import SpecManager
 from dmrpc_gym.protocol.wire import pb
 
-__all__ = ["State", "RemoteAgent", "RewardFn", "select", "reset_settings"]
+__all__ = ["State", "RemoteAgent", "RewardFn", "select"]
 
 
 class State(enum.IntEnum):
@@ -56,16 +56,6 @@ def select(names: Sequence[str], wanted: str | Sequence[str] | None, kind: str) 
     if unknown:
         raise ValueError(f"unknown {kind} {unknown}; the server offers {sorted(names)}")
     return chosen, isinstance(wanted, str)
-
-
-def reset_settings(base: Mapping[str, Any], options: Mapping[str, Any], seed: int | None,
-                   seed_setting: str | None) -> dict[str, Any]:
-    """A ResetRequest's settings: ``base``, then ``options["settings"]``, then the seed
-    under ``seed_setting`` (when both are given)."""
-    settings = {**base, **(options.get("settings") or {})}
-    if seed is not None and seed_setting is not None:
-        settings[seed_setting] = int(seed)
-    return settings
 
 
 def _arity(fn: Callable) -> int:

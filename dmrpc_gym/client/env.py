@@ -9,10 +9,11 @@ import grpc
 import gymnasium as gym
 import numpy as np
 
-from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State, reset_settings
+from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State
 from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.client.lifecycle import RemoteResource
+from dmrpc_gym.client.seeding import AUTO, SeedRoute
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = ["DmRpcEnv", "State", "open_world", "close_world", "check_alone", "RESET_OPTIONS"]
@@ -139,7 +140,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
                  observations: str | Sequence[str] | None = None,
                  actions: str | Sequence[str] | None = None, nested: bool = False,
                  reward: RewardFn = "reward", discount: RewardFn = "discount",
-                 seed_setting: str | None = None, render_mode: str | None = None,
+                 seed_setting: str | None = AUTO, render_mode: str | None = None,
                  render_observation: str | None = None, connect_timeout: float | None = 10.0,
                  step_timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
                  metadata: Sequence[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
@@ -150,7 +151,6 @@ class DmRpcEnv(RemoteResource, gym.Env):
                              "for a window use gymnasium.make(..., render_mode='human'), which shows "
                              "the rgb_array frames (needs pygame)")
         self.render_mode = render_mode
-        self.seed_setting = seed_setting
         self.reset_settings = dict(reset_settings or {})
         self._closed = False
         self._agent = None
@@ -165,6 +165,8 @@ class DmRpcEnv(RemoteResource, gym.Env):
                 render_observation=render_observation, render=render_mode is not None)
             where = address if address is not None else "the server"
             check_alone(self.connection, self.world_name, self._created, where)
+            self._seeds = SeedRoute(seed_setting, ours=self.connection.server_software is not None,
+                                    where=where)
         except BaseException:
             self.close()
             raise
@@ -181,12 +183,18 @@ class DmRpcEnv(RemoteResource, gym.Env):
     def agent(self) -> RemoteAgent:
         return self._agent
 
+    @property
+    def seed_setting(self) -> str | None:
+        """The reset setting that carries ``reset(seed=...)`` to the world (None: not sent)."""
+        return self._seeds.name
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Start a new episode.
 
         ``options["settings"]`` adds ResetRequest settings; ``options["world_settings"]``
-        first resets the whole world (ResetWorld). With ``seed_setting`` the seed
-        travels to the server as that reset setting.
+        first resets the whole world (ResetWorld). The seed travels to the server as the
+        reset setting ``seed_setting`` names (by default ``seed``, on a dmrpc_gym server;
+        see :mod:`~dmrpc_gym.client.seeding`).
         """
         return self._agent.reset(self.prepare_reset(seed, options))
 
@@ -200,7 +208,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
             self.connection.send(pb.ResetWorldRequest(
                 world_name=self.world_name, settings=settings_tensors(options["world_settings"])))
             self._agent.state = State.INTERRUPTED
-        return reset_settings(self.reset_settings, options, seed, self.seed_setting)
+        return self._seeds.settings(self.reset_settings, options, seed)
 
     def step(self, action: Any):
         """Send ``action`` (checked against the action space first) and return the 5-tuple."""

@@ -48,7 +48,8 @@ import grpc
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State, reset_settings
+from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State
+from dmrpc_gym.client.seeding import AUTO, SeedRoute
 from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
 from dmrpc_gym.client.env import close_world, open_world
 from dmrpc_gym.client.fanout import receive_all, submit_all
@@ -140,7 +141,8 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         agents: a count ``n`` (``agent_0``..), a list of names, or a dict name ->
             join settings (see :func:`join_settings`).
         reset_settings: ResetRequest settings every agent sends on ``reset``.
-        seed_setting: the reset setting carrying ``reset(seed=...)`` to the server.
+        seed_setting: the reset setting carrying ``reset(seed=...)`` to the server (default
+            ``"auto"``: ``seed`` on a dmrpc_gym server; see :mod:`~dmrpc_gym.client.seeding`).
         reward / discount: an observation name, a callable ``(obs, state, agent)``
             (or ``(obs, state)``), ``None``, or a dict agent -> one of those.
         observations / actions: ``None`` (all), a name (one bare space), a list
@@ -178,7 +180,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
 
     def __init__(self, address: str | None = None, *, world_settings: Mapping[str, Any] | None = None,
                  world_name: str | None = None, agents: AgentsArg = 2,
-                 reset_settings: Mapping[str, Any] | None = None, seed_setting: str | None = None,
+                 reset_settings: Mapping[str, Any] | None = None, seed_setting: str | None = AUTO,
                  reward: RewardFn | Mapping[str, RewardFn] = "reward",
                  discount: RewardFn | Mapping[str, RewardFn] = "discount",
                  observations: str | Sequence[str] | Mapping[str, Any] | None = None,
@@ -206,7 +208,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         if address is None:
             raise ValueError("address= is required (dmrpc_gym.parallel_env() without one serves the bundled Tag world)")
         self.render_mode, self.render_agent = render_mode, render_agent
-        self.seed_setting = seed_setting
+        self._seeds = SeedRoute(None, ours=False, where=address)     # until the world is joined
         self.reset_settings = dict(reset_settings or {})
         self.step_timeout = step_timeout
         self.world_name = world_name
@@ -220,6 +222,8 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
                 self.connections[self.possible_agents[0]], world_settings, world_name)
             options = dict(reward=reward, discount=discount, observations=observations, actions=actions)
             self._join_all(join, options, nested, render_observation, connect_timeout)
+            first = self.connections[self.possible_agents[0]]
+            self._seeds = SeedRoute(seed_setting, ours=first.server_software is not None, where=address)
             if render_mode is not None and self.remote[render_agent].render_name is None:
                 raise ValueError(f"render_mode={render_mode!r} needs a render observation of agent "
                                  f"{render_agent!r}; pass render_observation= naming a uint8 HxWx3 observation")
@@ -322,12 +326,12 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         Running agents first send a ResetRequest (with ``reset_settings``,
         ``options["settings"]`` and the seed under ``seed_setting``);
         ``options["world_settings"]`` then resets the world (ResetWorld); then
-        every agent steps once to get its first observation. Without
-        ``seed_setting`` the seed is not sent (the world decides).
+        every agent steps once to get its first observation. A seed the server cannot be
+        sent is said once (see :mod:`~dmrpc_gym.client.seeding`).
         """
         self._check_usable()
         options = dict(options or {})
-        settings = reset_settings(self.reset_settings, options, seed, self.seed_setting)
+        settings = self._seeds.settings(self.reset_settings, options, seed)
         names = self.possible_agents
         self._exchange("reset", {name: (lambda a=self.remote[name]: a.submit_reset(settings),
                                         self.remote[name].receive_reset) for name in names})

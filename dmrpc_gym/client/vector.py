@@ -143,7 +143,7 @@ class DmRpcVectorEnv(VectorEnv):
     resets only some sub-envs.
 
     >>> from dmrpc_gym.worlds.embedded import embedded_server
-    >>> envs = DmRpcVectorEnv(3, embedded_server("catch").address, seed_setting="seed")
+    >>> envs = DmRpcVectorEnv(3, embedded_server("catch").address)
     >>> obs, infos = envs.reset(seed=0)
     >>> obs.shape, sorted(infos)
     ((3, 10, 10), ['_discount', '_state', 'discount', 'state'])

@@ -69,7 +69,6 @@ def _stop_all() -> None:
 
 def make_catch_env(**kwargs: Any) -> DmRpcEnv:
     """``dmrpc/Catch-v0``: Catch on the embedded server, seeded through the ``seed`` reset setting."""
-    kwargs.setdefault("seed_setting", "seed")
     return DmRpcEnv(embedded_server("catch").address, **kwargs)
 
 
@@ -81,7 +80,6 @@ make_catch_env.metadata = DmRpcEnv.metadata
 def make_catch_vector_env(num_envs: int = 1, **kwargs: Any):
     """``dmrpc/Catch-v0``'s vector entry point: ``num_envs`` connections to the embedded server."""
     from dmrpc_gym.client.vector import DmRpcVectorEnv
-    kwargs.setdefault("seed_setting", "seed")
     return DmRpcVectorEnv(num_envs=num_envs, address=embedded_server("catch").address, **kwargs)
 
 
@@ -130,5 +128,4 @@ def tag_env(*, world_settings: Mapping[str, Any] | None = None, **kwargs: Any) -
         settings[key] = kwargs.pop(key)
     if "agents" not in kwargs:
         kwargs["agents"] = agents_of(settings)
-    kwargs.setdefault("seed_setting", "seed")
     return DmRpcParallelEnv(embedded_server("tag").address, world_settings=settings, **kwargs)

@@ -271,3 +271,31 @@ def test_tag_sub_envs_are_spread_over_tag_servers():
         finally:
             for env in envs:
                 env.close()
+
+
+def test_seeds_reach_the_served_worlds_by_default():
+    """RLlib seeds its envs with reset(seed=...): the same seed gives the same episode, from the
+    served world's own randomness (CartPole's start; Tag's positions), without seed_setting."""
+    def cartpole_start(address, seed):
+        env = dmrpc_rllib.remote_env(EnvContext({"address": address}, worker_index=1))
+        try:
+            return env.reset(seed=seed)[0]
+        finally:
+            env.close()
+
+    def tag_start(seed):
+        env = dmrpc_rllib.tag_env(EnvContext({"world_settings": {"size": 6}}, worker_index=1))
+        try:
+            observations, _ = env.reset(seed=seed)
+            return b"".join(np.asarray(observations[a]).tobytes() for a in sorted(observations))
+        finally:
+            env.close()
+
+    server = Server("CartPole-v1").start()
+    try:
+        local, _ = gym.make("CartPole-v1").reset(seed=9)
+        np.testing.assert_array_equal(cartpole_start(server.address, 9), local)
+        assert cartpole_start(server.address, 9).tobytes() == cartpole_start(server.address, 9).tobytes()
+    finally:
+        server.stop(grace=0)
+    assert tag_start(2) == tag_start(2) != tag_start(3)

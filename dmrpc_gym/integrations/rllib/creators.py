@@ -107,7 +107,6 @@ def tag_env(env_config: Mapping[str, Any]) -> Any:
             kwargs["agents"] = agents_of(settings)
         except ValueError as err:
             raise ValueError(f"dmrpc/Tag-v0: {err}") from None
-    kwargs.setdefault("seed_setting", "seed")
     return DmRpcMultiAgentEnv(DmRpcParallelEnv(address, world_settings=settings, **kwargs))
 
 

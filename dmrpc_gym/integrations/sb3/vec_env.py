@@ -7,7 +7,7 @@ right away (all in flight at once, through the fan-out engine
 time go to ``info["episode"]`` as SB3's ``Monitor`` puts them, so SB3 logs
 ``ep_rew_mean`` / ``ep_len_mean`` with no ``VecMonitor``.
 
->>> venv = DmRpcSB3VecEnv(2, "catch", seed_setting="seed", sb3_compat=True)
+>>> venv = DmRpcSB3VecEnv(2, "catch", sb3_compat=True)
 >>> venv.seed(5)
 [5, 6]
 >>> venv.reset().shape
