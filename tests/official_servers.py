@@ -28,6 +28,9 @@ Behaviour (per connection):
   (FAILED_PRECONDITION while the calling connection is joined to it).
 - ``error_at_step=k``: the k-th StepRequest on each connection is answered
   with an error (``error_code``, ``error_message``); the stream stays open.
+- ``unavailable_first=k``: the first k streams end with gRPC status UNAVAILABLE
+  once their first request arrives (a server that reports ready too early, as
+  DeepMind's loaders expect); ``server.refused`` counts them.
 """
 from __future__ import annotations
 
@@ -160,7 +163,7 @@ class OfficialServer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
                  echo: bool = True, end_with: str = "terminated", error_at_step: int | None = None,
                  error_code: int = code_pb2.INTERNAL, error_message: str = "injected failure",
                  observation_fn: Callable[[str, dm.TensorSpec, int], Any] | None = None,
-                 max_workers: int = 16):
+                 max_workers: int = 16, unavailable_first: int = 0):
         if end_with not in ("terminated", "interrupted"):
             raise ValueError(f"end_with must be 'terminated' or 'interrupted', not {end_with!r}")
         self.action_specs, self.observation_specs = official_specs(specs, echo)
@@ -172,6 +175,8 @@ class OfficialServer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         self.error_at_step = error_at_step
         self.error_code, self.error_message = error_code, error_message
         self.observation_fn = observation_fn or (lambda name, spec, step: default_value(spec, step))
+        self.unavailable_first = unavailable_first
+        self.refused = 0
         self.received: list[dict[str, np.ndarray]] = []
         self.worlds: dict[str, dict[str, Any]] = {}
         self.join_settings: list[dict[str, Any]] = []
@@ -198,6 +203,12 @@ class OfficialServer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
     # -- the stream ----------------------------------------------------------------
 
     def Process(self, request_iterator, context):  # noqa: N802 (gRPC's name)
+        with self._lock:
+            refuse = self.refused < self.unavailable_first
+            self.refused += refuse
+        if refuse:
+            next(request_iterator, None)
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the server is warming up")
         conn = {"world": None, "running": False, "seq_step": 0, "steps": 0, "echo": {}}
         for request in request_iterator:
             kind = request.WhichOneof("payload")
@@ -331,6 +342,7 @@ def start_official_server(specs: Mapping[str, Mapping[str, Any]] = UNUSUAL_SPECS
     """Start an :class:`OfficialServer` on an OS-chosen loopback port; stop it (or use ``with``) when done.
 
     Keyword arguments: ``episode_length=10``, ``echo=True``, ``end_with="terminated" | "interrupted"``,
-    ``error_at_step=None``, ``error_code=INTERNAL``, ``error_message``, ``observation_fn(name, spec, step)``.
+    ``error_at_step=None``, ``error_code=INTERNAL``, ``error_message``, ``observation_fn(name, spec, step)``,
+    ``unavailable_first=0``.
     """
     return OfficialServer(specs, **kwargs)

@@ -335,7 +335,9 @@ def test_the_cli_serves_tls_with_a_token_from_the_environment(certificate, monke
     try:
         with Connection(server.address, tls=cert, token="from-env") as conn:
             assert conn.send(pb.CreateWorldRequest()).world_name
-        with Connection(server.address, tls=cert) as conn:
+        with Connection(server.address, tls=cert) as conn:       # clients read the variable too
+            assert conn.send(pb.CreateWorldRequest()).world_name
+        with Connection(server.address, tls=cert, token="") as conn:      # "": no token
             with pytest.raises(DmRpcError, match="UNAUTHENTICATED"):
                 conn.send(pb.CreateWorldRequest())
     finally:

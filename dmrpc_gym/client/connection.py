@@ -9,6 +9,7 @@ grpcio's stream for a caller's ``grpc.Channel`` or ``grpc.ChannelCredentials``.
 """
 from __future__ import annotations
 
+import os
 import socket
 from collections import deque
 from typing import Any, Iterable, Mapping
@@ -18,11 +19,12 @@ import grpc
 from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.protocol.errors import DmRpcError, status_name
 from dmrpc_gym.protocol.wire import SERVER_METADATA, pb
-from dmrpc_gym.transport.base import StreamEnded, Transport, parse_address
+from dmrpc_gym.client.lifecycle import Patience
+from dmrpc_gym.transport.base import StreamEnded, Transport, Unreachable, parse_address
 from dmrpc_gym.transport.grpcio_client import GrpcioTransport
 from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
 from dmrpc_gym.transport.h2_transport import H2Transport
-from dmrpc_gym.transport.security import token_metadata
+from dmrpc_gym.transport.security import TOKEN_ENV, token_metadata
 
 __all__ = ["Connection", "parse_address", "settings_tensors", "transport_options"]
 
@@ -35,6 +37,7 @@ _FIELDS = {
 _EXTENSION = "extension"
 # Stream endings that mean the server went away rather than refused something.
 _GONE = (None, 0, grpc.StatusCode.UNAVAILABLE.value[0], grpc.StatusCode.CANCELLED.value[0])
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
 _TAGS = {name: bytes([(pb.EnvironmentRequest.DESCRIPTOR.fields_by_name[name].number << 3) | 2])
          for name in (*_FIELDS.values(), _EXTENSION)}
 
@@ -48,11 +51,14 @@ class Connection:
         credentials: ``grpc.ChannelCredentials`` for a secure channel to ``address`` (through grpcio).
         tls: TLS on our own fast path: True (the system's CA store), a CA bundle path, or
             an ``ssl.SSLContext``.
-        token: a shared secret the server requires (sent as ``authorization: Bearer <token>``).
+        token: a shared secret the server requires (sent as ``authorization: Bearer <token>``);
+            default: the ``DMRPC_GYM_TOKEN`` environment variable when set (``""``: none).
         compression: ``"gzip"`` or ``"deflate"`` to compress requests (answers are decoded either way).
         max_message_size: the largest answer accepted, in bytes (default 64 MiB).
         metadata: call metadata, a sequence of ``(key, value)`` pairs.
-        connect_timeout: seconds to wait for the server; then ``ConnectionError``.
+        connect_timeout: seconds to wait for the server, retrying with backoff while it is not
+            listening yet or answers UNAVAILABLE before its first answer; then ``ConnectionError``
+            naming the address and the last cause. ``None``: one attempt, no time limit.
         timeout: seconds to wait for each answer (``None``: no limit); then ``TimeoutError``.
 
     >>> from dmrpc_gym.server import Server
@@ -78,21 +84,29 @@ class Connection:
         if isinstance(self.address, bytes):
             self.address = self.address.decode()
         self.timeout = timeout
-        metadata = tuple(metadata or ()) + token_metadata(token)
+        metadata = tuple(metadata or ()) + token_metadata(os.environ.get(TOKEN_ENV) if token is None else token or None)
         if channel is None and credentials is None:
-            self._transport: Transport = H2Transport(address, metadata, connect_timeout, tls=tls,
-                                                     compression=compression,
-                                                     max_message_size=max_message_size)
+            def open_transport(seconds: float | None) -> Transport:
+                return H2Transport(address, metadata, seconds, tls=tls, compression=compression,
+                                   max_message_size=max_message_size)
         else:
             if channel is None:
                 channel = grpc.secure_channel(address, credentials)
                 self._own_channel = channel
-            try:
-                self._transport = GrpcioTransport(channel, metadata, connect_timeout, self.address)
-            except BaseException:
-                if getattr(self, "_own_channel", None) is not None:
-                    self._own_channel.close()
-                raise
+
+            def open_transport(seconds: float | None) -> Transport:
+                return GrpcioTransport(channel, metadata, seconds, self.address)
+        self._open = open_transport
+        self._patience = Patience(connect_timeout)
+        try:
+            self._transport: Transport = self._connect()
+        except BaseException:
+            if getattr(self, "_own_channel", None) is not None:
+                self._own_channel.close()
+            raise
+        # The requests written before the first answer: sent again if the server goes away
+        # (UNAVAILABLE, reset) before answering; None once an answer has come.
+        self._first: list[tuple] | None = []
         self._pending: deque[list] = deque()  # [expected field, abandoned?]
         self._broken: str | None = None
         self._closed = False
@@ -116,16 +130,16 @@ class Connection:
         self._check_usable()
         transport = self._transport
         before = transport.messages_sent
+        parts = pieces.envelope(_TAGS[field], body) if pieces else (_TAGS[field] + tensors.varint(len(body)), body)
         try:
-            if pieces:
-                transport.write(*pieces.envelope(_TAGS[field], body))
-            else:
-                transport.write(_TAGS[field] + tensors.varint(len(body)), body)
+            transport.write(*parts)
         except StreamEnded as ended:
-            raise self._ended_error(ended, field) from None
+            if not self._retry_first(ended, parts):
+                raise self._ended_error(ended, field) from None
         except OSError as err:
-            self._broken = f"sending failed: {err}"
-            raise ConnectionError(f"lost the dm_env_rpc server at {self.address}: {err}") from None
+            if not self._retry_first(err, parts):
+                self._broken = f"sending failed: {err}"
+                raise ConnectionError(f"lost the dm_env_rpc server at {self.address}: {err}") from None
         except BaseException:
             # Interrupted (Ctrl-C): a request already committed to the stream will be
             # answered, and that answer is dropped when it comes.
@@ -134,6 +148,9 @@ class Connection:
             elif transport.messages_sent != before:
                 self._pending.append([field, True])
             raise
+        else:
+            if self._first is not None:
+                self._first.append(parts)
         self._pending.append([field, False])
 
     def receive(self) -> Any:
@@ -169,18 +186,70 @@ class Connection:
 
     def _read_one(self, field: str, map_field: int = 0) -> tuple[pb.EnvironmentResponse, dict[int, bulk.Decoded]]:
         self._check_usable()
-        try:
-            message, large = bulk.split(self._transport.read(self.timeout), map_field)
-            return pb.EnvironmentResponse.FromString(message), large
-        except socket.timeout:
-            raise TimeoutError(f"no answer to {field} from the dm_env_rpc server at "
-                               f"{self.address} within {self.timeout} s") from None
-        except StreamEnded as ended:
-            raise self._ended_error(ended, field) from None
-        except OSError as err:
-            self._broken = f"the connection failed: {err}"
-            raise ConnectionError(f"lost the dm_env_rpc server at {self.address} "
-                                  f"during {field}: {err}") from None
+        while True:
+            try:
+                message, large = bulk.split(self._transport.read(self.timeout), map_field)
+                self._first = None
+                return pb.EnvironmentResponse.FromString(message), large
+            except socket.timeout:
+                raise TimeoutError(f"no answer to {field} from the dm_env_rpc server at "
+                                   f"{self.address} within {self.timeout} s") from None
+            except StreamEnded as ended:
+                if not self._retry_first(ended):
+                    raise self._ended_error(ended, field) from None
+            except OSError as err:
+                if not self._retry_first(err):
+                    self._broken = f"the connection failed: {err}"
+                    raise ConnectionError(f"lost the dm_env_rpc server at {self.address} "
+                                          f"during {field}: {err}") from None
+
+    # -- waiting for a server that is starting ---------------------------------------
+    def _connect(self) -> Transport:
+        """A transport to the server, retrying a refused or reset connection within ``connect_timeout``."""
+        patience = self._patience
+        while True:
+            try:
+                return self._open(patience.remaining())
+            except Unreachable as err:
+                if not patience.pause(err):
+                    if patience.attempts == 1:
+                        raise
+                    raise patience.gave_up(self.address) from None
+
+    def _retry_first(self, err: Exception, parts: tuple | None = None) -> bool:
+        """The server went away before its first answer (UNAVAILABLE, or the connection reset):
+        connect again and resend what was sent (and ``parts``, the request being sent), within
+        ``connect_timeout``. False when this is not such a case; ``ConnectionError`` when time is up."""
+        first = self._first
+        if first is None or len(first) != len(self._pending) or self._patience.deadline is None:
+            return False
+        if isinstance(err, StreamEnded):
+            if err.status != _UNAVAILABLE:
+                return False
+            cause = f"UNAVAILABLE: {err.message}"
+        elif isinstance(err, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+            cause = str(err)
+        else:
+            return False
+        if parts is not None:
+            first.append(parts)
+        patience = self._patience
+        while True:
+            if not patience.pause(cause):
+                if parts is not None:
+                    first.pop()
+                self._broken = cause
+                raise patience.gave_up(self.address)
+            self._transport.close()
+            try:
+                self._transport = self._connect()
+                for sent in first:
+                    self._transport.write(*sent)
+                return True
+            except StreamEnded as ended:
+                cause = f"UNAVAILABLE: {ended.message}" if ended.status == _UNAVAILABLE else ended.message
+            except OSError as again:        # Unreachable included
+                cause = str(again)
 
     def send(self, request: Any) -> Any:
         """Send ``request`` and return its answer (e.g. a ``pb.StepResponse``)."""

@@ -1,9 +1,60 @@
-"""How the remote envs end and travel: closing when collected, pickling as their arguments."""
+"""How the remote envs start, end and travel: waiting for a server, closing when collected,
+pickling as their arguments."""
 from __future__ import annotations
 
+import random
+import time
 from typing import Any
 
-__all__ = ["RemoteResource"]
+__all__ = ["RemoteResource", "Patience"]
+
+
+class Patience:
+    """The retry budget of connecting: a deadline and a growing pause between attempts.
+
+    A server that is starting refuses connections, or (DeepMind's loaders know
+    it) reports ready and answers its first request UNAVAILABLE. Connecting
+    retries such failures with backoff (50 ms doubling to 1 s, with jitter)
+    until ``seconds`` have passed since the first attempt; ``None`` means one
+    attempt only.
+
+    >>> patience = Patience(0.0)
+    >>> patience.attempts, patience.pause("refused")
+    (1, False)
+    >>> patience.attempts, patience.last
+    (1, 'refused')
+    """
+
+    def __init__(self, seconds: float | None):
+        self.seconds = seconds
+        self.deadline = None if seconds is None else time.monotonic() + seconds
+        self.attempts = 1
+        self.last: str | None = None
+        self._delay = 0.05
+
+    def remaining(self) -> float | None:
+        """Seconds left before the deadline (``None``: no deadline)."""
+        return None if self.deadline is None else max(self.deadline - time.monotonic(), 0.0)
+
+    def pause(self, cause: Any) -> bool:
+        """Note ``cause`` (the failed attempt's error); sleep before the next attempt and return
+        True, or return False when no time is left for one."""
+        self.last = str(cause)
+        left = self.remaining()
+        if left is None or left <= 0.0:
+            return False
+        time.sleep(min(self._delay * random.uniform(0.8, 1.2), left))
+        self._delay = min(self._delay * 2, 1.0)
+        if self.remaining() <= 0.0:
+            return False
+        self.attempts += 1
+        return True
+
+    def gave_up(self, address: str) -> ConnectionError:
+        """The error once retrying is over: the address, the attempts, and the last cause."""
+        return ConnectionError(f"gave up on the dm_env_rpc server at {address} after {self.attempts} "
+                               f"attempt{'s' if self.attempts > 1 else ''} in {self.seconds} s "
+                               f"(connect_timeout); the last error: {self.last}")
 
 
 class RemoteResource:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Transport", "StreamEnded", "parse_address"]
+__all__ = ["Transport", "StreamEnded", "Unreachable", "parse_address"]
 
 
 class StreamEnded(Exception):
@@ -25,6 +25,15 @@ class StreamEnded(Exception):
         self.status = status
         self.message = message
         super().__init__(message)
+
+
+class Unreachable(ConnectionError):
+    """Nothing answered at the address yet: the connection was refused, or reset or closed before
+    HTTP/2 began. A server that is still starting looks like this, so it is worth retrying.
+
+    >>> isinstance(Unreachable("refused"), ConnectionError)
+    True
+    """
 
 
 @runtime_checkable

@@ -11,7 +11,7 @@ import ssl
 
 from dmrpc_gym.protocol.wire import METHOD_PATH
 from dmrpc_gym.transport import compression as encodings
-from dmrpc_gym.transport.base import parse_address
+from dmrpc_gym.transport.base import Unreachable, parse_address
 from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
 from dmrpc_gym.transport.h2_client import GrpcStream
 from dmrpc_gym.transport.security import client_context
@@ -36,7 +36,7 @@ class H2Transport:
         try:
             sock = socket.create_connection((host, port), timeout=connect_timeout)
         except OSError as err:
-            raise ConnectionError(f"cannot reach a dm_env_rpc server at {address}: {err}") from None
+            raise Unreachable(f"cannot reach a dm_env_rpc server at {address}: {err}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             if context is not None:
@@ -53,8 +53,9 @@ class H2Transport:
             self._stream.handshake()
         except (OSError, ConnectionError) as err:
             sock.close()
-            raise ConnectionError(
-                f"{address} did not answer as a gRPC (HTTP/2) server: {err}") from None
+            # Closed or reset before HTTP/2 began: a server still starting (or one at its limit).
+            kind = Unreachable if isinstance(err, (ConnectionResetError, BrokenPipeError)) else ConnectionError
+            raise kind(f"{address} did not answer as a gRPC (HTTP/2) server: {err}") from None
         if keepalive:
             self._stream.keepalive()
         self.write = self._stream.write
