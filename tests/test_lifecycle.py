@@ -102,3 +102,76 @@ def test_envs_read_the_token_from_the_environment(monkeypatch):
         monkeypatch.setenv("DMRPC_GYM_TOKEN", "wrong")
         with pytest.raises(dmrpc_gym.DmRpcError, match="UNAUTHENTICATED"):
             DmRpcEnv(server.address)
+
+
+# -- item 9: the client commands reach every server `serve` can start ---------------------------
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    """`dmrpc-gym serve` of Catch with TLS and a token: (server, cert)."""
+    from interop_peers import self_signed
+    import servers
+    cert, key = self_signed(tmp_path_factory.mktemp("tls"))
+    server = servers.serve_like_cli("dmrpc_gym.worlds.catch:Catch", "--tls-cert", cert, "--tls-key", key,
+                                    "--token", "s3cret")
+    yield server, cert
+    server.stop()
+
+
+@pytest.mark.parametrize("command", [["inspect", "--json"], ["check"], ["bench", "--steps", "20"],
+                                     ["record", "--steps", "3", "--no-progress"]])
+def test_client_commands_take_token_tls_ca_compression_and_wait(secured, command, tmp_path, capsys):
+    from dmrpc_gym.app import cli
+    server, cert = secured
+    if command[0] == "record":
+        command = command + ["--out", str(tmp_path / "run.gif")]
+    argv = [command[0], server.address, *command[1:], "--tls-ca", cert, "--token", "s3cret",
+            "--compression", "gzip", "--wait", "10"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    refused = [command[0], server.address, *command[1:], "--tls-ca", cert, "--token", "wrong"]
+    assert cli.main(refused) == 1
+    assert "UNAUTHENTICATED" in capsys.readouterr().err
+
+
+def test_client_commands_read_the_token_from_the_environment(secured, monkeypatch, capsys):
+    from dmrpc_gym.app import cli
+    server, cert = secured
+    monkeypatch.setenv("DMRPC_GYM_TOKEN", "s3cret")
+    assert cli.main(["inspect", server.address, "--tls-ca", cert]) == 0, capsys.readouterr().err
+
+
+def test_tls_ca_naming_a_missing_file_is_refused_by_name(secured, capsys):
+    from dmrpc_gym.app import cli
+    server, _ = secured
+    assert cli.main(["inspect", server.address, "--tls-ca", "nowhere.pem"]) == 1
+    assert "--tls-ca 'nowhere.pem': no such file" in capsys.readouterr().err
+
+
+def test_wait_lets_a_client_command_wait_for_a_server_that_starts_later(capsys):
+    from dmrpc_gym.app import cli
+    port = free_port()
+    started: list[Server] = []
+    timer = threading.Timer(1.0, lambda: started.append(Server(Catch, address=f"127.0.0.1:{port}").start()))
+    timer.start()
+    try:
+        assert cli.main(["inspect", f"127.0.0.1:{port}", "--wait", "30"]) == 0, capsys.readouterr().err
+        assert "paddle" in capsys.readouterr().out
+    finally:
+        timer.join()
+        for server in started:
+            server.stop()
+
+
+def test_the_connect_line_of_serve_names_tls_and_token_and_runs(secured, monkeypatch):
+    from dmrpc_gym.app import cli
+    server, cert = secured
+    line = cli.connect_line(server, token="s3cret", tls_ca=cert)
+    assert f"tls={cert!r}" in line and "token='s3cret'" in line
+    scope: dict = {}
+    exec(line, scope)                         # the line as printed connects
+    scope["env"].reset(seed=0)
+    scope["env"].close()
+    monkeypatch.setenv("DMRPC_GYM_TOKEN", "s3cret")
+    line = cli.connect_line(server, token="s3cret", tls_ca=cert)
+    assert "token=os.environ['DMRPC_GYM_TOKEN']" in line and "s3cret" not in line
+    exec(line, scope)
+    scope["env"].close()

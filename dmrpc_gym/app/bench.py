@@ -88,12 +88,14 @@ def format_bench(result: Mapping[str, Any]) -> str:
 def bench(address: str, steps: int = 2000, world_settings: Mapping[str, Any] | None = None, *,
           world_name: str | None = None, join_settings: Mapping[str, Any] | None = None,
           num_envs: int = 1, seed: int = 0, connect_timeout: float = 5.0, step_timeout: float | None = 10.0,
-          quiet: bool = False) -> dict[str, Any]:
+          quiet: bool = False, tls: Any = None, token: str | None = None,
+          compression: str | None = None) -> dict[str, Any]:
     """Measure steps/s of the world at ``address`` with random actions; prints a one-line summary.
 
     Creates a world with ``world_settings`` (or joins ``world_name``) for each
     env. With ``num_envs > 1`` a ``DmRpcVectorEnv`` of that many sub-envs is
     measured too. An unreachable address raises ``ConnectionError`` naming it.
+    ``tls``, ``token`` and ``compression`` go to every connection (see ``DmRpcEnv``).
 
     Returns ``{"address", "env": {steps, seconds, episodes, steps_per_second},
     "vector": {num_envs, steps, seconds, episodes, steps_per_second} or None}``.
@@ -104,7 +106,8 @@ def bench(address: str, steps: int = 2000, world_settings: Mapping[str, Any] | N
     (50, True)
     """
     kwargs = dict(world_settings=world_settings, world_name=world_name, join_settings=join_settings,
-                  connect_timeout=connect_timeout, step_timeout=step_timeout)
+                  connect_timeout=connect_timeout, step_timeout=step_timeout, tls=tls, token=token,
+                  compression=compression)
     result: dict[str, Any] = {"address": address, "env": bench_env(address, steps, seed=seed, **kwargs),
                               "vector": None}
     if num_envs > 1:

@@ -120,8 +120,11 @@ def _check_parallel(address: str, agents: list[str], kwargs: Mapping[str, Any], 
 def check_world(address: str, *, world_settings: Mapping[str, Any] | None = None,
                 world_name: str | None = None, join_settings: Mapping[str, Any] | None = None,
                 seed_setting: str | None = AUTO, connect_timeout: float = 5.0,
-                step_timeout: float | None = 30.0, cycles: int = 100) -> tuple[str, list[Verdict]]:
+                step_timeout: float | None = 30.0, cycles: int = 100, tls: Any = None,
+                token: str | None = None, compression: str | None = None) -> tuple[str, list[Verdict]]:
     """Check the world at ``address``: ``(what it is, one Verdict per check)``.
+
+    ``tls``, ``token`` and ``compression`` go to every connection (see ``DmRpcEnv``).
 
     ``seed_setting`` is the Reset setting that carries ``reset(seed=...)`` to the
     server (by default ``"seed"`` on servers built with :mod:`dmrpc_gym.server`, none
@@ -134,10 +137,11 @@ def check_world(address: str, *, world_settings: Mapping[str, Any] | None = None
     """
     from dmrpc_gym.app.report import inspect_world
 
+    options = dict(tls=tls, token=token, compression=compression)
     report = inspect_world(address, world_settings=world_settings, world_name=world_name,
-                           join_settings=join_settings, connect_timeout=connect_timeout)
+                           join_settings=join_settings, connect_timeout=connect_timeout, **options)
     kwargs = dict(world_settings=world_settings, world_name=world_name, seed_setting=seed_setting,
-                  connect_timeout=connect_timeout, step_timeout=step_timeout)
+                  connect_timeout=connect_timeout, step_timeout=step_timeout, **options)
     if report.agents:
         return _check_parallel(address, [a.name for a in report.agents], kwargs, cycles)
     return _check_gym(address, {**kwargs, "join_settings": join_settings})

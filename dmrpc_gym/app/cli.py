@@ -32,6 +32,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from dmrpc_gym.app.client_args import add_world_arguments, world_kwargs
+
 from dmrpc_gym.client.seeding import AUTO
 
 __all__ = ["main", "build_parser", "COMMANDS", "add_serve", "run_serve", "start_server", "serve_target",
@@ -132,11 +134,14 @@ def start_server(args: argparse.Namespace):
                   processes=args.processes, inline_below=args.inline_below, **options).start()
 
 
-def connect_line(server: Any) -> str:
+def connect_line(server: Any, *, token: str | None = None, tls_ca: str | None = None) -> str:
     """A ready-to-paste Python line that connects to what ``server`` serves.
 
     A multi-agent world is named with its agents (one env is built to learn
     them); if that env cannot be built without settings, the line leaves them out.
+    ``token``: the server's token, shown as given (``--token``) or, when it came
+    from ``DMRPC_GYM_TOKEN``, read from there. ``tls_ca``: the certificate the
+    client verifies the server with (``tls=``).
     """
     host, _, port = server.address.rpartition(":")
     address = f"{'localhost' if host in ('0.0.0.0', '::', '[::]') else host}:{port}"
@@ -152,10 +157,20 @@ def connect_line(server: Any) -> str:
                 env.close()
             except Exception:  # noqa: BLE001
                 pass
+    from dmrpc_gym.transport.security import TOKEN_ENV
+    imports, extra = "", ""
+    if tls_ca is not None:
+        extra += f", tls={str(Path(tls_ca).resolve())!r}"
+    if token is not None:
+        if token == os.environ.get(TOKEN_ENV):
+            imports, extra = "import os; ", extra + f", token=os.environ[{TOKEN_ENV!r}]"
+        else:
+            extra += f", token={token!r}"
     if kind == "pettingzoo":
         agents_arg = f", agents={agents!r}" if agents else ""
-        return f'import dmrpc_gym; env = dmrpc_gym.parallel_env("{address}"{agents_arg})'
-    return f'import gymnasium as gym, dmrpc_gym; env = gym.make("dmrpc/Remote-v0", address="{address}")'
+        return f'{imports}import dmrpc_gym; env = dmrpc_gym.parallel_env("{address}"{agents_arg}{extra})'
+    return (f'{imports}import gymnasium as gym, dmrpc_gym; '
+            f'env = gym.make("dmrpc/Remote-v0", address="{address}"{extra})')
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -173,7 +188,9 @@ def run_serve(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
     print(f"serving {server.factory.name} on {server.address}", flush=True)
-    print(f"connect from Python: {connect_line(server)}", flush=True)
+    from dmrpc_gym.transport.security import TOKEN_ENV
+    line = connect_line(server, token=args.token or os.environ.get(TOKEN_ENV) or None, tls_ca=args.tls_cert)
+    print(f"connect from Python: {line}", flush=True)
     try:
         while not stop.wait(0.5) and not server.wait(0):
             pass
@@ -183,37 +200,6 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 # -- inspect / bench / demo: client-side tools ----------------------------------------------
-
-def _setting(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` -> ``(key, value)``; the value is a Python literal when it parses as one, else a str."""
-    import ast
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    try:
-        return key, ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        return key, value
-
-
-def _add_world_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("address", help="host:port of a dm_env_rpc server, or a bundled world "
-                                        "('catch', 'tag') served in-process")
-    parser.add_argument("--setting", "-s", type=_setting, action="append", default=[], metavar="KEY=VALUE",
-                        help="a CreateWorld setting (repeatable); VALUE is a Python literal or a string")
-    parser.add_argument("--world", metavar="NAME", help="join this existing world instead of creating one")
-    parser.add_argument("--join", type=_setting, action="append", default=[], metavar="KEY=VALUE",
-                        help="a JoinWorld setting (repeatable)")
-    parser.add_argument("--connect-timeout", type=float, default=5.0, metavar="SECONDS",
-                        help="seconds to wait for the server (default: %(default)s)")
-
-
-def _world_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    from dmrpc_gym.worlds.embedded import WORLDS, embedded_server
-    address = embedded_server(args.address).address if args.address in WORLDS else args.address
-    return dict(address=address, world_settings=dict(args.setting) or None, world_name=args.world,
-                join_settings=dict(args.join) or None, connect_timeout=args.connect_timeout)
-
 
 def _run_client(command: str, job: Callable[[], None]) -> int:
     """Run ``job``; an unreachable server or a refused request is one line on stderr and status 1."""
@@ -233,7 +219,7 @@ def add_inspect(subparsers: Any) -> None:
         "inspect", help="show a world's actions, observations and properties",
         description="Join a world and print every action and observation spec (UID, dtype, shape, bounds, "
                     "the gymnasium space it becomes or why none) of every agent, and its properties; then leave.")
-    _add_world_arguments(parser)
+    add_world_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(run=run_inspect)
 
@@ -243,7 +229,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     from dmrpc_gym.app.report import format_report, inspect_world, report_json
 
     def job() -> None:
-        kwargs = _world_kwargs(args)
+        kwargs = world_kwargs(args)
         report = inspect_world(kwargs.pop("address"), **kwargs)
         print(json.dumps(report_json(report), indent=2) if args.json else format_report(report))
     return _run_client("inspect", job)
@@ -262,7 +248,7 @@ def add_check(subparsers: Any) -> None:
         description="Run the checks of gymnasium's check_env (or PettingZoo's parallel_api_test and "
                     "parallel_seed_test for a multi-agent world) against a remote world and print a "
                     "verdict per check. Exit status 1 if any check failed.")
-    _add_world_arguments(parser)
+    add_world_arguments(parser)
     _add_seed_setting(parser)
     parser.set_defaults(run=run_check)
 
@@ -273,7 +259,7 @@ def run_check(args: argparse.Namespace) -> int:
     failed = []
 
     def job() -> None:
-        kwargs = _world_kwargs(args)
+        kwargs = world_kwargs(args)
         address = kwargs.pop("address")
         kind, verdicts = check_world(address, seed_setting=args.seed_setting or None, **kwargs)
         print(format_verdicts(address, kind, verdicts), flush=True)
@@ -289,7 +275,7 @@ def add_record(subparsers: Any) -> None:
         description="Play a world with random actions (or a saved Stable-Baselines3 model) and write its "
                     "RGB observations to a video: .gif (Pillow) or .mp4 (imageio-ffmpeg); the video extra "
                     "has both.")
-    _add_world_arguments(parser)
+    add_world_arguments(parser)
     parser.add_argument("--out", required=True, metavar="FILE", help="the video to write: run.gif or run.mp4")
     parser.add_argument("--steps", type=int, default=200, help="steps to play (default: %(default)s)")
     parser.add_argument("--fps", type=int, default=10, help="frames per second (default: %(default)s)")
@@ -306,7 +292,7 @@ def run_record(args: argparse.Namespace) -> int:
     from dmrpc_gym.app.record import record
 
     def job() -> None:
-        kwargs = _world_kwargs(args)
+        kwargs = world_kwargs(args)
         result = record(kwargs.pop("address"), args.out, steps=args.steps, fps=args.fps, seed=args.seed,
                         model=args.model, algo=args.algo, seed_setting=args.seed_setting or None,
                         progress=not args.no_progress, **kwargs)
@@ -320,7 +306,7 @@ def add_bench(subparsers: Any) -> None:
         "bench", help="measure steps/s of a world with random actions",
         description="Step a world with random actions and print the steps per second of DmRpcEnv "
                     "(and of DmRpcVectorEnv with --num-envs > 1).")
-    _add_world_arguments(parser)
+    add_world_arguments(parser)
     parser.add_argument("--steps", type=int, default=2000, help="steps to time (default: %(default)s)")
     parser.add_argument("--num-envs", type=int, default=1, metavar="N",
                         help="also measure a DmRpcVectorEnv of N sub-envs (default: %(default)s)")
@@ -335,7 +321,7 @@ def run_bench(args: argparse.Namespace) -> int:
         return _fail("bench", "--steps and --num-envs must be at least 1")
 
     def job() -> None:
-        kwargs = _world_kwargs(args)
+        kwargs = world_kwargs(args)
         bench(kwargs.pop("address"), steps=args.steps, num_envs=args.num_envs, seed=args.seed, **kwargs)
     return _run_client("bench", job)
 

@@ -18,7 +18,7 @@ import numpy as np
 from gymnasium.spaces import Space
 
 from dmrpc_gym.protocol import tensors
-from dmrpc_gym.client.connection import Connection, settings_tensors
+from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
 from dmrpc_gym.client.env import close_world, open_world
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.spaces import UnsupportedSpec, space_from_spec
@@ -193,13 +193,13 @@ def _property_value(rows: list[PropertyRow] | None, key: str) -> Any:
 
 
 def _other_agents(address: str, world_name: str, me: str, everyone: Sequence[str],
-                  connect_timeout: float, timeout: float | None) -> list[AgentSpecs]:
+                  connect_timeout: float, timeout: float | None, options: Mapping[str, Any]) -> list[AgentSpecs]:
     """Join ``world_name`` as each agent but ``me``, one at a time, and take its specs."""
     found = []
     for name in everyone:
         if name == me:
             continue
-        connection = Connection(address, connect_timeout=connect_timeout, timeout=timeout)
+        connection = Connection(address, connect_timeout=connect_timeout, timeout=timeout, **options)
         try:
             specs = connection.send(pb.JoinWorldRequest(
                 world_name=world_name, settings=settings_tensors({"agent": name}))).specs
@@ -214,19 +214,22 @@ def _other_agents(address: str, world_name: str, me: str, everyone: Sequence[str
 
 def inspect_world(address: str, *, world_settings: Mapping[str, Any] | None = None,
                   world_name: str | None = None, join_settings: Mapping[str, Any] | None = None,
-                  connect_timeout: float = 5.0, timeout: float | None = 10.0) -> WorldReport:
+                  connect_timeout: float = 5.0, timeout: float | None = 10.0, tls: Any = None,
+                  token: str | None = None, compression: str | None = None) -> WorldReport:
     """Join a world at ``address`` and report its specs and properties; leaves cleanly.
 
     Creates a world with ``world_settings`` (destroyed afterwards), or joins the
     existing ``world_name``. An unreachable address raises ``ConnectionError``
-    naming it; errors answered by the server raise ``DmRpcError``.
+    naming it; errors answered by the server raise ``DmRpcError``. ``tls``,
+    ``token`` and ``compression`` are the :class:`Connection`'s.
 
     >>> from dmrpc_gym.worlds.embedded import embedded_server
     >>> report = inspect_world(embedded_server("catch").address)
     >>> [(row.name, str(row.space)) for row in report.actions]
     [('paddle', 'Discrete(3, start=-1, dtype=int8)')]
     """
-    connection = Connection(address, connect_timeout=connect_timeout, timeout=timeout)
+    options = transport_options(tls, token, compression)
+    connection = Connection(address, connect_timeout=connect_timeout, timeout=timeout, **options)
     created = joined = False
     try:
         name, created = open_world(connection, world_settings, world_name)
@@ -245,7 +248,7 @@ def inspect_world(address: str, *, world_settings: Mapping[str, Any] | None = No
         if everyone is not None and me is not None and everyone.size > 1:
             everyone = [str(a) for a in everyone.reshape(-1).tolist()]
             others = {a.name: a for a in _other_agents(address, name, str(me.item()), everyone,
-                                                         connect_timeout, timeout)}
+                                                         connect_timeout, timeout, options)}
             mine = AgentSpecs(str(me.item()), actions, observations)
             agents = [mine if agent == mine.name else others[agent] for agent in everyone]
         return WorldReport(address=address, world_name=name, created=created, actions=actions,

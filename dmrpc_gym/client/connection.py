@@ -95,7 +95,8 @@ class Connection:
                 self._own_channel = channel
 
             def open_transport(seconds: float | None) -> Transport:
-                return GrpcioTransport(channel, metadata, seconds, self.address)
+                return GrpcioTransport(channel, metadata, seconds, self.address,
+                                       wait_ready=not hasattr(self, "_transport"))
         self._open = open_transport
         self._patience = Patience(connect_timeout)
         try:

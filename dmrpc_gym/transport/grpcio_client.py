@@ -20,14 +20,18 @@ __all__ = ["GrpcioTransport"]
 class GrpcioTransport:
     """A :class:`~dmrpc_gym.transport.base.Transport` over grpcio's sync stream (a caller's channel, TLS)."""
 
-    def __init__(self, channel: grpc.Channel, metadata, connect_timeout: float | None, target: str):
-        ready = grpc.channel_ready_future(channel)
-        try:
-            ready.result(timeout=connect_timeout)
-        except grpc.FutureTimeoutError:
-            ready.cancel()
-            raise ConnectionError(
-                f"cannot reach a dm_env_rpc server at {target} within {connect_timeout} s") from None
+    def __init__(self, channel: grpc.Channel, metadata, connect_timeout: float | None, target: str,
+                 wait_ready: bool = True):
+        # wait_ready=False: the channel was ready moments ago (a retried first call). Asking again
+        # right away leaves grpcio's connectivity poller running after the caller closes the channel.
+        if wait_ready:
+            ready = grpc.channel_ready_future(channel)
+            try:
+                ready.result(timeout=connect_timeout)
+            except grpc.FutureTimeoutError:
+                ready.cancel()
+                raise ConnectionError(
+                    f"cannot reach a dm_env_rpc server at {target} within {connect_timeout} s") from None
         self.messages_sent = 0
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         self._answers: queue.SimpleQueue = queue.SimpleQueue()
