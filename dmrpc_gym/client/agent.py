@@ -20,6 +20,7 @@ import numpy as np
 
 from dmrpc_gym import spaces as _spaces
 from dmrpc_gym.protocol import bulk, tensors
+from dmrpc_gym.protocol.info import INFO_FEATURE, INFO_UID, dropped_keys, unpack_info, without_dropped
 from dmrpc_gym.client.connection import Connection, settings_tensors
 from dmrpc_gym.protocol.spec_table import SpecManager
 from dmrpc_gym.protocol.wire import pb
@@ -151,6 +152,9 @@ class RemoteAgent:
         self.state = State.INVALID
         self.frame: np.ndarray | None = None
         self.last_observations: dict[str, np.ndarray] = {}
+        # A dmrpc_gym server sends the env's info when asked (dmrpc_gym.protocol.info).
+        self._carries_info = INFO_FEATURE in connection.server_features
+        self._lost_info: set[str] = set()
         self._specs_bytes = b""
         self._apply_specs(response.specs)
 
@@ -196,6 +200,8 @@ class RemoteAgent:
             if o["render"]:
                 wanted.add(render_name)
         self._requested = sorted(self.specs.observations.uid(n) for n in wanted)
+        if self._carries_info:
+            self._requested.append(INFO_UID)
         self._requests: dict[tuple, pb.StepRequest] = {}
         self._quick = {}
         for source in (self.reward, self.discount):
@@ -264,6 +270,7 @@ class RemoteAgent:
         state = _STATES.get(response.state) or State(response.state)
         self.state = state
         observations = response.observations
+        carried = self._take_info(observations) if self._carries_info else None
         quick = self._quick
         if quick:                          # scalar reward/discount without the general unpacking
             named, rest = {}, {}
@@ -280,16 +287,41 @@ class RemoteAgent:
         else:
             named = self.specs.observations.unpack(observations, large=large)
         self.last_observations = named
-        return self._result(named, state)
+        return self._result(named, state, carried)
 
     def step(self, action: Any = None) -> tuple[Any, float, bool, bool, dict]:
         self.submit_step(action)
         return self.receive_step()
 
-    def _result(self, named: dict[str, np.ndarray], state: State):
+    def _take_info(self, observations: Any) -> dict[str, Any] | None:
+        """Remove the ``info`` observation (a string tensor: never one of the large ones read
+        outside protobuf) from a step's observations and decode it (None: none sent).
+
+        A value the server could not send, or an info that cannot be read, is said once per key."""
+        if INFO_UID not in observations:
+            return None
+        tensor = observations[INFO_UID]
+        del observations[INFO_UID]
+        try:
+            info = unpack_info(str(tensors.unpack(tensor).reshape(-1)[0]))
+        except (ValueError, IndexError) as exc:
+            self._say_lost("info", f"the server's info could not be read ({exc})")
+            return None
+        for key in dropped_keys(info):
+            self._say_lost(key, f"info[{key!r}] of {self.agent or 'the served env'} cannot cross the wire "
+                                "(numbers, strings, numpy arrays and dicts / lists of them can): it is left out")
+        return without_dropped(info)
+
+    def _say_lost(self, key: str, message: str) -> None:
+        if key not in self._lost_info:
+            self._lost_info.add(key)
+            warnings.warn(message, stacklevel=5)
+
+    def _result(self, named: dict[str, np.ndarray], state: State, carried: dict[str, Any] | None = None):
         if self.render_name is not None and self.render_name in named:
             self.frame = named[self.render_name]
-        info: dict[str, Any] = {"discount": self.discount(named, state), "state": state}
+        info: dict[str, Any] = {**carried} if carried else {}
+        info["discount"], info["state"] = self.discount(named, state), state
         for name in self.extra_names:
             if name in named:
                 info[name] = named[name]

@@ -18,7 +18,7 @@ import grpc
 
 from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.protocol.errors import DmRpcError, status_name
-from dmrpc_gym.protocol.wire import SERVER_METADATA, pb
+from dmrpc_gym.protocol.wire import FEATURES_METADATA, SERVER_METADATA, pb
 from dmrpc_gym.client.lifecycle import Patience
 from dmrpc_gym.transport.base import StreamEnded, Transport, Unreachable, parse_address
 from dmrpc_gym.transport.grpcio_client import GrpcioTransport
@@ -289,6 +289,13 @@ class Connection:
         headers, known once it has answered), else None."""
         version = self._transport.initial_metadata.get(SERVER_METADATA)
         return None if version is None else f"dmrpc-gym/{version}"
+
+    @property
+    def server_features(self) -> frozenset[str]:
+        """What a dmrpc_gym server offers beyond dm_env_rpc (its response headers say;
+        known once it has answered), such as ``"info"``; empty for any other server."""
+        listed = self._transport.initial_metadata.get(FEATURES_METADATA, "")
+        return frozenset(f.strip() for f in listed.split(",") if f.strip())
 
     @property
     def closed(self) -> bool:

@@ -146,7 +146,7 @@ class DmRpcVectorEnv(VectorEnv):
     >>> envs = DmRpcVectorEnv(3, embedded_server("catch").address)
     >>> obs, infos = envs.reset(seed=0)
     >>> obs.shape, sorted(infos)
-    ((3, 10, 10), ['_discount', '_state', 'discount', 'state'])
+    ((3, 10, 10), ['_ball', '_discount', '_paddle', '_state', 'ball', 'discount', 'paddle', 'state'])
     >>> envs.close()
     """
 

@@ -15,7 +15,7 @@ from dmrpc_gym.protocol._proto import properties_pb2 as props_pb
 
 __all__ = [
     "pb", "props_pb", "SERVICE", "METHOD", "METHOD_PATH",
-    "PROPERTY_REQUEST_URL", "PROPERTY_RESPONSE_URL", "SERVER_METADATA",
+    "PROPERTY_REQUEST_URL", "PROPERTY_RESPONSE_URL", "SERVER_METADATA", "FEATURES_METADATA",
     "pack_any", "unpack_any", "wire_name",
 ]
 
@@ -32,6 +32,9 @@ PROPERTY_REQUEST_URL = f"{_TYPE_PREFIX}dm_env_rpc.v1.extensions.properties.Prope
 #: dmrpc_gym server gives its version, so that our client knows it may ask for what
 #: only dmrpc_gym servers offer.
 SERVER_METADATA = "dmrpc-gym-server"
+#: The response header listing (comma-separated) what a dmrpc_gym server offers beyond
+#: dm_env_rpc, such as ``info`` (:mod:`dmrpc_gym.protocol.info`).
+FEATURES_METADATA = "dmrpc-gym-features"
 PROPERTY_RESPONSE_URL = f"{_TYPE_PREFIX}dm_env_rpc.v1.extensions.properties.PropertyResponse"
 
 

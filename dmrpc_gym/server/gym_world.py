@@ -182,6 +182,7 @@ class GymAgent:
         self.episode_step = 0
         self.episode_return = 0.0
         self._obs: Any = None
+        self._info: Any = None   # what env.reset returned, sent with the first step
 
     @property
     def specs(self) -> pb.ActionObservationSpecs:
@@ -212,7 +213,7 @@ class GymAgent:
             return await self._start()  # raises: the client must fetch the new specs first
         self.next_seed, self.interrupt, self.starting = None, False, True
         try:
-            obs, _ = await self.lane.quick(self.env.reset, seed=seed)
+            obs, self._info = await self.lane.quick(self.env.reset, seed=seed)
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
             self.broken = True
             if self.next_seed is None:
@@ -229,17 +230,17 @@ class GymAgent:
         """Answer one StepRequest into ``out`` (the env steps on a worker thread); ``large``: the
         request's tensors read outside protobuf (:func:`~dmrpc_gym.protocol.bulk.split`)."""
         plan = self.interface.plan(request.requested_observations)
-        reward, discount = 0.0, 1.0
+        reward, discount, info = 0.0, 1.0, None
         if not self.running:
             await self._start()
-            out.state = _RUNNING
+            out.state, info = _RUNNING, self._info
         elif self.interrupt:
             self.running = self.interrupt = False
             out.state = _INTERRUPTED
         else:
             action = self.interface.actions(request.actions, large)
             try:
-                obs, reward, terminated, truncated, _ = await self.lane.quick(self.env.step, action)
+                obs, reward, terminated, truncated, info = await self.lane.quick(self.env.step, action)
             except Exception as exc:  # noqa: BLE001 - the env's error is the answer
                 self.running, self.broken = False, True
                 raise status.internal(
@@ -252,9 +253,9 @@ class GymAgent:
             out.state, discount = sequence_state(terminated, truncated)
             self.running = out.state == _RUNNING
         if plan.rgb:
-            await self.interface.answer(plan, out, self._obs, reward, discount, self.lane, self._render)
+            await self.interface.answer(plan, out, self._obs, reward, discount, self.lane, self._render, info)
         elif plan.items:
-            self.interface.encode(plan, out, self._obs, reward, discount, None)
+            self.interface.encode(plan, out, self._obs, reward, discount, None, info)
 
     async def reset(self, settings: Mapping[str, pb.Tensor]) -> pb.ActionObservationSpecs:
         """ResetRequest: settings for the next sequence (``seed``, world-setting overrides)."""

@@ -34,6 +34,7 @@ from gymnasium.spaces import Space
 
 from dmrpc_gym import spaces
 from dmrpc_gym.protocol import bulk, tensors
+from dmrpc_gym.protocol.info import INFO_UID, dropped_keys, pack_info, unpack_info
 from dmrpc_gym.server import status
 from dmrpc_gym.server.workers import Lane, rendered
 from dmrpc_gym.protocol.spec_table import SpecTable
@@ -49,7 +50,7 @@ OBSERVATION, ACTION = "observation", "action"
 #: Names of the observations the server adds.
 REWARD, DISCOUNT, RGB = "reward", "discount", "RGB"
 
-_ENV, _REWARD, _DISCOUNT, _RGB = range(4)
+_ENV, _REWARD, _DISCOUNT, _RGB, _INFO = range(5)
 _PLAN_CACHE = 64
 
 
@@ -192,6 +193,9 @@ class AgentInterface:
             specs.observations[uid].CopyFrom(spec)
             self._observations[uid] = (uid, kinds.get(name, _ENV), name, spec.dtype)
         self.specs = specs
+        # info: asked for only by our clients, listed in no spec (see dmrpc_gym.protocol.info).
+        self._observations[INFO_UID] = (INFO_UID, _INFO, "info", pb.STRING)
+        self._who, self._dropped = who, set()
         self._plans: dict[tuple[int, ...], _Plan] = {}
         self._observation_table = SpecTable(specs.observations, "observation")
 
@@ -243,8 +247,9 @@ class AgentInterface:
         return plan
 
     def encode(self, plan: _Plan, out: bulk.Pieces, observation: Any, reward: float, discount: float,
-               render: Callable[[], Any] | None) -> None:
-        """Write the planned observations as the entries of a StepResponse's ``observations`` map (``out``)."""
+               render: Callable[[], Any] | None, info: Mapping[str, Any] | None = None) -> None:
+        """Write the planned observations as the entries of a StepResponse's ``observations`` map (``out``);
+        ``info`` goes as the ``info`` observation when asked for and not empty."""
         flat = None
         if plan.env:
             try:
@@ -263,11 +268,14 @@ class AgentInterface:
                 out.add_double(uid, reward)
             elif kind == _DISCOUNT:
                 out.add_double(uid, discount)
+            elif kind == _INFO:
+                if info:
+                    out.add(uid, self._info_text(info), pb.STRING)
             else:
                 out.add(uid, self._frame(render), pb.UINT8)
 
     async def answer(self, plan: _Plan, out: StepAnswer, observation: Any, reward: float, discount: float,
-                     lane: Lane, render: Callable[[], Any] | None) -> None:
+                     lane: Lane, render: Callable[[], Any] | None, info: Mapping[str, Any] | None = None) -> None:
         """Write ``out``'s planned observations; a frame asked for is rendered on the env's ``lane`` first.
 
         Callers skip it (calling :meth:`encode` themselves) when ``plan.rgb`` is false: an await
@@ -275,7 +283,17 @@ class AgentInterface:
         """
         if plan.rgb:
             render = await rendered(lane, render)
-        self.encode(plan, out, observation, reward, discount, render)
+        self.encode(plan, out, observation, reward, discount, render, info)
+
+    def _info_text(self, info: Mapping[str, Any]) -> str:
+        """``info`` as it travels; a key whose value cannot cross is logged once (the client says so too)."""
+        text = pack_info(info)
+        if "__dmrpc_dropped__" in text:
+            for key in set(dropped_keys(unpack_info(text))) - self._dropped:
+                self._dropped.add(key)
+                log.warning("%s: info[%r] cannot cross the wire (numbers, strings, numpy arrays and "
+                            "dicts / lists of them can); the client is told it was left out", self._who, key)
+        return text
 
     def _frame(self, render: Callable[[], Any] | None) -> np.ndarray:
         if render is None:

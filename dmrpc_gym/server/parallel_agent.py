@@ -41,6 +41,7 @@ class ParallelAgent:
         self.result: tuple | None = None
         self.episode_return = 0.0
         self._obs: Any = None
+        self._info: Any = None   # the agent's info from env.reset, sent with its first step
         self._render = self._frame if interface.rgb_shape else None
 
     @property
@@ -54,6 +55,7 @@ class ParallelAgent:
         """Start this agent's sequence in ``episode``."""
         self.running, self.episode, self.episode_return = True, episode, 0.0
         self._obs = self.world.obs.get(self.name)
+        self._info = self.world.infos.get(self.name)
 
     async def step(self, request: pb.StepRequest, out: StepAnswer,
                    large: Mapping[int, bulk.Decoded] | None = None) -> None:
@@ -61,10 +63,10 @@ class ParallelAgent:
         :meth:`~dmrpc_gym.server.gym_world.GymAgent.step`."""
         plan = self.interface.plan(request.requested_observations)
         world = self.world
-        reward, discount = 0.0, 1.0
+        reward, discount, info = 0.0, 1.0, None
         if not self.running:
             await world.start_sequence(self)
-            out.state = _RUNNING
+            out.state, info = _RUNNING, self._info
         elif not world.running or world.episode != self.episode or self.name not in world.live:
             self.running = False
             out.state = _INTERRUPTED
@@ -80,14 +82,14 @@ class ParallelAgent:
                 self.running = False
                 out.state = _INTERRUPTED
             else:
-                self._obs, reward, terminated, truncated = result
+                self._obs, reward, terminated, truncated, info = result
                 self.episode_return += reward
                 out.state, discount = sequence_state(terminated, truncated or self.name not in world.live)
                 self.running = out.state == _RUNNING
         if plan.rgb:
-            await self.interface.answer(plan, out, self._obs, reward, discount, world.lane, self._render)
+            await self.interface.answer(plan, out, self._obs, reward, discount, world.lane, self._render, info)
         elif plan.items:
-            self.interface.encode(plan, out, self._obs, reward, discount, None)
+            self.interface.encode(plan, out, self._obs, reward, discount, None, info)
 
     async def reset(self, settings: Mapping[str, pb.Tensor]) -> pb.ActionObservationSpecs:
         """ResetRequest: settings ``seed`` only; a running agent ends the episode for everyone."""

@@ -58,15 +58,15 @@ log = logging.getLogger("dmrpc_gym.server")
 _RUNNING, _INTERRUPTED = pb.RUNNING, pb.INTERRUPTED
 
 
-def _reset(env: Any, seed: int | None) -> tuple[Any, list]:
+def _reset(env: Any, seed: int | None) -> tuple[Any, Any, list]:
     """``env.reset`` and the agents it left in ``env.agents`` (on the world's lane)."""
-    obs, _ = env.reset(seed=seed)
-    return obs, list(env.agents)
+    obs, infos = env.reset(seed=seed)
+    return obs, infos, list(env.agents)
 
 
 def _step(env: Any, actions: dict) -> tuple:
     """``env.step`` and the agents it left in ``env.agents`` (on the world's lane)."""
-    return (*env.step(actions)[:4], list(env.agents))
+    return (*env.step(actions), list(env.agents))
 
 
 class ParallelWorld:
@@ -99,6 +99,7 @@ class ParallelWorld:
         self.running = False            # an episode is in progress
         self.live: set[str] = set()     # env.agents of the running episode
         self.obs: dict[str, Any] = {}   # each agent's latest observation
+        self.infos: dict[str, Any] = {}  # each agent's info from the latest env.reset
         self.pending: dict[str, Any] = {}
         self.rounds = 0                 # env.step calls in the current episode
         self.failure: tuple[int, str] | None = None   # (episode, message) when env.step raised
@@ -155,7 +156,7 @@ class ParallelWorld:
         generation = self.generation
         self.resetting = True
         try:
-            obs, agents = await self.lane.quick(_reset, self.env, seed)
+            obs, infos, agents = await self.lane.quick(_reset, self.env, seed)
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
             raise status.internal(f"{self.factory.name}: reset raised {type(exc).__name__}: {exc}") from None
         finally:
@@ -166,6 +167,7 @@ class ParallelWorld:
         self.live = set(agents)
         self.running = bool(self.live)
         self.obs = dict(obs)
+        self.infos = dict(infos or {})
         self.pending.clear()
         self.rounds = 0
         if not self.running:
@@ -220,7 +222,8 @@ class ParallelWorld:
         self.pending.clear()
         generation = self.generation
         try:
-            obs, rewards, terminations, truncations, agents = await self.lane.quick(_step, self.env, actions)
+            obs, rewards, terminations, truncations, infos, agents = await self.lane.quick(
+                _step, self.env, actions)
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
             if generation == self.generation:
                 self.failure = (self.episode, f"{self.factory.name}: step raised {type(exc).__name__}: "
@@ -237,7 +240,8 @@ class ParallelWorld:
             joined = self.agents.get(name)
             if joined is not None:
                 joined.result = (self.obs.get(name), float(rewards.get(name, 0.0)),
-                                 bool(terminations.get(name, False)), bool(truncations.get(name, False)))
+                                 bool(terminations.get(name, False)), bool(truncations.get(name, False)),
+                                 (infos or {}).get(name))
         self.live = set(agents)
         for name in self.live:
             if name in obs:

@@ -13,7 +13,9 @@ The factory must reach the workers: an env id, ``"module:factory"``, or a
 callable that pickles by reference (a module-level class or function, or a
 ``functools.partial`` of one; not a lambda or a local function). Env ids
 registered at runtime are handed to the workers with their ``EnvSpec``.
-``info`` dicts are not sent back (the server does not use them).
+``info`` dicts come back in the form they cross the wire in
+(:mod:`dmrpc_gym.protocol.info`), so what cannot reach the client is marked
+in the worker, not lost in the pipe.
 
 >>> from dmrpc_gym.server.factories import Factory
 >>> host = ProcessHost(Factory("dmrpc_gym.worlds.catch:Catch"), 1).start()
@@ -37,6 +39,7 @@ from typing import Any, Mapping
 
 import gymnasium as gym
 
+from dmrpc_gym.protocol.info import pack_info, unpack_info
 from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import Factory, close_quietly
 
@@ -89,10 +92,11 @@ def _answer(factory: Factory, envs: dict, op: str, key: int, args: tuple) -> Any
         return None
     env, kind = envs[key]
     if op == "reset":
-        obs, _ = env.reset(seed=args[0], options=args[1])
-        return obs, _agents(env, kind)
+        obs, info = env.reset(seed=args[0], options=args[1])
+        return obs, pack_info(info), _agents(env, kind)
     if op == "step":
-        return (*env.step(args[0])[:4], _agents(env, kind))
+        *result, info = env.step(args[0])
+        return (*result, pack_info(info), _agents(env, kind))
     if op == "render":
         return env.render()
     raise ValueError(f"unknown request {op!r}")
@@ -219,17 +223,16 @@ class RemoteEnv:
             self.action_space = lambda agent: spaces[agent][1]
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
-        obs, agents = self._worker.request("reset", self._key, seed, options)
+        obs, info, agents = self._worker.request("reset", self._key, seed, options)
         if agents is not None:
             self.agents = agents
-        return obs, {}
+        return obs, unpack_info(info)
 
     def step(self, action: Any) -> tuple:
-        obs, reward, terminated, truncated, agents = self._worker.request("step", self._key, action)
+        obs, reward, terminated, truncated, info, agents = self._worker.request("step", self._key, action)
         if agents is not None:
             self.agents = agents
-            return obs, reward, terminated, truncated, {a: {} for a in obs}
-        return obs, reward, terminated, truncated, {}
+        return obs, reward, terminated, truncated, unpack_info(info)
 
     def render(self) -> Any:
         return self._worker.request("render", self._key)

@@ -11,7 +11,8 @@ import logging
 import urllib.parse
 
 from dmrpc_gym._version import __version__
-from dmrpc_gym.protocol.wire import SERVER_METADATA
+from dmrpc_gym.protocol.info import INFO_FEATURE
+from dmrpc_gym.protocol.wire import FEATURES_METADATA, SERVER_METADATA
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport import frames as h2
 from dmrpc_gym.transport.frames import DATA, END_STREAM, HEADER, NO_ERROR, RST_STREAM, U32, StreamError, frame
@@ -23,6 +24,7 @@ log = logging.getLogger("dmrpc_gym.server")
 
 _CHUNK = 1 << 18                 # largest DATA frame we write in one go
 _SERVER = (SERVER_METADATA, __version__)
+_FEATURES = (FEATURES_METADATA, INFO_FEATURE)
 
 
 class Replies:
@@ -31,7 +33,7 @@ class Replies:
     def _headers(self, stream: Stream) -> list[tuple[str, str]]:
         stream.replied = True
         fields = [(":status", "200"), ("content-type", "application/grpc"),
-                  ("grpc-accept-encoding", encodings.ACCEPT_ENCODING), _SERVER]
+                  ("grpc-accept-encoding", encodings.ACCEPT_ENCODING), _SERVER, _FEATURES]
         if stream.encoding:
             fields.append(("grpc-encoding", stream.encoding))
         return fields
