@@ -158,6 +158,18 @@ class RemoteAgent:
         self._specs_bytes = b""
         self._apply_specs(response.specs)
 
+    def rejoin(self, connection: Connection, world_name: str, join_settings: Mapping[str, Any] | None = None) -> None:
+        """Join ``world_name`` again over a new ``connection`` (the old one was lost), keeping the
+        options; a server that now sends other specs rebuilds the spaces with a warning."""
+        response = connection.send(pb.JoinWorldRequest(world_name=world_name,
+                                                       settings=settings_tensors(join_settings)))
+        self.connection, self.world_name = connection, world_name
+        self.joined, self.state, self.frame, self.last_observations = True, State.INVALID, None, {}
+        carries_info = INFO_FEATURE in connection.server_features
+        if carries_info != self._carries_info:     # another server build: ask for info or not
+            self._carries_info, self._specs_bytes = carries_info, b""
+        self._apply_specs(response.specs)
+
     # -- specs -> spaces ---------------------------------------------------------
     def _apply_specs(self, specs: pb.ActionObservationSpecs) -> None:
         raw = specs.SerializeToString(deterministic=True)

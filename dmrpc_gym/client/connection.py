@@ -301,6 +301,12 @@ class Connection:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def failure(self) -> str | None:
+        """Why the connection was lost (the stream ended or failed), or None while it is usable
+        or after a ``close()`` of our own."""
+        return self._broken
+
     def close(self) -> None:
         """Close the stream. Idempotent; never blocks for long."""
         if self._closed:

@@ -12,7 +12,7 @@ import numpy as np
 from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State
 from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
 from dmrpc_gym.protocol.errors import DmRpcError
-from dmrpc_gym.client.lifecycle import RemoteResource
+from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_reconnected
 from dmrpc_gym.client.seeding import AUTO, SeedRoute
 from dmrpc_gym.protocol.wire import pb
 
@@ -122,6 +122,13 @@ class DmRpcEnv(RemoteResource, gym.Env):
     :class:`~dmrpc_gym.client.connection.Connection` (TLS, the server's shared
     secret, gzip/deflate requests, the largest answer accepted).
 
+    With ``reconnect=True``, a connection lost between episodes is made again
+    by the next ``reset()`` (within ``connect_timeout``, so a restarting server
+    has that long to come back): a world this env created is created again with
+    the same settings, a world joined by name is joined again. A loss in the
+    middle of an episode still raises ``ConnectionError`` from that step; the
+    next ``reset()`` reconnects. Each reconnection warns and counts in ``reconnects``.
+
     >>> import gymnasium as gym, dmrpc_gym
     >>> env = gym.make("dmrpc/Catch-v0")
     >>> obs, info = env.reset(seed=1)
@@ -144,8 +151,10 @@ class DmRpcEnv(RemoteResource, gym.Env):
                  render_observation: str | None = None, connect_timeout: float | None = 10.0,
                  step_timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
                  metadata: Sequence[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
-                 compression: str | None = None, max_message_size: int | None = None):
+                 compression: str | None = None, max_message_size: int | None = None,
+                 reconnect: bool = False):
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        self.reconnects = 0
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode={render_mode!r}; DmRpcEnv renders {self.metadata['render_modes']}; "
                              "for a window use gymnasium.make(..., render_mode='human'), which shows "
@@ -154,9 +163,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
         self.reset_settings = dict(reset_settings or {})
         self._closed = False
         self._agent = None
-        self.connection = Connection(address, channel=channel, credentials=credentials, metadata=metadata,
-                                     connect_timeout=connect_timeout, timeout=connect_timeout,
-                                     **transport_options(tls, token, compression, max_message_size))
+        self.connection = self._connect()
         try:   # CreateWorld and JoinWorld are part of connecting: bounded by connect_timeout
             self.world_name, self._created = open_world(self.connection, world_settings, world_name)
             self._agent = RemoteAgent(
@@ -179,6 +186,36 @@ class DmRpcEnv(RemoteResource, gym.Env):
         self.action_space = self._agent.action_space
         self._properties = None
 
+    def _connect(self) -> Connection:
+        """A new connection from the constructor's arguments; answers are awaited ``connect_timeout``
+        (CreateWorld and JoinWorld are part of connecting) until ``step_timeout`` takes over."""
+        k = self._kwargs
+        return Connection(k["address"], channel=k["channel"], credentials=k["credentials"], metadata=k["metadata"],
+                          connect_timeout=k["connect_timeout"], timeout=k["connect_timeout"],
+                          **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"]))
+
+    def restore(self, why: str | None = None) -> None:
+        """Connect again after the connection was lost: create the world again with the same
+        settings (if this env created it) or join ``world_name`` again, and join it as before.
+        ``reset()`` does it with ``reconnect=True``; a warning says so (``why``: what was lost)."""
+        self._check_open()
+        why = why or self.connection.failure or "the connection was lost"
+        self.connection.close()
+        k = self._kwargs
+        connection = self._connect()
+        try:
+            name = self.world_name
+            if self._created:
+                name = connection.send(pb.CreateWorldRequest(settings=settings_tensors(k["world_settings"]))).world_name
+            self._agent.rejoin(connection, name, k["join_settings"])
+        except BaseException:
+            connection.close()
+            raise
+        connection.timeout = k["step_timeout"]
+        self.connection, self.world_name, self._properties = connection, name, None
+        self.reconnects += 1
+        warn_reconnected(connection.address, self._created, name, why)
+
     @property
     def agent(self) -> RemoteAgent:
         return self._agent
@@ -194,8 +231,11 @@ class DmRpcEnv(RemoteResource, gym.Env):
         ``options["settings"]`` adds ResetRequest settings; ``options["world_settings"]``
         first resets the whole world (ResetWorld). The seed travels to the server as the
         reset setting ``seed_setting`` names (by default ``seed``, on a dmrpc_gym server;
-        see :mod:`~dmrpc_gym.client.seeding`).
+        see :mod:`~dmrpc_gym.client.seeding`). With ``reconnect=True`` a lost connection is made again first.
         """
+        if self._kwargs["reconnect"] and not self._closed:
+            return reset_reconnecting(lambda: self.connection.failure is not None, self.restore,
+                                      lambda: self._agent.reset(self.prepare_reset(seed, options)))
         return self._agent.reset(self.prepare_reset(seed, options))
 
     def prepare_reset(self, seed: int | None = None, options: Mapping[str, Any] | None = None) -> dict[str, Any]:

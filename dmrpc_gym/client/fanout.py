@@ -17,7 +17,7 @@ import numpy as np
 from dmrpc_gym.client.env import DmRpcEnv
 from dmrpc_gym.protocol.errors import DmRpcError
 
-__all__ = ["Batch", "Restart", "RESTART", "StepResult", "submit_all", "receive_all"]
+__all__ = ["Batch", "Restart", "RESTART", "StepResult", "submit_all", "receive_all", "named_failure"]
 
 #: One sub-env's ``(observation, reward, terminated, truncated, info)``.
 StepResult = tuple[Any, float, bool, bool, dict]
@@ -81,6 +81,26 @@ def receive_all(owed: Iterable[K], receive: Callable[[K], R], failures: dict[K, 
             if undo is not None:
                 undo()
     return results
+
+
+def named_failure(err: BaseException, agent: str, what: str, note: str = "") -> BaseException:
+    """The same kind of error, saying which agent of a multi-agent exchange it came from
+    (``.agent`` holds the name).
+
+    >>> named_failure(ConnectionError("gone"), "red", "step")
+    ConnectionError("agent 'red' failed during step: gone")
+    """
+    if isinstance(err, DmRpcError):
+        request = f"{err.request or what} of agent {agent!r}"
+        new: BaseException = DmRpcError(err.code, err.message + note, err.details, request=request)
+    else:
+        message = f"agent {agent!r} failed during {what}: {err}{note}"
+        try:
+            new = type(err)(message)
+        except Exception:
+            new = RuntimeError(message)
+    new.agent = agent  # type: ignore[attr-defined]
+    return new
 
 
 def _with_index(err: Exception, index: int) -> Exception:
@@ -150,22 +170,60 @@ class Batch:
         first = self.envs[0]
         self.observation_space = first.observation_space
         self.action_space = first.action_space
-        for i, env in enumerate(self.envs[1:], 1):
-            for kind, ours, theirs in (("observation", env.observation_space, self.observation_space),
-                                       ("action", env.action_space, self.action_space)):
-                if ours != theirs:
-                    self.close()
-                    raise RuntimeError(f"sub-env {i} ({env.connection.address}) has {kind} space {ours}; "
-                                       f"sub-env 0 ({first.connection.address}) has {theirs}")
+        for i in range(1, self.num_envs):
+            try:
+                self._check_spaces(i)
+            except RuntimeError:
+                self.close()
+                raise
+
+    def _check_spaces(self, i: int) -> None:
+        """``RuntimeError`` unless sub-env ``i`` has the spaces of the batch (sub-env 0's when it was made)."""
+        env, first = self.envs[i], self.envs[0]
+        for kind, ours, theirs in (("observation", env.observation_space, self.observation_space),
+                                   ("action", env.action_space, self.action_space)):
+            if ours != theirs:
+                raise RuntimeError(f"sub-env {i} ({env.connection.address}) has {kind} space {ours}; "
+                                   f"sub-env 0 ({first.connection.address}) has {theirs}")
+
+    @property
+    def reconnect(self) -> bool:
+        """Whether the sub-envs were made with ``reconnect=True``."""
+        return bool(self.env_kwargs.get("reconnect"))
+
+    def restore(self, i: int, why: str | None = None) -> None:
+        """Connect sub-env ``i`` again after its connection was lost (``DmRpcEnv.restore``);
+        its spaces must still be the batch's."""
+        try:
+            self.envs[i].restore(why)
+        except Exception as err:
+            raise _with_index(err, i) from None
+        self._owed[i].clear()
+        self._elapsed[i] = 0
+        self._check_spaces(i)
+
+    def _raise_failures(self, failures: dict[int, BaseException], lost: dict[int, BaseException] | None) -> None:
+        """Raise the first failure (naming its sub-env); with ``lost``, a lost connection is put
+        there instead (its sub-env owes nothing more) and the others go on."""
+        if lost is not None:
+            for i, err in list(failures.items()):
+                if isinstance(err, ConnectionError):
+                    lost[i] = _with_index(err, i)
+                    self._owed[i].clear()
+                    del failures[i]
+        if failures:
+            i, err = next(iter(failures.items()))
+            raise _with_index(err, i)
 
     # -- pipelined exchanges -------------------------------------------------------
-    def submit(self, jobs: Mapping[int, Any]) -> dict[int, bool]:
+    def submit(self, jobs: Mapping[int, Any], lost: dict[int, BaseException] | None = None) -> dict[int, bool]:
         """Send one step per sub-env in ``jobs`` (index -> action, or a :class:`Restart`).
 
         Every action is checked before anything is sent (a ``ValueError`` names
         the sub-env). A ``Restart`` starts a new sequence: a ResetRequest when the
         sub-env is running or has reset settings, then a step with no actions.
-        Returns the plan :meth:`receive` needs (index -> restarted?).
+        Returns the plan :meth:`receive` needs (index -> restarted?). With ``lost``
+        (a dict), a sub-env whose connection is lost goes there instead of raising.
         """
         self._check_open()
         if self._unsettled:
@@ -189,17 +247,16 @@ class Batch:
             return True
 
         _, failures = submit_all(requests, send)
-        if failures:
-            i, err = next(iter(failures.items()))
-            raise _with_index(err, i)
-        return {i: isinstance(jobs[i], Restart) for i in requests}
+        self._raise_failures(failures, lost)
+        return {i: isinstance(jobs[i], Restart) for i in requests if lost is None or i not in lost}
 
-    def receive(self, plan: Mapping[int, bool]) -> dict[int, StepResult]:
+    def receive(self, plan: Mapping[int, bool], lost: dict[int, BaseException] | None = None) -> dict[int, StepResult]:
         """Read the answers to :meth:`submit`'s requests: index -> 5-tuple.
 
         A restarted sub-env answers with its first observation, reward 0.0 and
         both flags False. Every answer is read even when one fails; then the
-        first error is raised (naming its sub-env).
+        first error is raised (naming its sub-env). With ``lost`` (a dict), a
+        sub-env whose connection is lost goes there instead of raising.
         """
         failures: dict[int, BaseException] = {}
         results = receive_all(plan, self._read, failures)
@@ -213,15 +270,13 @@ class Batch:
                 if self.max_episode_steps is not None and self._elapsed[i] >= self.max_episode_steps \
                         and not result[2]:
                     results[i] = result[:3] + (True,) + result[4:]
-        if failures:
-            i, err = next(iter(failures.items()))
-            raise _with_index(err, i)
+        self._raise_failures(failures, lost)
         self._unsettled = any(self._owed)
         return results
 
-    def step(self, jobs: Mapping[int, Any]) -> dict[int, StepResult]:
+    def step(self, jobs: Mapping[int, Any], lost: dict[int, BaseException] | None = None) -> dict[int, StepResult]:
         """:meth:`submit` then :meth:`receive`."""
-        return self.receive(self.submit(jobs))
+        return self.receive(self.submit(jobs, lost), lost)
 
     def reset(self, indices: Iterable[int], seeds: Sequence[int | None],
               options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None
@@ -232,21 +287,36 @@ class Batch:
         settings, ``options["world_settings"]`` first resets the world, and the
         seed travels as the ``seed_setting`` reset setting when one is named.
         ``options`` is one mapping for all, or a sequence of one per sub-env.
+        With ``reconnect=True`` a sub-env whose connection was lost connects again first.
         """
         self._check_open()
+        indices = list(indices)
+        if self.reconnect:
+            for i in indices:
+                if self.envs[i].connection.failure is not None:
+                    self.restore(i)
         if self._unsettled:
             self._settle()
-        indices = list(indices)
-        jobs = {}
-        for i in indices:
-            env = self.envs[i]
-            opts = (options[i] if isinstance(options, (list, tuple)) else options) or {}
-            try:
-                settings = env.prepare_reset(seeds[i], opts)
-            except Exception as err:
-                raise _with_index(err, i) from None
-            jobs[i] = Restart(settings)
-        results = self.step(jobs)
+
+        def restart_all() -> dict[int, StepResult]:
+            jobs = {}
+            for i in indices:
+                opts = (options[i] if isinstance(options, (list, tuple)) else options) or {}
+                try:
+                    jobs[i] = Restart(self.envs[i].prepare_reset(seeds[i], opts))
+                except Exception as err:
+                    raise _with_index(err, i) from None
+            return self.step(jobs)
+
+        try:
+            results = restart_all()
+        except ConnectionError as err:
+            lost = [i for i in indices if self.envs[i].connection.failure is not None]
+            if not self.reconnect or not lost:
+                raise
+            for i in lost:                     # lost between episodes, found by this reset
+                self.restore(i)
+            results = restart_all()
         return [(results[i][0], results[i][4]) for i in indices]
 
     def _read(self, i: int) -> StepResult:

@@ -4,9 +4,43 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any
+import warnings
+from typing import Any, Callable, TypeVar
 
-__all__ = ["RemoteResource", "Patience"]
+__all__ = ["RemoteResource", "Patience", "reset_reconnecting", "warn_reconnected"]
+
+T = TypeVar("T")
+
+
+def reset_reconnecting(lost: Callable[[], bool], restore: Callable[[str | None], None],
+                       reset: Callable[[], T]) -> T:
+    """``reset()`` for an env made with ``reconnect=True``: ``restore`` first if the connection
+    is known ``lost``, and once more if the reset itself finds it lost (between episodes).
+
+    >>> calls = []
+    >>> def reset():
+    ...     calls.append("reset")
+    ...     if len(calls) == 1:
+    ...         raise ConnectionError("gone")
+    ...     return "obs"
+    >>> reset_reconnecting(lambda: False, lambda why: calls.append(f"restore: {why}"), reset)
+    'obs'
+    >>> calls
+    ['reset', 'restore: gone', 'reset']
+    """
+    if lost():
+        restore(None)
+    try:
+        return reset()
+    except ConnectionError as err:
+        restore(str(err))
+        return reset()
+
+
+def warn_reconnected(address: str, created: bool, world_name: str, why: str) -> None:
+    """The warning every reconnection gives: where, which world, and what was lost."""
+    warnings.warn(f"reconnected to the dm_env_rpc server at {address} and {'created' if created else 'joined'} "
+                  f"world {world_name!r} again ({why})", RuntimeWarning, stacklevel=4)
 
 
 class Patience:

@@ -52,9 +52,8 @@ from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State
 from dmrpc_gym.client.seeding import AUTO, SeedRoute
 from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
 from dmrpc_gym.client.env import close_world, open_world
-from dmrpc_gym.client.fanout import receive_all, submit_all
-from dmrpc_gym.protocol.errors import DmRpcError
-from dmrpc_gym.client.lifecycle import RemoteResource
+from dmrpc_gym.client.fanout import named_failure, receive_all, submit_all
+from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_reconnected
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = ["DmRpcParallelEnv", "join_settings"]
@@ -115,21 +114,6 @@ def _per_agent(value: Any, agent: str) -> Any:
     return value
 
 
-def _named(err: BaseException, agent: str, what: str, note: str = "") -> BaseException:
-    """The same kind of error, saying which agent it came from (``.agent`` holds the name)."""
-    if isinstance(err, DmRpcError):
-        request = f"{err.request or what} of agent {agent!r}"
-        new: BaseException = DmRpcError(err.code, err.message + note, err.details, request=request)
-    else:
-        message = f"agent {agent!r} failed during {what}: {err}{note}"
-        try:
-            new = type(err)(message)
-        except Exception:
-            new = RuntimeError(message)
-    new.agent = agent  # type: ignore[attr-defined]
-    return new
-
-
 class DmRpcParallelEnv(RemoteResource, ParallelEnv):
     """A multi-agent dm_env_rpc world as a PettingZoo ``ParallelEnv``.
 
@@ -156,6 +140,8 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         step_timeout: seconds to wait for each answer (``None``: no limit).
         credentials / metadata: gRPC channel credentials and call metadata.
         tls / token / compression / max_message_size: as for :class:`~dmrpc_gym.client.connection.Connection`.
+        reconnect: a connection lost between episodes is made again by the next ``reset()``
+            (:meth:`restore`); a loss mid-episode still raises from that step.
 
     Once an agent fails (its connection dies, or the server answers with an
     error), the others' answers are awaited at most ``abandon_timeout`` seconds,
@@ -189,8 +175,10 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
                  render_observation: str | None = None, connect_timeout: float | None = 10.0,
                  step_timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
                  metadata: Iterable[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
-                 compression: str | None = None, max_message_size: int | None = None):
+                 compression: str | None = None, max_message_size: int | None = None,
+                 reconnect: bool = False):
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        self.reconnects = getattr(self, "reconnects", 0)        # kept by restore()
         self._closed = False
         self._created = False
         self._failure: str | None = None
@@ -263,7 +251,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
             elif first is None:
                 first = (name, err)
         if first is not None:
-            raise _named(first[1], first[0], "join_world") from first[1]
+            raise named_failure(first[1], first[0], "join_world") from first[1]
 
     def _refresh_spaces(self) -> None:
         self.observation_spaces = {name: agent.observation_space for name, agent in self.remote.items()}
@@ -310,7 +298,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
             self._failure = f"agent {name!r} failed during {what}: {err}{note}"
             if not isinstance(err, Exception):      # KeyboardInterrupt and friends
                 raise err
-            raise _named(err, name, what, note) from err
+            raise named_failure(err, name, what, note) from err
         return results
 
     def _check_usable(self) -> None:
@@ -327,8 +315,26 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         ``options["settings"]`` and the seed under ``seed_setting``);
         ``options["world_settings"]`` then resets the world (ResetWorld); then
         every agent steps once to get its first observation. A seed the server cannot be
-        sent is said once (see :mod:`~dmrpc_gym.client.seeding`).
+        sent is said once (see :mod:`~dmrpc_gym.client.seeding`). With ``reconnect=True``, lost
+        connections are made again first (see :meth:`restore`).
         """
+        if self._kwargs["reconnect"] and not self._closed:
+            return reset_reconnecting(self._lost, self.restore, lambda: self._reset(seed, options))
+        return self._reset(seed, options)
+
+    def _lost(self) -> str | None:
+        return self._failure or next((c.failure for c in self.connections.values() if c.failure), None)
+
+    def restore(self, why: str | None = None) -> None:
+        """Connect every agent again after a connection was lost: leave what is left of the old
+        world (destroying it), then create it again (or join ``world_name``) as the constructor does."""
+        why = why or self._lost() or "a connection was lost"
+        self.close()
+        self.__init__(**self._kwargs)
+        self.reconnects += 1
+        warn_reconnected(self._kwargs["address"], self._created, self.world_name, why)
+
+    def _reset(self, seed: int | None, options: dict | None):
         self._check_usable()
         options = dict(options or {})
         settings = self._seeds.settings(self.reset_settings, options, seed)

@@ -43,6 +43,14 @@ class DmRpcSB3VecEnv(VecEnv):
     ``info["TimeLimit.truncated"]`` says whether it was cut short.
     ``step_async`` sends the actions, ``step_wait`` reads the answers.
     ``address`` may name a bundled world (``"catch"``) on the embedded server.
+
+    With ``reconnect=True`` a training run outlives a server that restarts.
+    SB3 resets a sub-env within the step, so a sub-env whose connection is lost
+    mid-episode ends that episode there, cut short: ``done`` with
+    ``info["TimeLimit.truncated"]``, reward 0.0, its last observation as
+    ``terminal_observation`` and the error in ``info["connection_lost"]``; its
+    restart connects again (``DmRpcEnv.restore``, within ``connect_timeout``),
+    with a warning.
     """
 
     def __init__(self, num_envs: int | None = None, address: str | None = None, *,
@@ -62,6 +70,8 @@ class DmRpcSB3VecEnv(VecEnv):
             obs_space, self._to_sb3 = sb3_observation_transform(obs_space)
             act_space, self._to_env = sb3_action_transform(act_space)
         self._plan: dict[int, bool] | None = None
+        self._lost: dict[int, BaseException] | None = None
+        self._last: list[Any] = [None] * n
         self._start = time.time()
         self._returns = np.zeros(n, dtype=np.float64)
         self._lengths = np.zeros(n, dtype=np.int64)
@@ -84,7 +94,8 @@ class DmRpcSB3VecEnv(VecEnv):
         self._plan = None
         self._returns[:] = 0.0
         self._lengths[:] = 0
-        return self._batched([obs for obs, _ in results])
+        self._last = [obs for obs, _ in results]
+        return self._batched(self._last)
 
     def step_async(self, actions: np.ndarray) -> None:
         if self._to_env is not None:
@@ -92,13 +103,16 @@ class DmRpcSB3VecEnv(VecEnv):
         items = list(iterate(self._env_actions, actions))
         if len(items) != self.num_envs:
             raise ValueError(f"{len(items)} actions given for {self.num_envs} sub-envs")
-        self._plan = self._batch.submit(dict(enumerate(items)))
+        self._lost = {} if self._batch.reconnect else None
+        self._plan = self._batch.submit(dict(enumerate(items)), self._lost)
 
     def step_wait(self):
         if self._plan is None:
             raise RuntimeError("step_wait() without step_async()")
         plan, self._plan = self._plan, None
-        results = self._batch.receive(plan)
+        results = self._batch.receive(plan, self._lost)
+        for i, err in (self._lost or {}).items():       # the episode ends where the connection did
+            results[i] = (self._last[i], 0.0, False, True, {"connection_lost": str(err)})
         obs = [results[i][0] for i in range(self.num_envs)]
         rewards = np.array([results[i][1] for i in range(self.num_envs)], dtype=np.float32)
         dones = np.zeros(self.num_envs, dtype=np.bool_)
@@ -115,12 +129,26 @@ class DmRpcSB3VecEnv(VecEnv):
                                    "t": round(time.time() - self._start, 6)}
                 self._returns[i], self._lengths[i] = 0.0, 0
             infos.append(info)
-        finished = np.flatnonzero(dones).tolist()
-        if finished:
-            restarted = self._batch.step({i: RESTART for i in finished})
-            for i in finished:
-                obs[i], self.reset_infos[i] = restarted[i][0], restarted[i][4]
+        self._restart(np.flatnonzero(dones).tolist(), obs)
+        self._last = obs
         return self._batched(obs), rewards, dones, infos
+
+    def _restart(self, finished: list[int], obs: list[Any]) -> None:
+        """Start the next episode of the ``finished`` sub-envs (all in flight at once), into ``obs``;
+        with ``reconnect``, one whose connection is lost connects again first (three tries)."""
+        for _ in range(3):
+            if not finished:
+                return
+            lost = {} if self._batch.reconnect else None
+            for i in finished:
+                if lost is not None and self.envs[i].connection.failure is not None:
+                    self._batch.restore(i)
+            restarted = self._batch.step({i: RESTART for i in finished}, lost)
+            for i in restarted:
+                obs[i], self.reset_infos[i] = restarted[i][0], restarted[i][4]
+            finished = list(lost or ())
+        if finished:
+            raise ConnectionError(f"sub-envs {finished} lost their connection on three restarts in a row")
 
     def close(self) -> None:
         self._batch.close()

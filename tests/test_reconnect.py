@@ -1,0 +1,211 @@
+"""reconnect=True: envs outlive a server that restarts (issue 21 item 8), against real servers."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dmrpc_gym
+from dmrpc_gym import DmRpcEnv, DmRpcError
+from dmrpc_gym.client.connection import Connection
+from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.server import Server
+from dmrpc_gym.worlds.catch import Catch
+from dmrpc_gym.worlds.tag import Tag
+from test_lifecycle import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+STILL = np.int8(0)
+
+
+def restart(server: Server) -> Server:
+    """Stop ``server`` and serve the same factory again on the same address (a restarted server)."""
+    address = server.address
+    server.stop()
+    return Server(server.factory.target, address=address).start()
+
+
+def test_env_reconnects_on_the_reset_after_a_lost_connection():
+    server = Server(Catch).start()
+    try:
+        env = DmRpcEnv(server.address, reconnect=True, connect_timeout=30)
+        env.reset(seed=0)
+        env.step(STILL)
+        server = restart(server)
+        with pytest.raises(ConnectionError, match=server.address):       # mid-episode: raised, as before
+            env.step(STILL)
+        with pytest.warns(RuntimeWarning, match="reconnected .* created world 'world-1' again"):
+            obs, _ = env.reset(seed=0)
+        assert obs.shape == (10, 10) and env.reconnects == 1
+        env.step(STILL)
+        server = restart(server)                  # between episodes: nothing noticed it yet
+        with pytest.warns(RuntimeWarning, match="reconnected"):
+            env.reset(seed=1)
+        env.step(STILL)
+        assert env.reconnects == 2
+        env.close()
+    finally:
+        server.stop()
+
+
+def test_without_reconnect_a_lost_connection_stays_lost():
+    server = Server(Catch).start()
+    try:
+        env = DmRpcEnv(server.address)
+        env.reset(seed=0)
+        server = restart(server)
+        with pytest.raises(ConnectionError):
+            env.reset(seed=0)
+        with pytest.raises(ConnectionError):
+            env.reset(seed=0)
+        env.close()
+    finally:
+        server.stop()
+
+
+def test_a_world_joined_by_name_is_joined_again_by_name():
+    server = Server(Catch).start()
+    try:
+        with Connection(server.address) as host:
+            name = host.send(pb.CreateWorldRequest()).world_name
+            env = DmRpcEnv(server.address, world_name=name, reconnect=True)
+            env.reset(seed=0)
+        server = restart(server)
+        with Connection(server.address) as host:       # whoever hosts the world makes it again
+            assert host.send(pb.CreateWorldRequest()).world_name == name
+            with pytest.warns(RuntimeWarning, match=f"joined world {name!r} again"):
+                env.reset(seed=0)
+            env.step(STILL)
+            env.close()
+        server = restart(server)                          # and now nobody makes it again
+        env = DmRpcEnv(server.address, world_settings={"rows": 5}, reconnect=True)
+        joined = DmRpcEnv(server.address, world_name=env.world_name, reconnect=True)
+        joined.reset()
+        server = restart(server)
+        with pytest.raises(DmRpcError, match="NOT_FOUND"):
+            joined.reset()
+        joined.close()
+        env.close()
+    finally:
+        server.stop()
+
+
+def test_vector_env_reconnects_its_lost_sub_envs_on_reset():
+    server = Server(Catch).start()
+    try:
+        envs = dmrpc_gym.DmRpcVectorEnv(3, server.address, reconnect=True)
+        envs.reset(seed=0)
+        envs.step(np.zeros(3, np.int8))
+        server = restart(server)
+        with pytest.raises(ConnectionError, match="sub-env 0"):
+            envs.step(np.zeros(3, np.int8))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            obs, _ = envs.reset(seed=0)
+        assert obs.shape == (3, 10, 10) and [env.reconnects for env in envs.envs] == [1, 1, 1]
+        for _ in range(12):                          # through an autoreset too
+            envs.step(np.zeros(3, np.int8))
+        envs.close()
+    finally:
+        server.stop()
+
+
+def test_parallel_env_reconnects_every_agent_on_reset():
+    server = Server(Tag).start()
+    agents = ["pursuer_0", "pursuer_1", "evader_0", "evader_1"]
+    try:
+        env = dmrpc_gym.DmRpcParallelEnv(server.address, agents=agents, reconnect=True)
+        env.reset(seed=0)
+        env.step({agent: 0 for agent in env.agents})
+        server = restart(server)
+        with pytest.raises(ConnectionError):
+            env.step({agent: 0 for agent in env.agents})
+        with pytest.warns(RuntimeWarning, match="reconnected"):
+            observations, _ = env.reset(seed=0)
+        assert sorted(observations) == sorted(agents) and env.reconnects == 1
+        env.step({agent: 0 for agent in env.agents})
+        env.close()
+    finally:
+        server.stop()
+
+
+class ServedProcess:
+    """``dmrpc-gym serve`` of Catch on ``port`` as a subprocess, which a test may kill and start
+    again (``processes`` holds every one started); ``close()`` ends them all."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.processes: list[subprocess.Popen] = []
+        self.start()
+
+    def start(self) -> None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        process = subprocess.Popen([sys.executable, "-m", "dmrpc_gym", "serve", "dmrpc_gym.worlds.catch:Catch",
+                                    "--port", str(self.port)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+        self.processes.append(process)
+        line = process.stdout.readline()
+        assert "serving" in line, line + process.stdout.read()
+
+    def kill(self) -> None:
+        self.processes[-1].send_signal(signal.SIGKILL)
+        self.processes[-1].wait(10)
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait(10)
+            process.stdout.close()
+
+
+def test_sb3_training_survives_a_server_killed_and_restarted():
+    """PPO over DmRpcSB3VecEnv while the server PROCESS is SIGKILLed and started again on its port."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from dmrpc_gym.integrations.sb3 import DmRpcSB3VecEnv
+
+    port = free_port()
+    served = ServedProcess(port)
+    try:
+        venv = DmRpcSB3VecEnv(2, f"127.0.0.1:{port}", reconnect=True, connect_timeout=60,
+                              sb3_compat=True)
+        restarter: list[threading.Thread] = []
+
+        class KillAt(BaseCallback):
+            def _on_step(self) -> bool:
+                if self.num_timesteps == 300:
+                    served.kill()
+                    thread = threading.Thread(target=served.start)     # back after its start-up time
+                    thread.start()
+                    restarter.append(thread)
+                return True
+
+        lost = []
+
+        class Count(BaseCallback):
+            def _on_step(self) -> bool:
+                lost.extend(info["connection_lost"] for info in self.locals["infos"] if "connection_lost" in info)
+                return True
+
+        model = sb3.PPO("MlpPolicy", venv, n_steps=128, batch_size=64, n_epochs=1, seed=0, device="cpu")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            model.learn(total_timesteps=1024, callback=[KillAt(), Count()])
+        for thread in restarter:
+            thread.join()
+        assert model.num_timesteps >= 1024
+        assert len(served.processes) == 2 and served.processes[0].returncode == -signal.SIGKILL
+        assert [env.reconnects for env in venv.envs] == [1, 1]
+        assert len(lost) == 2 and all(f"127.0.0.1:{port}" in why for why in lost)
+        venv.close()
+    finally:
+        served.close()
