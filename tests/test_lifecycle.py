@@ -1,7 +1,6 @@
 """The connection's lifecycle against real servers: waiting for one that is starting (issue 21 item 7)."""
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
@@ -15,15 +14,9 @@ from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import Server
 from dmrpc_gym.worlds.catch import Catch
 from official_servers import start_official_server
+from processes import free_port
 
 PADDLE = {"paddle": dict(kind="action", dtype="int32", shape=[], min=-1, max=1)}
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on now (the OS's choice for port 0, released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_connect_waits_for_a_server_that_starts_listening_later():

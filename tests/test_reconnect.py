@@ -1,13 +1,9 @@
 """reconnect=True: envs outlive a server that restarts (issue 21 item 8), against real servers."""
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import threading
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,9 +15,8 @@ from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import Server
 from dmrpc_gym.worlds.catch import Catch
 from dmrpc_gym.worlds.tag import Tag
-from test_lifecycle import free_port
+from processes import ServedProcess, free_port
 
-ROOT = Path(__file__).resolve().parents[1]
 STILL = np.int8(0)
 
 
@@ -134,36 +129,6 @@ def test_parallel_env_reconnects_every_agent_on_reset():
         env.close()
     finally:
         server.stop()
-
-
-class ServedProcess:
-    """``dmrpc-gym serve`` of Catch on ``port`` as a subprocess, which a test may kill and start
-    again (``processes`` holds every one started); ``close()`` ends them all."""
-
-    def __init__(self, port: int):
-        self.port = port
-        self.processes: list[subprocess.Popen] = []
-        self.start()
-
-    def start(self) -> None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-        process = subprocess.Popen([sys.executable, "-m", "dmrpc_gym", "serve", "dmrpc_gym.worlds.catch:Catch",
-                                    "--port", str(self.port)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True)
-        self.processes.append(process)
-        line = process.stdout.readline()
-        assert "serving" in line, line + process.stdout.read()
-
-    def kill(self) -> None:
-        self.processes[-1].send_signal(signal.SIGKILL)
-        self.processes[-1].wait(10)
-
-    def close(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.kill()
-            process.wait(10)
-            process.stdout.close()
 
 
 def test_sb3_training_survives_a_server_killed_and_restarted():

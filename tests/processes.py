@@ -1,0 +1,49 @@
+"""Server processes that tests kill and start again, on a port chosen free (no dm_env_rpc import:
+the RLlib tests' environment has none)."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (the OS's choice for port 0, released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServedProcess:
+    """``dmrpc-gym serve TARGET`` on ``port`` as a subprocess, which a test may kill and start
+    again (``processes`` holds every one started); ``close()`` ends them all."""
+
+    def __init__(self, port: int, target: str = "dmrpc_gym.worlds.catch:Catch"):
+        self.port, self.target = port, target
+        self.processes: list[subprocess.Popen] = []
+        self.start()
+
+    def start(self) -> None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        process = subprocess.Popen([sys.executable, "-m", "dmrpc_gym", "serve", self.target,
+                                    "--port", str(self.port)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+        self.processes.append(process)
+        line = process.stdout.readline()
+        assert "serving" in line, line + process.stdout.read()
+
+    def kill(self) -> None:
+        self.processes[-1].send_signal(signal.SIGKILL)
+        self.processes[-1].wait(10)
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait(10)
+            process.stdout.close()
