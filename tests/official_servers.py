@@ -302,7 +302,8 @@ class OfficialServer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
                 observations[uid].CopyFrom(echoed)
             else:
                 value = self.observation_fn(name, spec, step)
-                observations[uid].CopyFrom(tensor_utils.pack_tensor(value, spec.dtype))
+                observations[uid].CopyFrom(value if isinstance(value, dm.Tensor)   # as given, even a lie
+                                           else tensor_utils.pack_tensor(value, spec.dtype))
         return response
 
     def _reset(self, request, conn):

@@ -20,6 +20,8 @@ ValueError: action 'paddle': expected a INT8 tensor (int8), got a DOUBLE tensor
 """
 from __future__ import annotations
 
+import math
+
 from typing import Any, Mapping, MutableMapping
 
 import numpy as np
@@ -42,7 +44,7 @@ class SpecTable:
     refuses a name used twice.
     """
 
-    __slots__ = ("kind", "by_uid", "_uids", "_payloads", "listing")
+    __slots__ = ("kind", "by_uid", "_uids", "_payloads", "_sizes", "listing")
 
     def __init__(self, specs: Mapping[int, pb.TensorSpec], kind: str):
         self.kind = kind
@@ -55,6 +57,9 @@ class SpecTable:
             self.by_uid[int(uid)] = SpecChecker(spec, kind)
             self._uids[spec.name] = int(uid)
         self._payloads = {uid: _PAYLOAD[c.data_type] for uid, c in self.by_uid.items()}
+        # A received tensor may not broadcast past its spec's size (unknown with a -1: the default bound).
+        self._sizes = {uid: None if any(d < 0 for d in c.shape) else math.prod(c.shape)
+                       for uid, c in self.by_uid.items()}
         #: ``1='paddle', 2='say'``: what error messages list.
         self.listing = ", ".join(f"{uid}={c.name!r}" for uid, c in self.by_uid.items()) or "none"
 
@@ -123,7 +128,7 @@ class SpecTable:
             if check and tensor.WhichOneof("payload") != self._payloads[uid]:
                 self._wrong_payload(uid, tensor.WhichOneof("payload"))
             try:
-                array = tensors.unpack(tensor)
+                array = tensors.unpack(tensor, self._sizes.get(uid))
             except (ValueError, TypeError) as exc:
                 raise ValueError(f"{self.kind} {checker.name!r}: {exc}") from None
             out[checker.name] = checker.check(array, self.kind) if check else array

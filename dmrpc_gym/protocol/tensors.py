@@ -32,13 +32,15 @@ from dmrpc_gym.protocol.dtypes import (BY_DATA_TYPE, BY_FIELD_NAME, BY_WIRE_DTYP
                                        np_dtype)
 from dmrpc_gym.protocol.protowire import (MASK64, ONE_BYTE, array_field, encode_tensor, memory_head, shape_bytes,
                                           varint, varints)
+from dmrpc_gym.protocol.shapes import MAX_TENSOR_BYTES, element_limit, resolve_shape
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = [
     "DTYPES", "np_dtype", "data_type", "data_type_name",
     "pack", "pack_into", "unpack", "unpack_flat", "pack_flat_into", "tensor_bytes",
-    "resolve_shape", "shaped", "prepare", "varint",
+    "resolve_shape", "shaped", "prepare", "varint", "MAX_TENSOR_BYTES", "element_limit",
 ]
+
 
 # -- values to arrays ------------------------------------------------------------
 
@@ -338,45 +340,25 @@ def unpack_flat(source: Any) -> np.ndarray:
     return _DECODERS[name](getattr(source, name))
 
 
-def resolve_shape(shape: Any, size: int) -> tuple[int, ...]:
-    """``shape`` with its -1 dimension (at most one) inferred from ``size`` elements.
+def _fit(flat: np.ndarray, shape: list[int], name: str, max_elements: int | None = None) -> np.ndarray:
+    """``flat`` in ``shape``: -1 resolved, a single element broadcast (the slow path).
 
-    A single element broadcasts, so ``size == 1`` fits any shape (a -1 becomes 1).
-
-    >>> resolve_shape([2, -1], 6)
-    (2, 3)
-    >>> resolve_shape([2, 3], 1)
-    (2, 3)
+    A broadcast is checked before anything is allocated: it may not make more than
+    ``max_elements`` (the spec's size, where a spec is known) or what
+    :data:`MAX_TENSOR_BYTES` holds, so a few bytes cannot claim gigabytes.
     """
-    shape = tuple(int(d) for d in shape)
-    unknown = [i for i, d in enumerate(shape) if d < 0]
-    if len(unknown) > 1 or any(d < -1 for d in shape):
-        raise ValueError(f"shape {list(shape)} may have at most one -1 dimension "
-                         f"and no other negative size")
-    known = math.prod(d for d in shape if d >= 0)
-    if unknown:
-        i = unknown[0]
-        if size == 1 and known != 1:
-            return shape[:i] + (1,) + shape[i + 1:]
-        if (known == 0 and size != 0) or (known and size % known):
-            raise ValueError(f"a payload of {size} elements does not fit shape {list(shape)} "
-                             f"(needs a multiple of {known}, or 1 to broadcast)")
-        return shape[:i] + (size // known if known else 0,) + shape[i + 1:]
-    if size not in (known, 1):
-        raise ValueError(f"a payload of {size} elements does not fit shape {list(shape)} "
-                         f"(needs {known}, or 1 to broadcast)")
-    return shape
-
-
-def _fit(flat: np.ndarray, shape: list[int], name: str) -> np.ndarray:
-    """``flat`` in ``shape``: -1 resolved, a single element broadcast (the slow path)."""
+    dt = data_type_name(BY_FIELD_NAME[name].dt)
     try:
         full = resolve_shape(shape, flat.size)
     except ValueError as e:
-        dt = data_type_name(BY_FIELD_NAME[name].dt)
         raise ValueError(f"cannot unpack a {dt} tensor: {e}") from None
-    if flat.size == math.prod(full):
+    size = math.prod(full)
+    if flat.size == size:
         return flat.reshape(full)
+    limit = element_limit(flat.dtype) if max_elements is None else max_elements
+    if size > limit:
+        raise ValueError(f"cannot unpack a {dt} tensor: its one element would be broadcast to shape "
+                         f"{list(full)} ({size} elements), more than the {limit} allowed")
     if flat.dtype == object:     # a message of its own in every cell
         out = np.empty(full, dtype=object)
         for index in np.ndindex(*full):
@@ -385,11 +367,12 @@ def _fit(flat: np.ndarray, shape: list[int], name: str) -> np.ndarray:
     return np.full(full, flat[0], dtype=flat.dtype)
 
 
-def unpack(tensor: pb.Tensor) -> np.ndarray:
+def unpack(tensor: pb.Tensor, max_elements: int | None = None) -> np.ndarray:
     """A ``Tensor`` as a fresh, writable numpy array (0-d for a scalar).
 
-    A single-element payload is broadcast to the whole shape; a -1 dimension
-    takes the rest of the payload.
+    A single-element payload is broadcast to the whole shape, up to
+    ``max_elements`` (default: what :data:`MAX_TENSOR_BYTES` holds); a -1
+    dimension takes the rest of the payload.
 
     >>> unpack(pack(3.5))
     array(3.5)
@@ -400,10 +383,10 @@ def unpack(tensor: pb.Tensor) -> np.ndarray:
     name = tensor.WhichOneof("payload")
     if name is None:
         raise ValueError("tensor has no payload (no data type is set)")
-    return shaped(_DECODERS[name](getattr(tensor, name)), tensor.shape[:], name)
+    return shaped(_DECODERS[name](getattr(tensor, name)), tensor.shape[:], name, max_elements)
 
 
-def shaped(flat: np.ndarray, shape: list[int], name: str) -> np.ndarray:
+def shaped(flat: np.ndarray, shape: list[int], name: str, max_elements: int | None = None) -> np.ndarray:
     """The 1-D payload ``flat`` of a ``name`` (e.g. ``"floats"``) tensor in its ``shape``.
 
     >>> shaped(np.zeros(1, np.float32), [2, -1], "floats")
@@ -411,9 +394,9 @@ def shaped(flat: np.ndarray, shape: list[int], name: str) -> np.ndarray:
            [0.]], dtype=float32)
     """
     if shape and min(shape) < 0:
-        return _fit(flat, shape, name)
+        return _fit(flat, shape, name, max_elements)
     try:
         flat.shape = shape
     except ValueError:
-        return _fit(flat, shape, name)
+        return _fit(flat, shape, name, max_elements)
     return flat

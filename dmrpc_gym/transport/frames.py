@@ -14,6 +14,8 @@ from collections import deque
 
 import hpack
 
+from dmrpc_gym.protocol.tensors import MAX_TENSOR_BYTES
+
 __all__ = ["MessageSplitter", "MessageTooLarge", "StreamError", "ProtocolError", "frame", "grpc_frame",
            "header_frames", "MessageParts", "check_frame", "parse_settings", "header_fragment", "unpad", "decode_headers", "grpc_status", "HeaderBlock",
            "HEADER", "U32", "PREFACE", "MAX_WINDOW", "DEFAULT_MAX_MESSAGE"]
@@ -28,7 +30,7 @@ COMPRESSION_ERROR = 0x9
 REFUSED_STREAM, ENHANCE_YOUR_CALM = 0x7, 0xB
 MIN_FRAME, MAX_FRAME = 16384, 2**24 - 1
 #: Default largest gRPC message either end accepts: 64 MiB (see the README's "Security and transport").
-DEFAULT_MAX_MESSAGE = 64 << 20
+DEFAULT_MAX_MESSAGE = MAX_TENSOR_BYTES   # one figure: no tensor grows past what a message may carry
 _BIG = 1 << 16                     # messages at least this large are assembled in place
 MAX_WINDOW = 2**31 - 1
 HEADER = struct.Struct(">BHBBL")  # length (24 bits as 8+16), type, flags, stream id
@@ -249,6 +251,10 @@ def grpc_status(headers: dict[str, str]) -> int:
     return int(text) if text.isdigit() else 13
 
 
+#: The first room of a large message being received; it doubles as the bytes arrive.
+FIRST_ROOM = 1 << 16
+_ZEROS = memoryview(bytes(1 << 20))      # what a growing message buffer is extended with
+
 class MessageSplitter:
     """Cuts DATA payloads into gRPC messages (which may span frames, or share one).
 
@@ -260,18 +266,23 @@ class MessageSplitter:
     (None, [b'ab', b'cde'])
 
     ``limit`` bounds a message's size: a prefix declaring more raises
-    :class:`MessageTooLarge` before the message is buffered. ``decompress``
+    :class:`MessageTooLarge` before the message is buffered. Memory follows the
+    bytes that arrived, never the size a prefix declares: a large message is
+    filled in place in a buffer that starts at :data:`FIRST_ROOM` (or what has
+    arrived) and doubles as it fills, up to the declared size, so a peer that
+    declares 64 MiB and sends 5 bytes costs at most ``FIRST_ROOM``. ``decompress``
     (set once the stream's ``grpc-encoding`` is known) inflates messages
     flagged compressed; without it such a message is a :class:`StreamError`.
     """
 
-    __slots__ = ("_data", "limit", "decompress", "_big", "_filled", "_flag")
+    __slots__ = ("_data", "limit", "decompress", "_big", "_size", "_filled", "_flag")
 
     def __init__(self, limit: int = MAX_WINDOW, decompress=None):
         self._data = bytearray()
         self.limit = limit
         self.decompress = decompress
         self._big: bytearray | None = None   # a large message being filled in place (one copy)
+        self._size = 0                        # its declared size (len(_big) grows toward it)
         self._filled = 0
         self._flag = 0
 
@@ -279,7 +290,8 @@ class MessageSplitter:
         """Append ``payload`` (bytes-like); every message it completes goes to ``out``."""
         if self._big is not None:
             payload = memoryview(payload)
-            n = min(len(payload), len(self._big) - self._filled)
+            n = min(len(payload), self._size - self._filled)
+            self._grow(self._filled + n)
             self._big[self._filled:self._filled + n] = payload[:n]
             self.advance(n, out)
             payload = payload[n:]
@@ -294,9 +306,9 @@ class MessageSplitter:
                 raise MessageTooLarge(size, self.limit)
             if len(data) < 5 + size:
                 if size >= _BIG:                  # fill it in place from now on
-                    self._big, self._flag = bytearray(size), data[0]
                     self._filled = len(data) - 5
-                    self._big[:self._filled] = memoryview(data)[5:]
+                    self._big, self._size, self._flag = bytearray(data[5:]), size, data[0]
+                    self._grow(min(size, self._filled + FIRST_ROOM))
                     del data[:]
                 break
             flag = data[0]
@@ -308,12 +320,20 @@ class MessageSplitter:
         """Where the large message being filled wants its next bytes (None: no large message)."""
         if self._big is None:
             return None
+        if self._filled == len(self._big):       # full so far: twice the room (no view is held now)
+            self._grow(min(self._size, 2 * len(self._big)))
         return memoryview(self._big)[self._filled:]
+
+    def _grow(self, capacity: int) -> None:
+        """Make the large message's buffer at least ``capacity`` bytes (never past its size)."""
+        big = self._big
+        while len(big) < capacity:
+            big += _ZEROS[:min(len(_ZEROS), capacity - len(big))]
 
     def advance(self, n: int, out: "deque[bytes] | list[bytes]") -> None:
         """``n`` bytes were written into :meth:`room`; a completed message goes to ``out``."""
         self._filled += n
-        if self._filled == len(self._big):
+        if self._filled == self._size:
             message, self._big = self._big, None
             out.append(self._decode(self._flag, message) if self._flag else message)
 

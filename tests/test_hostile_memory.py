@@ -1,0 +1,122 @@
+"""A few bytes from a peer buy a bounded amount of memory (issue 23, findings 1 and 2).
+
+Each attack is measured as it is made: this process's resident memory (the
+server runs in it) before and after, while an honest client steps beside it.
+On the tree before these bounds, the same inputs cost a gigabyte or more.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+from dm_env_rpc.v1 import dm_env_rpc_pb2 as dpb
+from dm_env_rpc.v1 import error as dm_error
+
+from dmrpc_gym import DmRpcEnv
+from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.server import Server
+from dmrpc_gym.worlds.catch import Catch
+from official_servers import start_official_server
+from raw_h2 import RawClient, data
+from servers import OfficialClient
+
+MB = 1 << 20
+#: What an attack may add to the resident memory: far under what it cost before (>= 1 GB).
+BOUND = 96 * MB
+
+
+def resident() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class Honest(threading.Thread):
+    """A client stepping Catch beside the attack: its 100 steps must all complete."""
+
+    def __init__(self, address: str):
+        super().__init__(daemon=True)
+        self.address, self.steps, self.error = address, 0, None
+
+    def run(self):
+        try:
+            env = DmRpcEnv(self.address, step_timeout=30)
+            try:
+                env.reset(seed=0)
+                for _ in range(100):
+                    _, _, terminated, truncated, _ = env.step(np.int8(0))
+                    self.steps += 1
+                    if terminated or truncated:
+                        env.reset()
+            finally:
+                env.close()
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+
+@pytest.fixture
+def catch_server():
+    with Server(Catch) as server:
+        yield server
+
+
+def test_declared_message_sizes_cost_only_the_bytes_that_arrive(catch_server):
+    """24 streams each declare a 64 MiB message and send 1 KB of it (finding 1: +1.5 GB before)."""
+    before = resident()
+    raw = RawClient(catch_server.address)
+    honest = Honest(catch_server.address)
+    try:
+        for k in range(24):
+            sid = 1 + 2 * k
+            raw.send(raw.request_headers(sid))
+            raw.send(data(sid, b"\x00" + ((64 * MB) - 16).to_bytes(4, "big") + bytes(1000)))
+        honest.start()
+        honest.join(60)
+        grown = resident() - before
+    finally:
+        raw.close()
+    assert honest.error is None and honest.steps == 100
+    assert grown < BOUND, f"+{grown / MB:.0f} MB for 24 KB of declared-but-unsent messages"
+
+
+def test_one_element_actions_and_settings_cannot_broadcast_past_their_spec(catch_server):
+    """A one-element tensor claiming a huge shape is refused before it is allocated (finding 2:
+    a 19-byte Step +1 GB, a 59-byte CreateWorld +1.2 GB before)."""
+    before = resident()
+    with OfficialClient(catch_server.address) as client:
+        world = client.send(dpb.CreateWorldRequest()).world_name
+        specs = client.send(dpb.JoinWorldRequest(world_name=world)).specs
+        uid = next(iter(specs.actions))
+        client.send(dpb.StepRequest())
+        huge_action = dpb.Tensor(int8s=dpb.Tensor.Int8Array(array=b"\x00"), shape=[1 << 30])
+        with pytest.raises(dm_error.DmEnvRpcError, match="broadcast"):
+            client.send(dpb.StepRequest(actions={uid: huge_action}))
+        huge_setting = dpb.Tensor(doubles=dpb.Tensor.DoubleArray(array=[1.0]), shape=[1 << 27])
+        for request in (dpb.CreateWorldRequest(settings={"rows": huge_setting}),
+                        dpb.ResetRequest(settings={"seed": huge_setting})):
+            with pytest.raises(dm_error.DmEnvRpcError, match="broadcast"):
+                client.send(request)
+        honest = Honest(catch_server.address)
+        honest.start()
+        honest.join(60)
+    assert honest.error is None and honest.steps == 100
+    assert resident() - before < BOUND
+
+
+def test_a_server_cannot_make_the_client_broadcast_an_observation_past_its_spec():
+    """A 30-byte observation claiming 2**27 doubles (+1 GB before) is refused by name."""
+    lie = dpb.Tensor(doubles=dpb.Tensor.DoubleArray(array=[1.0]), shape=[1 << 27])
+    specs = {"paddle": dict(kind="action", dtype="int32", shape=[], min=-1, max=1),
+             "signal": dict(dtype="float64", shape=[-1]), "pos": dict(dtype="float64", shape=[2])}
+    for name in ("signal", "pos"):                       # no size in the spec; a size in the spec
+        with start_official_server(specs, observation_fn=lambda n, spec, step, name=name:
+                                   lie if n == name else np.zeros([max(d, 1) for d in spec.shape])) as server:
+            before = resident()
+            env = DmRpcEnv(server.address, seed_setting=None)
+            try:
+                with pytest.raises(ValueError, match=f"observation {name!r}.*broadcast"):
+                    env.reset()
+            finally:
+                env.close()
+            assert resident() - before < BOUND
