@@ -431,3 +431,37 @@ def test_joining_an_existing_world(own_official):
     guest.close()
     host.close()
     assert own_official.worlds == {}
+
+
+# -- the world's own agents ------------------------------------------------------------------
+
+def test_without_agents_the_world_names_its_own():
+    """No agents=: the env joins the agents the world has (Tag's pursuers and evaders), and a
+    world joined by name gives the agents nobody has joined yet."""
+    with Server(Tag) as server:
+        env = dmrpc_gym.parallel_env(server.address, world_settings={"pursuers": 1, "evaders": 2})
+        try:
+            assert env.possible_agents == ["pursuer_0", "evader_0", "evader_1"]
+            observations, _ = env.reset(seed=0)
+            assert set(observations) == set(env.possible_agents)
+        finally:
+            env.close()
+        host = dmrpc_gym.parallel_env(server.address, world_settings={"pursuers": 1, "evaders": 1},
+                                      agents=["evader_0"])
+        try:
+            guest = dmrpc_gym.parallel_env(server.address, world_name=host.world_name)
+            try:
+                assert guest.possible_agents == ["pursuer_0"]
+            finally:
+                guest.close()
+        finally:
+            host.close()
+
+
+def test_without_agents_a_world_that_does_not_say_is_a_clear_error(official):
+    with pytest.raises(ValueError, match=r"does not say which agents it has.*pass agents="):
+        dmrpc_gym.parallel_env(official.address)
+    with Server("dmrpc_gym.worlds.catch:Catch") as catch:      # a single-agent world says no agents
+        with pytest.raises(ValueError, match=r"world '.*' at .* does not say which agents"):
+            dmrpc_gym.parallel_env(catch.address)
+        assert catch._registry.names() == []        # the world it made is destroyed again

@@ -54,6 +54,8 @@ from dmrpc_gym.client.connection import Connection, settings_tensors, transport_
 from dmrpc_gym.client.env import close_world, open_world
 from dmrpc_gym.client.fanout import named_failure, receive_all, submit_all
 from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_reconnected
+from dmrpc_gym.client.properties import Properties
+from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = ["DmRpcParallelEnv", "join_settings"]
@@ -107,6 +109,27 @@ def join_settings(agents: AgentsArg) -> dict[str, dict[str, Any]]:
     return out
 
 
+def world_agents(connection: Connection, world_name: str, where: str) -> list[str]:
+    """The agents of world ``world_name`` not joined by anyone else: join it as any agent,
+    read its ``agents`` / ``missing_agents`` properties (servers built with
+    :mod:`dmrpc_gym.server` offer them), and leave.
+
+    ``ValueError`` naming the world when it does not say (another server, a single-agent world).
+    """
+    connection.send(pb.JoinWorldRequest(world_name=world_name))
+    try:
+        if connection.server_software is None:
+            raise ValueError("it is not a dmrpc_gym server")
+        props = Properties(connection)
+        free = {str(a) for a in props["missing_agents"].reshape(-1).tolist()} | {str(props["agent"].item())}
+        return [str(a) for a in props["agents"].reshape(-1).tolist() if str(a) in free]
+    except (DmRpcError, KeyError, ValueError, TypeError) as exc:
+        raise ValueError(f"world {world_name!r} at {where} does not say which agents it has ({exc}); "
+                         "pass agents= naming them (a list, or a dict name -> join settings)") from None
+    finally:
+        connection.send(pb.LeaveWorldRequest())
+
+
 def _per_agent(value: Any, agent: str) -> Any:
     """A per-agent option: a Mapping keyed by agent name, or one value for all."""
     if isinstance(value, Mapping):
@@ -122,8 +145,9 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         world_settings: CreateWorld settings (the world is created once, on the
             first agent's connection, and destroyed by ``close``).
         world_name: join this existing world instead of creating one.
-        agents: a count ``n`` (``agent_0``..), a list of names, or a dict name ->
-            join settings (see :func:`join_settings`).
+        agents: ``None`` (the world's own agents, as a dmrpc_gym server names them; see
+            :func:`world_agents`), a count ``n`` (``agent_0``..), a list of names, or a dict
+            name -> join settings (see :func:`join_settings`).
         reset_settings: ResetRequest settings every agent sends on ``reset``.
         seed_setting: the reset setting carrying ``reset(seed=...)`` to the server (default
             ``"auto"``: ``seed`` on a dmrpc_gym server; see :mod:`~dmrpc_gym.client.seeding`).
@@ -165,7 +189,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
     abandon_timeout: float = 2.0
 
     def __init__(self, address: str | None = None, *, world_settings: Mapping[str, Any] | None = None,
-                 world_name: str | None = None, agents: AgentsArg = 2,
+                 world_name: str | None = None, agents: AgentsArg | None = None,
                  reset_settings: Mapping[str, Any] | None = None, seed_setting: str | None = AUTO,
                  reward: RewardFn | Mapping[str, RewardFn] = "reward",
                  discount: RewardFn | Mapping[str, RewardFn] = "discount",
@@ -185,29 +209,40 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         self._unhealthy: set[str] = set()      # agents whose connection may owe or lose answers
         self.connections: dict[str, Connection] = {}
         self.remote: dict[str, RemoteAgent] = {}
-        join = join_settings(agents)
-        self.possible_agents: list[str] = list(join)
+        join = None if agents is None else join_settings(agents)
+        self.possible_agents: list[str] = list(join or [])
         self.agents: list[str] = []
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode={render_mode!r}; expected None or one of {self.metadata['render_modes']}")
-        render_agent = self.possible_agents[0] if render_agent is None else render_agent
-        if render_agent not in join:
+        if join is not None and render_agent is not None and render_agent not in join:
             raise ValueError(f"render_agent={render_agent!r} is not one of the agents {self.possible_agents}")
         if address is None:
             raise ValueError("address= is required (dmrpc_gym.parallel_env() without one serves the bundled Tag world)")
-        self.render_mode, self.render_agent = render_mode, render_agent
+        self.render_mode = render_mode
         self._seeds = SeedRoute(None, ours=False, where=address)     # until the world is joined
         self.reset_settings = dict(reset_settings or {})
         self.step_timeout = step_timeout
         self.world_name = world_name
+
+        def connect() -> Connection:
+            return Connection(address, credentials=credentials, metadata=metadata,
+                              connect_timeout=connect_timeout, timeout=step_timeout,
+                              **transport_options(tls, token, compression, max_message_size))
+        opener = None
         try:
-            for name in self.possible_agents:
-                self.connections[name] = Connection(
-                    address, credentials=credentials, metadata=metadata,
-                    connect_timeout=connect_timeout, timeout=step_timeout,
-                    **transport_options(tls, token, compression, max_message_size))
-            self.world_name, self._created = open_world(
-                self.connections[self.possible_agents[0]], world_settings, world_name)
+            opener = connect()         # the first agent's: it creates the world
+            self.world_name, self._created = open_world(opener, world_settings, world_name)
+            if join is None:
+                join = join_settings(world_agents(opener, self.world_name, address))
+                self.possible_agents = list(join)
+                if render_agent is not None and render_agent not in join:
+                    raise ValueError(f"render_agent={render_agent!r} is not one of the world's agents "
+                                     f"{self.possible_agents}")
+            self.connections[self.possible_agents[0]] = opener
+            for name in self.possible_agents[1:]:
+                self.connections[name] = connect()
+            self.render_agent = self.possible_agents[0] if render_agent is None else render_agent
+            render_agent = self.render_agent
             options = dict(reward=reward, discount=discount, observations=observations, actions=actions)
             self._join_all(join, options, nested, render_observation, connect_timeout)
             first = self.connections[self.possible_agents[0]]
@@ -216,6 +251,10 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
                 raise ValueError(f"render_mode={render_mode!r} needs a render observation of agent "
                                  f"{render_agent!r}; pass render_observation= naming a uint8 HxWx3 observation")
         except BaseException:
+            if opener is not None and opener not in self.connections.values():
+                if self._created:              # made before its agents were known: destroy it here
+                    close_world(opener, self.world_name)
+                opener.close()
             self.close()
             raise
         self._refresh_spaces()

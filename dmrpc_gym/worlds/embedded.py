@@ -88,8 +88,8 @@ def parallel_env(address: str | None = None, *, world_settings: Mapping[str, Any
                  **kwargs: Any) -> DmRpcParallelEnv:
     """A dm_env_rpc world as a PettingZoo ``ParallelEnv`` (see :class:`DmRpcParallelEnv`).
 
-    ``agents`` defaults to 2 (``agent_0``, ``agent_1``). Without ``address`` it
-    is the bundled Tag world on the embedded in-process server (:func:`tag_env`).
+    ``agents`` defaults to the world's own agents (a dmrpc_gym server names them). Without
+    ``address`` it is the bundled Tag world on the embedded in-process server (:func:`tag_env`).
 
     >>> import dmrpc_gym
     >>> env = dmrpc_gym.parallel_env(world_settings={"pursuers": 1, "evaders": 1})
@@ -102,7 +102,7 @@ def parallel_env(address: str | None = None, *, world_settings: Mapping[str, Any
             kwargs["agents"] = agents
         return tag_env(world_settings=world_settings, **kwargs)
     return DmRpcParallelEnv(address, world_settings=world_settings, world_name=world_name,
-                            agents=2 if agents is None else agents, **kwargs)
+                            agents=agents, **kwargs)
 
 
 def tag_env(*, world_settings: Mapping[str, Any] | None = None, **kwargs: Any) -> DmRpcParallelEnv:
