@@ -20,85 +20,86 @@ from processes import ServedProcess, free_port
 STILL = np.int8(0)
 
 
-def restart(server: Server) -> Server:
-    """Stop ``server`` and serve the same factory again on the same address (a restarted server)."""
-    address = server.address
-    server.stop()
-    return Server(server.factory.target, address=address).start()
+class Restartable:
+    """A server of ``factory`` that a test restarts on the same address; stopped on leaving ``with``."""
+
+    def __init__(self, factory):
+        self.server = Server(factory).start()
+        self.address = self.server.address
+
+    def restart(self) -> None:
+        self.server.stop()
+        self.server = Server(self.server.factory.target, address=self.address).start()
+
+    def __enter__(self) -> "Restartable":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.stop()
 
 
 def test_env_reconnects_on_the_reset_after_a_lost_connection():
-    server = Server(Catch).start()
-    try:
-        env = DmRpcEnv(server.address, reconnect=True, connect_timeout=30)
+    with Restartable(Catch) as served:
+        env = DmRpcEnv(served.address, reconnect=True, connect_timeout=30)
         env.reset(seed=0)
         env.step(STILL)
-        server = restart(server)
-        with pytest.raises(ConnectionError, match=server.address):       # mid-episode: raised, as before
+        served.restart()
+        with pytest.raises(ConnectionError, match=served.address):       # mid-episode: raised, as before
             env.step(STILL)
         with pytest.warns(RuntimeWarning, match="reconnected .* created world 'world-1' again"):
             obs, _ = env.reset(seed=0)
         assert obs.shape == (10, 10) and env.reconnects == 1
         env.step(STILL)
-        server = restart(server)                  # between episodes: nothing noticed it yet
+        served.restart()                  # between episodes: nothing noticed it yet
         with pytest.warns(RuntimeWarning, match="reconnected"):
             env.reset(seed=1)
         env.step(STILL)
         assert env.reconnects == 2
         env.close()
-    finally:
-        server.stop()
 
 
 def test_without_reconnect_a_lost_connection_stays_lost():
-    server = Server(Catch).start()
-    try:
-        env = DmRpcEnv(server.address)
+    with Restartable(Catch) as served:
+        env = DmRpcEnv(served.address)
         env.reset(seed=0)
-        server = restart(server)
+        served.restart()
         with pytest.raises(ConnectionError):
             env.reset(seed=0)
         with pytest.raises(ConnectionError):
             env.reset(seed=0)
         env.close()
-    finally:
-        server.stop()
 
 
 def test_a_world_joined_by_name_is_joined_again_by_name():
-    server = Server(Catch).start()
-    try:
-        with Connection(server.address) as host:
+    with Restartable(Catch) as served:
+        with Connection(served.address) as host:
             name = host.send(pb.CreateWorldRequest()).world_name
-            env = DmRpcEnv(server.address, world_name=name, reconnect=True)
+            env = DmRpcEnv(served.address, world_name=name, reconnect=True)
             env.reset(seed=0)
-        server = restart(server)
-        with Connection(server.address) as host:       # whoever hosts the world makes it again
+        served.restart()
+        with Connection(served.address) as host:       # whoever hosts the world makes it again
             assert host.send(pb.CreateWorldRequest()).world_name == name
             with pytest.warns(RuntimeWarning, match=f"joined world {name!r} again"):
                 env.reset(seed=0)
             env.step(STILL)
             env.close()
-        server = restart(server)                          # and now nobody makes it again
-        env = DmRpcEnv(server.address, world_settings={"rows": 5}, reconnect=True)
-        joined = DmRpcEnv(server.address, world_name=env.world_name, reconnect=True)
+        served.restart()                          # and now nobody makes it again
+        env = DmRpcEnv(served.address, world_settings={"rows": 5}, reconnect=True)
+        joined = DmRpcEnv(served.address, world_name=env.world_name, reconnect=True)
         joined.reset()
-        server = restart(server)
+        served.restart()
         with pytest.raises(DmRpcError, match="NOT_FOUND"):
             joined.reset()
         joined.close()
         env.close()
-    finally:
-        server.stop()
 
 
 def test_vector_env_reconnects_its_lost_sub_envs_on_reset():
-    server = Server(Catch).start()
-    try:
-        envs = dmrpc_gym.DmRpcVectorEnv(3, server.address, reconnect=True)
+    with Restartable(Catch) as served:
+        envs = dmrpc_gym.DmRpcVectorEnv(3, served.address, reconnect=True)
         envs.reset(seed=0)
         envs.step(np.zeros(3, np.int8))
-        server = restart(server)
+        served.restart()
         with pytest.raises(ConnectionError, match="sub-env 0"):
             envs.step(np.zeros(3, np.int8))
         with warnings.catch_warnings():
@@ -108,18 +109,15 @@ def test_vector_env_reconnects_its_lost_sub_envs_on_reset():
         for _ in range(12):                          # through an autoreset too
             envs.step(np.zeros(3, np.int8))
         envs.close()
-    finally:
-        server.stop()
 
 
 def test_parallel_env_reconnects_every_agent_on_reset():
-    server = Server(Tag).start()
     agents = ["pursuer_0", "pursuer_1", "evader_0", "evader_1"]
-    try:
-        env = dmrpc_gym.DmRpcParallelEnv(server.address, agents=agents, reconnect=True)
+    with Restartable(Tag) as served:
+        env = dmrpc_gym.DmRpcParallelEnv(served.address, agents=agents, reconnect=True)
         env.reset(seed=0)
         env.step({agent: 0 for agent in env.agents})
-        server = restart(server)
+        served.restart()
         with pytest.raises(ConnectionError):
             env.step({agent: 0 for agent in env.agents})
         with pytest.warns(RuntimeWarning, match="reconnected"):
@@ -127,8 +125,6 @@ def test_parallel_env_reconnects_every_agent_on_reset():
         assert sorted(observations) == sorted(agents) and env.reconnects == 1
         env.step({agent: 0 for agent in env.agents})
         env.close()
-    finally:
-        server.stop()
 
 
 def test_sb3_training_survives_a_server_killed_and_restarted():

@@ -1,5 +1,9 @@
-"""RLlib PPO (new API stack) learns Catch over dm_env_rpc, and trains two policies on multi-agent Tag."""
+"""RLlib PPO (new API stack) learns Catch over dm_env_rpc, trains two policies on multi-agent Tag, and
+outlives its server process killed by SIGKILL and started again."""
 from __future__ import annotations
+
+import sys
+import threading
 
 import gymnasium as gym
 import numpy as np
@@ -15,6 +19,9 @@ from dmrpc_gym.integrations import rllib as dmrpc_rllib  # noqa: E402
 from dmrpc_gym.integrations.rllib import role  # noqa: E402
 from dmrpc_gym.server import Server  # noqa: E402
 from dmrpc_gym.worlds.catch import Catch  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tests"))
+from processes import ServedProcess, free_port  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -143,3 +150,42 @@ def test_rllib_runners_in_vector_entry_point_mode_step_dm_env_rpc_vector_envs():
             server.stop(grace=0)
     # index = vector * 2 + (worker - 1) over [a, b]: runner 1 steps both sub-envs on a, runner 2 on b.
     assert sorted(found) == [(1, "DmRpcVectorEnv", [a, a], 40), (2, "DmRpcVectorEnv", [b, b], 40)]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("vector", [False, True], ids=["envs", "vector_env"])
+def test_ppo_survives_a_server_killed_and_restarted(vector):
+    port = free_port()
+    served = ServedProcess(port)
+    env_config = {"address": f"127.0.0.1:{port}", "reconnect": True, "connect_timeout": 60}
+    config = (
+        PPOConfig()
+        .environment("dmrpc/Remote-v0", env_config=env_config)
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=2)
+        # RLlib makes the env again after a failed step; that env waits for the server.
+        .fault_tolerance(restart_failed_sub_environments=True)
+        .training(train_batch_size_per_learner=200, minibatch_size=100, num_epochs=1)
+        .rl_module(model_config={"fcnet_hiddens": [16]})
+        .debugging(seed=0)
+    )
+    if vector:                                           # one DmRpcVectorEnv per runner
+        config = config.env_runners(gym_env_vectorize_mode="vector_entry_point")
+    algo = config.build_algo()
+    restarter = None
+    try:
+        algo.train()
+        killer = threading.Timer(0.5, served.kill)
+        killer.start()                                   # killed while the next iteration samples
+        restarter = threading.Timer(2.0, served.start)   # and back a little later, on the same port
+        restarter.start()
+        results = [algo.train() for _ in range(3)]
+        killer.join()
+    finally:
+        if restarter is not None:
+            restarter.join()
+        algo.stop()
+        served.close()
+    assert len(served.processes) == 2 and served.processes[0].returncode == -9
+    runners = results[-1]["env_runners"]
+    assert runners.get("num_env_step_failures", 0) >= 1, runners        # the kill was felt by a step
+    assert runners["num_env_steps_sampled_lifetime"] >= 800
