@@ -11,11 +11,12 @@ import pytest
 import dmrpc_gym
 from dmrpc_gym import DmRpcEnv, DmRpcError
 from dmrpc_gym.client.connection import Connection
+from dmrpc_gym.client.properties import Properties
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import Server
 from dmrpc_gym.worlds.catch import Catch
 from dmrpc_gym.worlds.tag import Tag
-from processes import ServedProcess, free_port
+from processes import Proxy, ServedProcess, free_port
 
 STILL = np.int8(0)
 
@@ -170,3 +171,25 @@ def test_sb3_training_survives_a_server_killed_and_restarted():
         venv.close()
     finally:
         served.close()
+
+
+def test_a_created_world_is_joined_again_when_the_same_server_still_has_it():
+    """A network failure, not a restart: the env joins the world it created again (none is left behind)."""
+    with Restartable(Catch) as served:
+        proxy = Proxy(served.address)
+        try:
+            env = DmRpcEnv(proxy.address, world_settings={"rows": 6}, reconnect=True)
+            env.reset(seed=0)
+            env.step(STILL)
+            proxy.cut()
+            with pytest.raises(ConnectionError):
+                env.step(STILL)
+            with pytest.warns(RuntimeWarning, match="joined world 'world-1' again"):
+                obs, _ = env.reset(seed=0)
+            assert obs.shape == (6, 10) and env.world_name == "world-1"
+            env.step(STILL)
+            with Connection(served.address) as conn:
+                assert Properties(conn)["worlds"].tolist() == ["world-1"]
+            env.close()
+        finally:
+            proxy.close()

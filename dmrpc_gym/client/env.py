@@ -12,7 +12,7 @@ import numpy as np
 from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State
 from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
 from dmrpc_gym.protocol.errors import DmRpcError
-from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_reconnected
+from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, server_instance, warn_reconnected
 from dmrpc_gym.client.seeding import AUTO, SeedRoute
 from dmrpc_gym.protocol.wire import pb
 
@@ -174,6 +174,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
             check_alone(self.connection, self.world_name, self._created, where)
             self._seeds = SeedRoute(seed_setting, ours=self.connection.server_software is not None,
                                     where=where)
+            self._instance = server_instance(self.connection) if reconnect and self._created else None
         except BaseException:
             self.close()
             raise
@@ -195,8 +196,9 @@ class DmRpcEnv(RemoteResource, gym.Env):
                           **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"]))
 
     def restore(self, why: str | None = None) -> None:
-        """Connect again after the connection was lost: create the world again with the same
-        settings (if this env created it) or join ``world_name`` again, and join it as before.
+        """Connect again after the connection was lost and join the world again: the same world
+        while it exists (``world_name``, or the one this env created if the same run of a
+        dmrpc_gym server still has it), else one created again with the same settings.
         ``reset()`` does it with ``reconnect=True``; a warning says so (``why``: what was lost)."""
         self._check_open()
         why = why or self.connection.failure or "the connection was lost"
@@ -204,17 +206,35 @@ class DmRpcEnv(RemoteResource, gym.Env):
         k = self._kwargs
         connection = self._connect()
         try:
-            name = self.world_name
+            name, created = self.world_name, False
             if self._created:
-                name = connection.send(pb.CreateWorldRequest(settings=settings_tensors(k["world_settings"]))).world_name
-            self._agent.rejoin(connection, name, k["join_settings"])
+                instance = server_instance(connection, ask=self._instance is not None)
+                rejoined = instance is not None and instance == self._instance and self._rejoin(connection)
+                self._instance = instance
+                if not rejoined:
+                    name, created = connection.send(pb.CreateWorldRequest(
+                        settings=settings_tensors(k["world_settings"]))).world_name, True
+            if created or not self._created:
+                self._agent.rejoin(connection, name, k["join_settings"])
+            if not created:
+                self._agent.state = State.RUNNING   # maybe mid-episode: the next reset sends a ResetRequest
         except BaseException:
             connection.close()
             raise
         connection.timeout = k["step_timeout"]
         self.connection, self.world_name, self._properties = connection, name, None
         self.reconnects += 1
-        warn_reconnected(connection.address, self._created, name, why)
+        warn_reconnected(connection.address, created, name, why)
+
+    def _rejoin(self, connection: Connection) -> bool:
+        """Join the world this env created again; False if the server no longer has it."""
+        try:
+            self._agent.rejoin(connection, self.world_name, self._kwargs["join_settings"])
+            return True
+        except DmRpcError as err:
+            if err.code_name != "NOT_FOUND":
+                raise
+            return False
 
     @property
     def agent(self) -> RemoteAgent:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import uuid
 import logging
 from typing import Any, Mapping
 
@@ -61,6 +62,9 @@ class WorldRegistry:
         self.pool = pool
         self._worlds: dict[str, Any] = {}
         self._numbers = itertools.count(1)
+        #: Names this run of the server: a client that lost its connection rejoins its world by
+        #: name only if the server it reaches again has the same instance (names restart at world-1).
+        self.instance = uuid.uuid4().hex
         self._default: asyncio.Future | None = None   # the default world being built
 
     def names(self) -> list[str]:

@@ -163,6 +163,8 @@ class Session:
                      read=lambda: registry.factory.name),
             Property("worlds", pb.STRING, "the names of the server's worlds",
                      read=lambda: np.array(registry.names(), dtype=np.str_), shape=(-1,)),
+            Property("server_instance", pb.STRING, "this run of the server (a restarted server has another)",
+                     read=lambda: registry.instance),
         ]
         if self.agent is not None:
             props.extend(self.agent.properties())
