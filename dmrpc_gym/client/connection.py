@@ -243,13 +243,20 @@ class Connection:
                 raise patience.gave_up(self.address)
             self._transport.close()
             try:
-                self._transport = self._connect()
+                self._transport = self._open(patience.remaining())
+            except Unreachable as again:
+                cause = str(again)
+                continue
+            except BaseException as fatal:   # e.g. TLS refused now: no point in retrying
+                self._broken = str(fatal)
+                raise
+            try:
                 for sent in first:
                     self._transport.write(*sent)
                 return True
             except StreamEnded as ended:
                 cause = f"UNAVAILABLE: {ended.message}" if ended.status == _UNAVAILABLE else ended.message
-            except OSError as again:        # Unreachable included
+            except OSError as again:
                 cause = str(again)
 
     def send(self, request: Any) -> Any:
