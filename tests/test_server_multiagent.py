@@ -397,3 +397,46 @@ def test_a_pettingzoo_env_module_is_served_through_its_parallel_env(monkeypatch)
             assert dm_properties.PropertiesExtension(conn)["agent"] == "c"
     finally:
         server.stop()
+
+
+# -- PettingZoo AEC envs and env modules ------------------------------------------------------
+
+def test_an_aec_env_is_served_through_aec_to_parallel(caplog):
+    """``serve module:env`` where env() is an AEC env (PettingZoo's usual form) plays, and the
+    server says once how it serves it; one that is not parallelizable is refused by name."""
+    import logging
+
+    import dmrpc_gym
+    from dmrpc_gym import DmRpcError
+    from servers import serve_like_cli
+    with caplog.at_level(logging.INFO, logger="dmrpc_gym.server"):
+        with serve_like_cli("aec_worlds:env") as server:
+            for _ in range(2):
+                env = dmrpc_gym.parallel_env(server.address)
+                try:
+                    assert env.possible_agents == ["red", "blue"]
+                    env.reset(seed=0)
+                    for t in range(3):
+                        _, rewards, terminations, _, _ = env.step({"red": 2, "blue": 1})
+                    assert rewards == {"red": 2.0, "blue": 1.0} and all(terminations.values())
+                finally:
+                    env.close()
+    assert sum("aec_to_parallel" in r.getMessage() for r in caplog.records) == 1
+    with serve_like_cli("aec_worlds:tangled_env") as server:
+        with pytest.raises(DmRpcError, match=r"aec_worlds:tangled_env returns a PettingZoo AEC env.*"
+                                             r"is_parallelizable.*serve its parallel_env\(\) instead"):
+            dmrpc_gym.parallel_env(server.address, agents=["red", "blue"])
+
+
+def test_a_pettingzoo_env_module_is_served_by_its_parallel_env():
+    import dmrpc_gym
+    from servers import serve_like_cli
+    with serve_like_cli("aec_worlds") as server:
+        assert server.factory.kind == "pettingzoo"
+        env = dmrpc_gym.parallel_env(server.address)
+        try:
+            assert env.possible_agents == ["red", "blue"]
+            observations, _ = env.reset(seed=1)
+            assert set(observations) == {"red", "blue"}
+        finally:
+            env.close()

@@ -11,7 +11,11 @@ of being silently dropped or crashing the factory:
   own error then becomes the ``INVALID_ARGUMENT`` message;
 - ``"module:attribute"``: the attribute (a callable, or a PettingZoo env module,
   whose ``parallel_env`` is used); if there is none, an env id registered by
-  importing the module (gymnasium's ``"module:EnvId-v0"`` form).
+  importing the module (gymnasium's ``"module:EnvId-v0"`` form);
+- ``"module"`` that is no env id: a PettingZoo env module (its ``parallel_env``).
+
+A PettingZoo AEC env (what a module's ``env()`` returns) is served through
+PettingZoo's own ``aec_to_parallel``, said once in the server's log.
 
 ``render_mode`` is the server's: envs that can render ``rgb_array`` are built
 with it so that clients can request the ``RGB`` observation.
@@ -30,6 +34,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import logging
 import types
 from typing import Any, Callable, Mapping
 
@@ -37,6 +42,8 @@ import gymnasium as gym
 
 from dmrpc_gym.server import status
 from dmrpc_gym.server.settings import SEED, describe, refuse_unknown
+
+log = logging.getLogger("dmrpc_gym.server")
 
 __all__ = ["Factory", "env_kind", "close_quietly", "KINDS", "RENDER_MODE"]
 
@@ -46,10 +53,24 @@ KINDS = ("gym", "pettingzoo")
 RENDER_MODE = "render_mode"
 
 
+def _is_aec(env: Any) -> bool:
+    """Whether ``env`` is a PettingZoo AEC env (one agent acts at a time; its ``agent_selection``
+    may not exist before the first reset, so the AEC methods are what is looked at)."""
+    try:
+        from pettingzoo.utils.env import AECEnv
+    except ImportError:  # pragma: no cover - pettingzoo is a dependency
+        AECEnv = ()
+    return isinstance(env, AECEnv) or (callable(getattr(env, "agent_iter", None))
+                                       and callable(getattr(env, "last", None)))
+
+
 def env_kind(env: Any) -> str | None:
-    """``"gym"`` for a gymnasium Env, ``"pettingzoo"`` for a PettingZoo ParallelEnv, else None."""
+    """``"gym"`` for a gymnasium Env, ``"pettingzoo"`` for a PettingZoo ParallelEnv, ``"aec"`` for
+    a PettingZoo AEC env (served converted), else None."""
     if isinstance(env, gym.Env):
         return "gym"
+    if _is_aec(env):
+        return "aec"
     try:
         from pettingzoo.utils.env import ParallelEnv
     except ImportError:  # pragma: no cover - pettingzoo is a dependency
@@ -60,6 +81,14 @@ def env_kind(env: Any) -> str | None:
             and not hasattr(env, "agent_selection")):
         return "pettingzoo"
     return None
+
+
+def _is_env_module(name: str) -> bool:
+    """Whether ``name`` imports as a module with a ``parallel_env`` (a PettingZoo env module)."""
+    try:
+        return callable(getattr(importlib.import_module(name), "parallel_env", None))
+    except Exception:  # noqa: BLE001 - not such a module: the name is then an env id (or an error)
+        return False
 
 
 def _class_kind(target: Any) -> str | None:
@@ -149,11 +178,14 @@ class Factory:
             self.render_mode = str(render)
         #: Why rgb_array rendering failed, once it has (then no RGB observation is offered).
         self.render_failure: str | None = None
+        self._said_aec = False
 
     # -- resolution ------------------------------------------------------------
 
     def _resolve_string(self, target: str) -> None:
         module_name, sep, attribute = target.partition(":")
+        if not sep and target not in gym.registry and _is_env_module(target):
+            module_name, sep, attribute = target, ":", ""      # a PettingZoo env module
         if sep:
             try:
                 module = importlib.import_module(module_name)
@@ -162,7 +194,7 @@ class Factory:
                                  f"{type(exc).__name__}: {exc}") from None
             obj: Any = module
             try:
-                for part in attribute.split("."):
+                for part in filter(None, attribute.split(".")):
                     obj = getattr(obj, part)
             except AttributeError:
                 obj = None
@@ -242,14 +274,29 @@ class Factory:
                 f"{self.name} could not be created with {describe(kwargs)}: "
                 f"{type(exc).__name__}: {exc}") from None
         kind = env_kind(env)
+        if kind == "aec":
+            env, kind = self._parallel(env), "pettingzoo"
         if kind is None or (self.kind is not None and kind != self.kind):
             close_quietly(env)
             got = f"a {kind} env" if kind else f"a {type(env).__name__}"
             want = f"a {self.kind} env" if self.kind else "a gymnasium Env or a PettingZoo ParallelEnv"
-            hint = ("; it looks like a PettingZoo AEC env: serve its parallel_env() factory instead"
-                    if hasattr(env, "agent_selection") else "")
-            raise status.failed_precondition(f"{self.name} returned {got}, expected {want}{hint}")
+            raise status.failed_precondition(f"{self.name} returned {got}, expected {want}")
         return env, kind
+
+    def _parallel(self, env: Any) -> Any:
+        """An AEC env as a ParallelEnv, through PettingZoo's ``aec_to_parallel`` (said once)."""
+        from pettingzoo.utils.conversions import aec_to_parallel
+        if not self._said_aec:
+            self._said_aec = True
+            log.info("%s returns a PettingZoo AEC env: serving it through pettingzoo's aec_to_parallel "
+                     "(every agent acts in each round)", self.name)
+        try:
+            return aec_to_parallel(env)
+        except Exception as exc:  # noqa: BLE001 - PettingZoo's reason is the answer
+            close_quietly(env)
+            raise status.failed_precondition(
+                f"{self.name} returns a PettingZoo AEC env that aec_to_parallel cannot convert "
+                f"({type(exc).__name__}: {exc}); serve its parallel_env() instead") from None
 
     def __repr__(self) -> str:
         return f"Factory({self.name!r}, kind={self.kind!r})"
