@@ -31,6 +31,8 @@ Behaviour (per connection):
 - ``unavailable_first=k``: the first k streams end with gRPC status UNAVAILABLE
   once their first request arrives (a server that reports ready too early, as
   DeepMind's loaders expect); ``server.refused`` counts them.
+- ``unavailable_answers=k``: the first k requests are answered with an UNAVAILABLE
+  error (the stream stays open); ``server.refused`` counts them too.
 """
 from __future__ import annotations
 
@@ -163,7 +165,7 @@ class OfficialServer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
                  echo: bool = True, end_with: str = "terminated", error_at_step: int | None = None,
                  error_code: int = code_pb2.INTERNAL, error_message: str = "injected failure",
                  observation_fn: Callable[[str, dm.TensorSpec, int], Any] | None = None,
-                 max_workers: int = 16, unavailable_first: int = 0):
+                 max_workers: int = 16, unavailable_first: int = 0, unavailable_answers: int = 0):
         if end_with not in ("terminated", "interrupted"):
             raise ValueError(f"end_with must be 'terminated' or 'interrupted', not {end_with!r}")
         self.action_specs, self.observation_specs = official_specs(specs, echo)
@@ -175,7 +177,7 @@ class OfficialServer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         self.error_at_step = error_at_step
         self.error_code, self.error_message = error_code, error_message
         self.observation_fn = observation_fn or (lambda name, spec, step: default_value(spec, step))
-        self.unavailable_first = unavailable_first
+        self.unavailable_first, self.unavailable_answers = unavailable_first, unavailable_answers
         self.refused = 0
         self.received: list[dict[str, np.ndarray]] = []
         self.worlds: dict[str, dict[str, Any]] = {}
@@ -211,6 +213,12 @@ class OfficialServer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, "the server is warming up")
         conn = {"world": None, "running": False, "seq_step": 0, "steps": 0, "echo": {}}
         for request in request_iterator:
+            with self._lock:
+                refuse = self.refused < self.unavailable_answers
+                self.refused += refuse
+            if refuse:
+                yield _error(code_pb2.UNAVAILABLE, "the world is not ready yet")
+                continue
             kind = request.WhichOneof("payload")
             handler = getattr(self, f"_{kind}", None)
             if handler is None:
@@ -344,6 +352,6 @@ def start_official_server(specs: Mapping[str, Mapping[str, Any]] = UNUSUAL_SPECS
 
     Keyword arguments: ``episode_length=10``, ``echo=True``, ``end_with="terminated" | "interrupted"``,
     ``error_at_step=None``, ``error_code=INTERNAL``, ``error_message``, ``observation_fn(name, spec, step)``,
-    ``unavailable_first=0``.
+    ``unavailable_first=0``, ``unavailable_answers=0``.
     """
     return OfficialServer(specs, **kwargs)

@@ -8,7 +8,7 @@ import grpc
 import numpy as np
 import pytest
 
-from dmrpc_gym import DmRpcEnv
+from dmrpc_gym import DmRpcEnv, DmRpcError
 from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import Server
@@ -44,6 +44,23 @@ def test_connect_retries_a_server_that_answers_unavailable_at_first():
         env.close()
         assert server.refused == 3
         assert len(server.worlds) <= 1               # created once: the refused requests made nothing
+
+
+def test_connect_retries_a_first_answer_of_unavailable_on_the_same_stream():
+    with start_official_server(PADDLE, unavailable_answers=3) as server:
+        env = DmRpcEnv(server.address, connect_timeout=30)
+        env.reset()
+        env.step(np.int32(1))
+        env.close()
+        assert server.refused == 3 and len(server.worlds) <= 1
+    with start_official_server(PADDLE, unavailable_answers=10**6) as server:
+        with pytest.raises(ConnectionError, match="UNAVAILABLE: the world is not ready yet"):
+            Connection(server.address, connect_timeout=1.0).send(pb.CreateWorldRequest())
+    with start_official_server(PADDLE, unavailable_answers=1) as server:
+        with Connection(server.address, connect_timeout=None) as conn:      # no time given: no retry
+            with pytest.raises(DmRpcError, match="UNAVAILABLE: the world is not ready yet"):
+                conn.send(pb.CreateWorldRequest())
+            assert conn.send(pb.CreateWorldRequest()).world_name   # the stream is still usable
 
 
 def test_connect_retries_unavailable_through_a_grpcio_channel_too():

@@ -127,11 +127,13 @@ class Connection:
         """Send a ``google.protobuf.Any`` in the envelope's ``extension`` slot."""
         self._write(_EXTENSION, payload.SerializeToString())
 
-    def _write(self, field: str, body: bytes, pieces: bulk.Pieces | None = None) -> None:
+    def _write(self, field: str, body: bytes, pieces: bulk.Pieces | None = None, parts: Any = None) -> None:
+        """Send one request (``parts``: its message already framed, as recorded for a resend)."""
         self._check_usable()
         transport = self._transport
         before = transport.messages_sent
-        parts = pieces.envelope(_TAGS[field], body) if pieces else (_TAGS[field] + tensors.varint(len(body)), body)
+        if parts is None:
+            parts = pieces.envelope(_TAGS[field], body) if pieces else (_TAGS[field] + tensors.varint(len(body)), body)
         try:
             transport.write(*parts)
         except StreamEnded as ended:
@@ -179,6 +181,11 @@ class Connection:
         pending.popleft()
         field = current[0]
         which = response.WhichOneof("payload")
+        if self._first is not None:             # the first answer: the server is up
+            first, self._first = self._first, None
+            if which == "error" and response.error.code == _UNAVAILABLE and len(first) == 1 and not pending:
+                self._ask_again(first, field, response.error)
+                return self._receive(map_field)
         if which == field:
             return getattr(response, which), large
         if which == "error":
@@ -190,7 +197,6 @@ class Connection:
         while True:
             try:
                 message, large = bulk.split(self._transport.read(self.timeout), map_field)
-                self._first = None
                 return pb.EnvironmentResponse.FromString(message), large
             except socket.timeout:
                 raise TimeoutError(f"no answer to {field} from the dm_env_rpc server at "
@@ -216,6 +222,18 @@ class Connection:
                     if patience.attempts == 1:
                         raise
                     raise patience.gave_up(self.address) from None
+
+    def _ask_again(self, first: list[tuple], field: str, error: Any) -> None:
+        """The first request was answered UNAVAILABLE (an error answer; the stream stays open): send
+        it again after a pause, within ``connect_timeout``. Raises that answer when no time was given,
+        ``ConnectionError`` with the cause when the time is up."""
+        patience = self._patience
+        if patience.deadline is None or not patience.pause(f"UNAVAILABLE: {error.message}"):
+            if patience.attempts == 1:
+                raise DmRpcError.from_status(error, request=field)
+            raise patience.gave_up(self.address)
+        self._write(field, b"", None, first[0])
+        self._first = first
 
     def _retry_first(self, err: Exception, parts: tuple | None = None) -> bool:
         """The server went away before its first answer (UNAVAILABLE, or the connection reset):
