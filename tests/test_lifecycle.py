@@ -36,8 +36,10 @@ def test_connect_waits_for_a_server_that_starts_listening_later():
             server.stop()
 
 
-def test_connect_retries_a_server_that_answers_unavailable_at_first():
-    with start_official_server(PADDLE, unavailable_first=3) as server:
+@pytest.mark.parametrize("how", ["unavailable_first", "unavailable_answers"])
+def test_connect_retries_a_server_that_answers_unavailable_at_first(how):
+    """``how``: the stream ends with status UNAVAILABLE, or the answer is an UNAVAILABLE error."""
+    with start_official_server(PADDLE, **{how: 3}) as server:
         env = DmRpcEnv(server.address, connect_timeout=30)
         env.reset()
         env.step(np.int32(1))
@@ -46,13 +48,7 @@ def test_connect_retries_a_server_that_answers_unavailable_at_first():
         assert len(server.worlds) <= 1               # created once: the refused requests made nothing
 
 
-def test_connect_retries_a_first_answer_of_unavailable_on_the_same_stream():
-    with start_official_server(PADDLE, unavailable_answers=3) as server:
-        env = DmRpcEnv(server.address, connect_timeout=30)
-        env.reset()
-        env.step(np.int32(1))
-        env.close()
-        assert server.refused == 3 and len(server.worlds) <= 1
+def test_a_first_answer_of_unavailable_gives_up_at_the_deadline_or_at_once_without_one():
     with start_official_server(PADDLE, unavailable_answers=10**6) as server:
         with pytest.raises(ConnectionError, match="UNAVAILABLE: the world is not ready yet"):
             Connection(server.address, connect_timeout=1.0).send(pb.CreateWorldRequest())
