@@ -112,22 +112,6 @@ def test_vector_env_reconnects_its_lost_sub_envs_on_reset():
         envs.close()
 
 
-def test_parallel_env_reconnects_every_agent_on_reset():
-    agents = ["pursuer_0", "pursuer_1", "evader_0", "evader_1"]
-    with Restartable(Tag) as served:
-        env = dmrpc_gym.DmRpcParallelEnv(served.address, agents=agents, reconnect=True)
-        env.reset(seed=0)
-        env.step({agent: 0 for agent in env.agents})
-        served.restart()
-        with pytest.raises(ConnectionError):
-            env.step({agent: 0 for agent in env.agents})
-        with pytest.warns(RuntimeWarning, match="reconnected"):
-            observations, _ = env.reset(seed=0)
-        assert sorted(observations) == sorted(agents) and env.reconnects == 1
-        env.step({agent: 0 for agent in env.agents})
-        env.close()
-
-
 def test_sb3_training_survives_a_server_killed_and_restarted():
     """PPO over DmRpcSB3VecEnv while the server PROCESS is SIGKILLed and started again on its port."""
     sb3 = pytest.importorskip("stable_baselines3")
@@ -191,5 +175,30 @@ def test_a_created_world_is_joined_again_when_the_same_server_still_has_it():
             with Connection(served.address) as conn:
                 assert Properties(conn)["worlds"].tolist() == ["world-1"]
             env.close()
+        finally:
+            proxy.close()
+
+
+@pytest.mark.parametrize("cut", [False, True], ids=["server_restarted", "network_cut"])
+def test_parallel_env_reconnects_every_agent_on_reset(cut):
+    """After a restart the world is created again; after a network cut the same world is joined again."""
+    with Restartable(Tag) as served:
+        proxy = Proxy(served.address)
+        try:
+            env = dmrpc_gym.DmRpcParallelEnv(proxy.address, world_settings={"size": 5}, reconnect=True)
+            env.reset(seed=0)
+            env.step({agent: 0 for agent in env.agents})
+            proxy.cut() if cut else served.restart()
+            with pytest.raises(ConnectionError):
+                env.step({agent: 0 for agent in env.agents})
+            with pytest.warns(RuntimeWarning, match=f"{'joined' if cut else 'created'} world 'world-1' again"):
+                observations, _ = env.reset(seed=0)
+            assert sorted(observations) == sorted(env.possible_agents) and env.reconnects == 1
+            env.step({agent: 0 for agent in env.agents})
+            with Connection(served.address) as conn:
+                assert Properties(conn)["worlds"].tolist() == ["world-1"]
+            env.close()
+            with Connection(served.address) as conn:      # the env still owns it: destroyed on close
+                assert Properties(conn)["worlds"].tolist() == []
         finally:
             proxy.close()

@@ -9,7 +9,7 @@ from typing import Any, Callable, TypeVar
 
 from dmrpc_gym.protocol.errors import DmRpcError
 
-__all__ = ["RemoteResource", "Patience", "reset_reconnecting", "warn_reconnected", "server_instance"]
+__all__ = ["RemoteResource", "Patience", "reset_reconnecting", "warn_reconnected", "server_instance", "same_run"]
 
 T = TypeVar("T")
 
@@ -50,6 +50,15 @@ def server_instance(connection: Any, ask: bool = False) -> str | None:
         return str(Properties(connection)["server_instance"].item())
     except (DmRpcError, KeyError, ValueError):       # an older server without it: unknown
         return None
+
+
+def same_run(instance: str, connect: Callable[[], Any]) -> bool:
+    """Whether the server that ``connect()`` reaches now is still the run ``instance`` names."""
+    connection = connect()
+    try:
+        return server_instance(connection, ask=True) == instance
+    finally:
+        connection.close()
 
 
 def warn_reconnected(address: str, created: bool, world_name: str, why: str) -> None:

@@ -54,7 +54,9 @@ from dmrpc_gym.client.seeding import AUTO, SeedRoute
 from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
 from dmrpc_gym.client.env import close_world, open_world
 from dmrpc_gym.client.fanout import named_failure, receive_all, submit_all
-from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_reconnected
+from dmrpc_gym.client.lifecycle import (RemoteResource, reset_reconnecting, same_run, server_instance,
+                                        warn_reconnected)
+from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = ["DmRpcParallelEnv", "join_settings", "world_agents", "AgentsArg"]
@@ -146,11 +148,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         self.reset_settings = dict(reset_settings or {})
         self.step_timeout = step_timeout
         self.world_name = world_name
-
-        def connect() -> Connection:
-            return Connection(address, credentials=credentials, metadata=metadata,
-                              connect_timeout=connect_timeout, timeout=step_timeout,
-                              **transport_options(tls, token, compression, max_message_size))
+        connect = self._connect
         opener = None
         try:
             opener = connect()         # the first agent's: it creates the world
@@ -170,6 +168,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
             self._join_all(join, options, nested, render_observation, connect_timeout)
             first = self.connections[self.possible_agents[0]]
             self._seeds = SeedRoute(seed_setting, ours=first.server_software is not None, where=address)
+            self._instance = server_instance(first) if reconnect and self._created else None
             if render_mode is not None and self.remote[render_agent].render_name is None:
                 raise ValueError(f"render_mode={render_mode!r} needs a render observation of agent "
                                  f"{render_agent!r}; pass render_observation= naming a uint8 HxWx3 observation")
@@ -287,14 +286,36 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
     def _lost(self) -> str | None:
         return self._failure or next((c.failure for c in self.connections.values() if c.failure), None)
 
+    def _connect(self) -> Connection:
+        k = self._kwargs
+        return Connection(k["address"], credentials=k["credentials"], metadata=k["metadata"],
+                          connect_timeout=k["connect_timeout"], timeout=k["step_timeout"],
+                          **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"]))
+
     def restore(self, why: str | None = None) -> None:
-        """Connect every agent again after a connection was lost: leave what is left of the old
-        world (destroying it), then create it again (or join ``world_name``) as the constructor does."""
+        """Connect every agent again after a connection was lost, as the constructor does: leave
+        what is left of the old world (destroying it through a connection still up), then join it
+        again if the same run of a dmrpc_gym server still has it, else create it again (or join
+        ``world_name``)."""
         why = why or self._lost() or "a connection was lost"
+        kwargs, name, instance = self._kwargs, self.world_name, self._instance
+        created = self._created
         self.close()
-        self.__init__(**self._kwargs)
+        again = created and instance is not None and same_run(instance, self._connect)
+        if again:
+            try:
+                self.__init__(**{**kwargs, "world_settings": None, "world_name": name})
+                self._kwargs, self._created, self._instance = kwargs, True, instance
+                for agent in self.remote.values():
+                    agent.state = State.RUNNING   # maybe mid-episode: the next reset sends ResetRequests
+            except DmRpcError as err:
+                if err.code_name != "NOT_FOUND":
+                    raise
+                again = False
+        if not again:
+            self.__init__(**kwargs)
         self.reconnects += 1
-        warn_reconnected(self._kwargs["address"], self._created, self.world_name, why)
+        warn_reconnected(kwargs["address"], created and not again, self.world_name, why)
 
     def _reset(self, seed: int | None, options: dict | None):
         self._check_usable()
