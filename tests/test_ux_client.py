@@ -8,6 +8,7 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
+from pettingzoo import ParallelEnv
 
 import dmrpc_gym
 from dmrpc_gym.client.connection import Connection
@@ -291,3 +292,109 @@ def test_readme_and_ci_install_the_cpu_torch_first():
 def test_inspect_needs_only_base_dependencies():
     requires = _setup_cfg()["options"]["install_requires"]
     assert "rich>=12" in requires
+
+
+# -- frames (issue 21 item 5) -------------------------------------------------------------------
+
+class Unrenderable(gym.Env):
+    """Says it renders rgb_array but cannot: as CartPole does without pygame."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+    observation_space = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 0.0, False, False, {}
+
+    def render(self):
+        raise gym.error.DependencyNotInstalled("drawing needs a library this machine lacks")
+
+
+def test_no_frames_error_says_why_the_server_has_none():
+    """The client's error quotes the server's reason (before: only the server's log said it)."""
+    with Server(Unrenderable) as server:
+        with pytest.raises(ValueError, match=r"env failed to render: DependencyNotInstalled: drawing needs a "
+                                             r"library.*--render-observation"):
+            gym.make("dmrpc/Remote-v0", address=server.address, render_mode="rgb_array")
+
+
+class PettingCanvas(ParallelEnv):
+    """A PettingZoo env whose factory takes **kwargs, as PettingZoo's env() do."""
+
+    metadata = {"name": "canvas_v0", "render_modes": ["rgb_array"]}
+
+    def __init__(self, render_mode=None):
+        self.render_mode, self.possible_agents, self.agents = render_mode, ["a", "b"], []
+
+    def observation_space(self, agent):
+        return gym.spaces.Discrete(4)
+
+    def action_space(self, agent):
+        return gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        self.agents, self.t = ["a", "b"], 0
+        return {a: 0 for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        done = self.t >= 3
+        obs = {a: self.t for a in self.agents}
+        if done:
+            self.agents = []
+        return obs, {a: 1.0 for a in obs}, {a: done for a in obs}, {a: False for a in obs}, {a: {} for a in obs}
+
+    def render(self):
+        frame = np.zeros((6, 8, 3), np.uint8)
+        frame[:, : self.t] = 255
+        return frame
+
+
+def canvas_env(**kwargs):
+    return PettingCanvas(**kwargs)
+
+
+def test_record_records_a_pettingzoo_env_built_through_kwargs(tmp_path):
+    """A **kwargs factory gets render_mode (PettingZoo's env(render_mode=...)), so record works."""
+    from dmrpc_gym.app.record import record
+    with Server(canvas_env) as server:
+        result = record(server.address, tmp_path / "canvas.gif", steps=5, progress=False)
+    assert result["frames"] == 6 and (tmp_path / "canvas.gif").stat().st_size > 0
+
+
+class Camera(gym.Env):
+    """Its frames are an observation named ``camera``, not a render."""
+
+    observation_space = gym.spaces.Dict({"camera": gym.spaces.Box(0, 255, (6, 8, 3), np.uint8),
+                                         "x": gym.spaces.Discrete(9)})
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        frame = np.zeros((6, 8, 3), np.uint8)
+        frame[:, : self.t] = 200
+        return {"camera": frame, "x": self.t}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), 0.0, self.t >= 8, False, {}
+
+
+def test_record_takes_the_render_observation_its_error_recommends(tmp_path, capsys):
+    from dmrpc_gym.app import cli
+    with Server(Camera) as server:
+        assert cli.main(["record", server.address, "--out", str(tmp_path / "a.gif"), "--steps", "3",
+                         "--no-progress"]) == 1
+        assert "--render-observation NAME" in capsys.readouterr().err
+        assert cli.main(["record", server.address, "--out", str(tmp_path / "b.gif"), "--steps", "3",
+                         "--no-progress", "--render-observation", "camera"]) == 0
+    assert "wrote" in capsys.readouterr().out and (tmp_path / "b.gif").stat().st_size > 0

@@ -282,6 +282,8 @@ def add_record(subparsers: Any) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed (default: %(default)s)")
     parser.add_argument("--model", metavar="FILE", help="a saved SB3 model (trained through SB3Compat) to play")
     parser.add_argument("--algo", default="PPO", help="the SB3 algorithm of --model (default: %(default)s)")
+    parser.add_argument("--render-observation", metavar="NAME",
+                        help="the uint8 HxWx3 observation to record (default: RGB)")
     _add_seed_setting(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(run=run_record)
@@ -295,7 +297,7 @@ def run_record(args: argparse.Namespace) -> int:
         kwargs = world_kwargs(args)
         result = record(kwargs.pop("address"), args.out, steps=args.steps, fps=args.fps, seed=args.seed,
                         model=args.model, algo=args.algo, seed_setting=args.seed_setting or None,
-                        progress=not args.no_progress, **kwargs)
+                        progress=not args.no_progress, render_observation=args.render_observation, **kwargs)
         print(f"wrote {result['path']}: {result['frames']} frames, {result['episodes']} episodes ended", flush=True)
     return _run_client("record", job)
 

@@ -153,13 +153,15 @@ def record(address: str, out: str | Path, *, steps: int = 200, fps: int = 10, se
            world_name: str | None = None, join_settings: Mapping[str, Any] | None = None,
            seed_setting: str | None = AUTO, connect_timeout: float = 5.0,
            step_timeout: float | None = 30.0, progress: bool = True, tls: Any = None,
-           token: str | None = None, compression: str | None = None) -> dict[str, Any]:
+           token: str | None = None, compression: str | None = None,
+           render_observation: str | None = None) -> dict[str, Any]:
     """Play ``steps`` steps of the world at ``address`` and write the frames to ``out``.
 
     Returns ``{"path", "frames", "episodes"}``. The output path is checked
     before anything is played; a world without a render observation raises
-    ``ValueError`` saying so. ``tls``, ``token`` and ``compression`` go to every
-    connection (see ``DmRpcEnv``).
+    ``ValueError`` saying so. ``render_observation`` names the observation to record
+    (default: ``RGB``). ``tls``, ``token`` and ``compression`` go to every connection
+    (see ``DmRpcEnv``).
 
     >>> import tempfile, os
     >>> from dmrpc_gym.worlds.embedded import embedded_server
@@ -178,7 +180,7 @@ def record(address: str, out: str | Path, *, steps: int = 200, fps: int = 10, se
                            join_settings=join_settings, connect_timeout=connect_timeout, **options)
     kwargs = dict(world_settings=world_settings, world_name=world_name, join_settings=join_settings,
                   seed_setting=seed_setting, connect_timeout=connect_timeout, step_timeout=step_timeout,
-                  **options)
+                  render_observation=render_observation, **options)
     if report.agents:
         if model is not None:
             raise ValueError("--model plays one agent; this is a multi-agent world "

@@ -22,6 +22,7 @@ from dmrpc_gym import spaces as _spaces
 from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.protocol.info import INFO_FEATURE, INFO_UID, dropped_keys, unpack_info, without_dropped
 from dmrpc_gym.client.connection import Connection, settings_tensors
+from dmrpc_gym.client.properties import Properties
 from dmrpc_gym.protocol.spec_table import SpecManager
 from dmrpc_gym.protocol.wire import pb
 
@@ -362,6 +363,22 @@ class RemoteAgent:
             self.receive_reset()
         obs, _, _, _, info = self.step(None)
         return obs, info
+
+    def no_frames(self, render_mode: str) -> ValueError:
+        """The error for ``render_mode`` on an agent with no render observation, with the
+        server's reason when it gives one (a dmrpc_gym server says why its env did not render)."""
+        why = ""
+        if self.connection.server_software is not None:
+            try:
+                reason = str(Properties(self.connection)["render_failure"].item())
+            except Exception:  # noqa: BLE001 - an older server: nothing more is known
+                reason = ""
+            if reason:
+                why = f" (the server offers none: its env failed to render: {reason})"
+        who = f" of agent {self.agent!r}" if self.agent else ""
+        return ValueError(f"render_mode={render_mode!r} needs a render observation{who}{why}; pass "
+                          "render_observation= naming a uint8 HxWx3 observation "
+                          "(dmrpc-gym record: --render-observation NAME)")
 
     def leave(self, timeout: float = 2.0) -> None:
         """LeaveWorld, best effort and bounded in time."""

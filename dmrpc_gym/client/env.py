@@ -180,9 +180,9 @@ class DmRpcEnv(RemoteResource, gym.Env):
             raise
         self.connection.timeout = step_timeout
         if render_mode is not None and self._agent.render_name is None:
+            error = self._agent.no_frames(render_mode)
             self.close()
-            raise ValueError(f"render_mode={render_mode!r} needs a render observation; pass "
-                             "render_observation= naming a uint8 HxWx3 observation")
+            raise error
         self.observation_space = self._agent.observation_space
         self.action_space = self._agent.action_space
         self._properties = None

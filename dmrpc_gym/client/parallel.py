@@ -170,8 +170,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
             self._seeds = SeedRoute(seed_setting, ours=first.server_software is not None, where=address)
             self._instance = server_instance(first) if reconnect and self._created else None
             if render_mode is not None and self.remote[render_agent].render_name is None:
-                raise ValueError(f"render_mode={render_mode!r} needs a render observation of agent "
-                                 f"{render_agent!r}; pass render_observation= naming a uint8 HxWx3 observation")
+                raise self.remote[render_agent].no_frames(render_mode)
         except BaseException:
             if opener is not None and opener not in self.connections.values():
                 if self._created:              # made before its agents were known: destroy it here

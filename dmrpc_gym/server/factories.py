@@ -121,13 +121,12 @@ def _parameters(fn: Callable) -> tuple[frozenset[str], bool]:
 
 
 def _renders_rgb(target: Any, names: frozenset[str], open_: bool) -> bool:
-    """Whether to build with ``render_mode="rgb_array"``: the target takes it and (if it says) supports it."""
+    """Whether to build with ``render_mode="rgb_array"``: the target takes it (by name, or through
+    ``**kwargs``, PettingZoo's ``env(render_mode=...)`` convention) and, if it says, supports it."""
     if RENDER_MODE not in names and not open_:
         return False
     modes = (getattr(target, "metadata", None) or {}).get("render_modes")
-    if modes is None:
-        return RENDER_MODE in names
-    return "rgb_array" in modes
+    return modes is None or "rgb_array" in modes
 
 
 def _qualname(target: Any) -> str:
@@ -202,18 +201,23 @@ class Factory:
                 raise ValueError(f"cannot load {attribute!r} from module {module_name!r}: "
                                  f"{type(exc).__name__}: {exc}") from None
             if obj is not None:
+                described = obj
                 if isinstance(obj, types.ModuleType):
                     if not callable(getattr(obj, "parallel_env", None)):
                         raise ValueError(f"{target!r} is a module without a parallel_env() function")
+                    described = getattr(obj, "raw_env", obj.parallel_env)   # PettingZoo's metadata holder
                     obj = obj.parallel_env
                     self.kind = "pettingzoo"
+                elif isinstance(module, types.ModuleType) and getattr(module, "raw_env", None) is not None \
+                        and attribute in ("env", "parallel_env"):
+                    described = module.raw_env
                 elif not callable(obj):
                     raise ValueError(f"{target!r} is a {type(obj).__name__}, not an env factory")
                 else:
                     self.kind = None
                 self.name = target
                 self._make = obj
-                self._init_callable(obj, keep_kind=self.kind is not None)
+                self._init_callable(obj, keep_kind=self.kind is not None, described=described)
                 return
             if attribute not in gym.registry:
                 raise ValueError(f"module {module_name!r} has no attribute {attribute!r} "
@@ -238,11 +242,11 @@ class Factory:
         self.accepted = None if open_ else frozenset(names - {RENDER_MODE})
         self._make = functools.partial(gym.make, spec.id)
 
-    def _init_callable(self, fn: Callable, keep_kind: bool = False) -> None:
+    def _init_callable(self, fn: Callable, keep_kind: bool = False, described: Any = None) -> None:
         if not keep_kind:
             self.kind = _class_kind(fn)
         names, open_ = _parameters(fn)
-        self._rgb = RENDER_MODE in names and _renders_rgb(fn, names, open_)
+        self._rgb = _renders_rgb(fn if described is None else described, names, open_)
         self.accepted = None if open_ else frozenset(names - {RENDER_MODE})
 
     # -- use ---------------------------------------------------------------------
@@ -268,7 +272,15 @@ class Factory:
         if self.render_mode is not None:
             kw[RENDER_MODE] = self.render_mode
         try:
-            env = self._make(**kw)
+            try:
+                env = self._make(**kw)
+            except TypeError as exc:   # a **kwargs factory whose env does not take render_mode after all
+                if RENDER_MODE not in kw or RENDER_MODE not in str(exc):
+                    raise
+                self.render_failure = f"{self.name} does not take render_mode ({exc})"
+                log.warning("%s: building without render_mode, so no RGB observation: %s", self.name, exc)
+                self.render_mode = kw.pop(RENDER_MODE) and None
+                env = self._make(**kw)
         except Exception as exc:  # noqa: BLE001 - the factory's error is the client's answer
             raise status.invalid_argument(
                 f"{self.name} could not be created with {describe(kwargs)}: "

@@ -165,6 +165,9 @@ class Session:
                      read=lambda: np.array(registry.names(), dtype=np.str_), shape=(-1,)),
             Property("server_instance", pb.STRING, "this run of the server (a restarted server has another)",
                      read=lambda: registry.instance),
+            Property("render_failure", pb.STRING,
+                     "why the server offers no RGB observation ('' when rendering works or was not tried)",
+                     read=lambda: registry.factory.render_failure or ""),
         ]
         if self.agent is not None:
             props.extend(self.agent.properties())
