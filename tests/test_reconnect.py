@@ -121,10 +121,10 @@ def test_sb3_training_survives_a_server_killed_and_restarted():
 
     port = free_port()
     served = ServedProcess(port)
+    restarter: list[threading.Thread] = []
     try:
         venv = DmRpcSB3VecEnv(2, f"127.0.0.1:{port}", reconnect=True, connect_timeout=60,
                               sb3_compat=True)
-        restarter: list[threading.Thread] = []
 
         class KillAt(BaseCallback):
             def _on_step(self) -> bool:
@@ -154,6 +154,8 @@ def test_sb3_training_survives_a_server_killed_and_restarted():
         assert len(lost) == 2 and all(f"127.0.0.1:{port}" in why for why in lost)
         venv.close()
     finally:
+        for thread in restarter:
+            thread.join()
         served.close()
 
 

@@ -170,9 +170,9 @@ def test_ppo_survives_a_server_killed_and_restarted(vector):
     )
     if vector:                                           # one DmRpcVectorEnv per runner
         config = config.env_runners(gym_env_vectorize_mode="vector_entry_point")
-    algo = config.build_algo()
-    restarter = None
+    algo = restarter = None
     try:
+        algo = config.build_algo()
         algo.train()
         killer = threading.Timer(0.5, served.kill)
         killer.start()                                   # killed while the next iteration samples
@@ -183,7 +183,8 @@ def test_ppo_survives_a_server_killed_and_restarted(vector):
     finally:
         if restarter is not None:
             restarter.join()
-        algo.stop()
+        if algo is not None:
+            algo.stop()
         served.close()
     assert len(served.processes) == 2 and served.processes[0].returncode == -9
     runners = results[-1]["env_runners"]
