@@ -23,6 +23,7 @@ Ctrl-C ends any command with one line and status 130.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import os
@@ -32,9 +33,10 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from dmrpc_gym.app.client_args import add_world_arguments, world_kwargs
+from dmrpc_gym.app.client_args import add_world_arguments, world_kwargs, world_name_shown
 
 from dmrpc_gym.client.seeding import AUTO
+from dmrpc_gym._extras import install_hint
 
 __all__ = ["main", "build_parser", "COMMANDS", "add_serve", "run_serve", "start_server", "serve_target",
            "connect_line", "add_inspect", "run_inspect", "add_check", "run_check", "add_record", "run_record",
@@ -124,6 +126,9 @@ def start_server(args: argparse.Namespace):
     render: bool | str = {"rgb_array": True, "none": False}.get(args.render, args.render)
     if (args.tls_cert is None) != (args.tls_key is None):
         raise ValueError("--tls-cert and --tls-key go together")
+    for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+        if path is not None and not Path(path).is_file():
+            raise ValueError(f"{flag} {path!r}: no such file (the current directory is {os.getcwd()})")
     options: dict[str, Any] = {"token": args.token or os.environ.get(TOKEN_ENV) or None}
     if args.tls_cert is not None:
         options["tls"] = (args.tls_cert, args.tls_key)
@@ -183,10 +188,10 @@ def run_serve(args: argparse.Namespace) -> int:
         server = start_server(args)
     except (ValueError, TypeError, OSError, ImportError) as exc:
         return _fail("serve", exc)
-    stop = threading.Event()
+    stop, signals = threading.Event(), []
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
+            signal.signal(sig, lambda signum, _: (signals.append(signum), stop.set()))
     print(f"serving {server.factory.name} on {server.address}", flush=True)
     from dmrpc_gym.transport.security import TOKEN_ENV
     line = connect_line(server, token=args.token or os.environ.get(TOKEN_ENV) or None, tls_ca=args.tls_cert)
@@ -196,6 +201,9 @@ def run_serve(args: argparse.Namespace) -> int:
             pass
     finally:
         server.stop(grace=1.0)
+    if signals and signals[0] == signal.SIGINT:    # Ctrl-C: one line and SIGINT's status, as every command
+        print("\ndmrpc-gym serve: interrupted; the server stopped", file=sys.stderr)
+        return 130
     return 0
 
 
@@ -231,6 +239,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     def job() -> None:
         kwargs = world_kwargs(args)
         report = inspect_world(kwargs.pop("address"), **kwargs)
+        report.address = world_name_shown(args, report.address)
         print(json.dumps(report_json(report), indent=2) if args.json else format_report(report))
     return _run_client("inspect", job)
 
@@ -262,7 +271,7 @@ def run_check(args: argparse.Namespace) -> int:
         kwargs = world_kwargs(args)
         address = kwargs.pop("address")
         kind, verdicts = check_world(address, seed_setting=args.seed_setting or None, **kwargs)
-        print(format_verdicts(address, kind, verdicts), flush=True)
+        print(format_verdicts(world_name_shown(args, address), kind, verdicts), flush=True)
         failed.extend(v for v in verdicts if v.status == "FAIL")
     status = _run_client("check", job)
     return status or (1 if failed else 0)
@@ -324,7 +333,9 @@ def run_bench(args: argparse.Namespace) -> int:
 
     def job() -> None:
         kwargs = world_kwargs(args)
-        bench(kwargs.pop("address"), steps=args.steps, num_envs=args.num_envs, seed=args.seed, **kwargs)
+        address = kwargs.pop("address")
+        bench(address, steps=args.steps, num_envs=args.num_envs, seed=args.seed,
+              name=world_name_shown(args, address), **kwargs)
     return _run_client("bench", job)
 
 
@@ -345,10 +356,18 @@ def add_demo(subparsers: Any) -> None:
 
 def run_demo(args: argparse.Namespace) -> int:
     """Run ``dmrpc-gym demo``."""
+    for flag, value in (("--envs", args.envs), ("--timesteps", args.timesteps)):
+        if value < 1:
+            return _fail("demo", f"{flag} {value}: expected at least 1")
+    missing = [name for name in ("stable_baselines3", "torch", "matplotlib")
+               if importlib.util.find_spec(name) is None]
+    if missing:
+        return _fail("demo", f"the demo trains with Stable-Baselines3 and plots with matplotlib; "
+                             f"{', '.join(missing)} not installed: {install_hint('sb3')}")
     try:
         from dmrpc_gym.app.demo import run_demo as demo
     except ImportError as exc:
-        return _fail("demo", f"{exc}; install the sb3 extra: pip install 'dmrpc_gym[sb3]'")
+        return _fail("demo", f"{exc}; install the sb3 extra: {install_hint('sb3')}")
     if args.out:
         folder = Path(args.out).parent
         if not folder.is_dir() or not os.access(folder, os.W_OK):

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_world_arguments", "world_kwargs", "setting"]
+__all__ = ["add_world_arguments", "world_kwargs", "world_name_shown", "setting"]
 
 
 def setting(text: str) -> tuple[str, Any]:
@@ -65,3 +65,10 @@ def world_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return dict(address=address, world_settings=dict(args.setting) or None, world_name=args.world,
                 join_settings=dict(args.join) or None, connect_timeout=args.wait, tls=tls,
                 token=args.token, compression=args.compression)
+
+
+def world_name_shown(args: argparse.Namespace, address: str) -> str:
+    """What output calls the world: a bundled world by its name (``catch``), not the
+    in-process server's passing port; any other by its address."""
+    from dmrpc_gym.worlds.embedded import WORLDS
+    return args.address if args.address in WORLDS else address

@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from dmrpc_gym.client.seeding import AUTO
+from dmrpc_gym._extras import install_hint
 
 __all__ = ["record", "write_video", "FORMATS"]
 
@@ -40,7 +41,7 @@ def _pillow():
     try:
         from PIL import Image
     except ImportError:
-        raise ValueError("writing .gif needs Pillow: pip install 'dmrpc_gym[video]'") from None
+        raise ValueError(f"writing .gif needs Pillow: {install_hint('video')}") from None
     return Image
 
 
@@ -49,7 +50,7 @@ def _ffmpeg_writer():
         import imageio_ffmpeg
     except ImportError:
         raise ValueError("writing .mp4 needs imageio-ffmpeg (it ships an ffmpeg binary): "
-                         "pip install 'dmrpc_gym[video]', or write a .gif") from None
+                         f"{install_hint('video')}, or write a .gif") from None
     return imageio_ffmpeg.write_frames
 
 

@@ -387,10 +387,20 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _bound_json(value: pb.TensorSpec.Value, shape: tuple[int, ...]) -> Any:
+    """A bound as JSON: None, a number (one for every element), or nested lists in the spec's shape."""
+    flat = _bound(value)
+    if flat is None:
+        return None
+    if flat.size == 1:
+        return _jsonable(flat[0])
+    return _jsonable(flat.reshape(shape) if all(d >= 0 for d in shape) and flat.size == np.prod(shape) else flat)
+
+
 def _spec_json(row: SpecRow) -> dict[str, Any]:
     return {"uid": row.uid, "name": row.name, "dtype": row.dtype, "shape": list(row.shape),
-            "bounds": row.bounds, "space": None if row.space is None else _one_line(str(row.space)),
-            "reason": row.reason}
+            "min": _bound_json(row.spec.min, row.shape), "max": _bound_json(row.spec.max, row.shape),
+            "space": None if row.space is None else _one_line(str(row.space)), "reason": row.reason}
 
 
 def report_json(report: WorldReport) -> dict[str, Any]:

@@ -87,6 +87,8 @@ def check_alone(connection: Connection, world_name: str, created: bool, where: s
     from dmrpc_gym.client.properties import Properties
     props = Properties(connection)
     try:
+        if "missing_agents" not in props.specs():   # listed first: a single-agent world is not asked
+            return
         missing = [str(a) for a in props["missing_agents"].reshape(-1).tolist()]
         if not missing:
             return

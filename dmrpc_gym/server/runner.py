@@ -137,7 +137,7 @@ class Server:
                 self._release_workers()
                 raise
             self._loop, self._thread = loop, thread
-        log.info("serving %s on %s", self.factory.name, self.address)
+        log.debug("serving %s on %s", self.factory.name, self.address)   # `serve` prints it
         return self
 
     def _run(self, loop: asyncio.AbstractEventLoop, ready: concurrent.futures.Future) -> None:

@@ -29,6 +29,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from dmrpc_gym._extras import install_hint
+
 __all__ = ["Channel", "GodotProtocolError"]
 
 
@@ -53,7 +55,7 @@ class Channel:
             from websockets.exceptions import ConnectionClosed
             from websockets.sync.server import serve
         except ImportError as exc:
-            raise ImportError(f"Godot games need websockets>=14 ({exc}): pip install 'dmrpc_gym[godot]'") from None
+            raise ImportError(f"Godot games need websockets>=14 ({exc}): {install_hint('godot')}") from None
 
         self._closed = ConnectionClosed
         self.host = host

@@ -20,6 +20,7 @@ import gymnasium as gym
 
 from dmrpc_gym.integrations.rllib.spread import pick_address, pick_addresses, runner_context
 from dmrpc_gym.integrations.flat_spaces import FlatSpaces, FlatSpacesVector
+from dmrpc_gym._extras import install_hint
 
 __all__ = ["register", "ENV_CREATORS", "remote_env", "catch_env", "tag_env", "godot_env"]
 
@@ -143,7 +144,7 @@ def register() -> list[str]:
         from ray.tune.registry import register_env
     except ImportError as err:
         raise ImportError(f"dmrpc_gym.integrations.rllib.register() needs Ray RLlib: "
-                          f"pip install 'dmrpc_gym[rllib]' ({err})") from err
+                          f"{install_hint('rllib')} ({err})") from err
     for name, creator in ENV_CREATORS.items():
         register_env(name, creator)
     return list(ENV_CREATORS)
