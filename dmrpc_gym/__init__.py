@@ -36,4 +36,8 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(module), name)
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = ["__version__", "DmRpcError", "register_envs", *_LAZY]

@@ -234,7 +234,8 @@ def add_inspect(subparsers: Any) -> None:
 
 def run_inspect(args: argparse.Namespace) -> int:
     """Run ``dmrpc-gym inspect``."""
-    from dmrpc_gym.app.report import format_report, inspect_world, report_json
+    from dmrpc_gym.app.report import format_report, inspect_world
+    from dmrpc_gym.app.report_json import report_json
 
     def job() -> None:
         kwargs = world_kwargs(args)

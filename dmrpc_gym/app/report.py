@@ -25,8 +25,8 @@ from dmrpc_gym.spaces import UnsupportedSpec, space_from_spec
 from dmrpc_gym.protocol.specs import dtype_label
 from dmrpc_gym.protocol.wire import pb
 
-__all__ = ["SpecRow", "PropertyRow", "AgentSpecs", "WorldReport", "inspect_world", "format_report", "report_json",
-           "describe_spec", "bounds_text"]
+__all__ = ["SpecRow", "PropertyRow", "AgentSpecs", "WorldReport", "inspect_world", "format_report",
+           "describe_spec", "bounds_text", "bound_values", "one_line"]
 
 _MAX_VALUE_CHARS = 48
 
@@ -103,7 +103,8 @@ def _num(x: Any) -> str:
     return str(x)
 
 
-def _bound(value: pb.TensorSpec.Value) -> np.ndarray | None:
+def bound_values(value: pb.TensorSpec.Value) -> np.ndarray | None:
+    """A spec bound as a flat array (None when the spec has none)."""
     if value.WhichOneof("payload") is None:
         return None
     return tensors.unpack_flat(value)
@@ -126,7 +127,7 @@ def bounds_text(spec: pb.TensorSpec) -> str:
     >>> bounds_text(spec)
     '[-1 .. 2] per-element (3)'
     """
-    low, high = _bound(spec.min), _bound(spec.max)
+    low, high = bound_values(spec.min), bound_values(spec.max)
     if low is None and high is None:
         return "-"
     sizes = [b.size for b in (low, high) if b is not None]
@@ -298,17 +299,18 @@ def _value_text(value: Any) -> str:
         text = np.array2string(value, threshold=8, separator=", ", max_line_width=10_000)
     else:
         text = repr(value)
-    text = _one_line(text)
+    text = one_line(text)
     return text if len(text) <= _MAX_VALUE_CHARS else text[:_MAX_VALUE_CHARS - 3] + "..."
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
+    """``text`` with its runs of white space (newlines too) as single spaces."""
     return " ".join(text.split())
 
 
 def _spec_rows(rows: list[SpecRow]) -> list[list[str]]:
     return [[str(r.uid), r.name, r.dtype, _shape_text(r.shape), r.bounds,
-             _one_line(str(r.space)) if r.space is not None else r.reason or ""] for r in rows]
+             one_line(str(r.space)) if r.space is not None else r.reason or ""] for r in rows]
 
 
 _SPEC_HEADERS = ["UID", "name", "dtype", "shape", "bounds", "gymnasium space"]
@@ -374,54 +376,3 @@ def format_report(report: WorldReport) -> str:
         else:
             lines += ["  (none)"]
     return "\n".join(lines)
-
-
-# -- JSON ---------------------------------------------------------------------------------
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return value
-
-
-def _bound_json(value: pb.TensorSpec.Value, shape: tuple[int, ...]) -> Any:
-    """A bound as JSON: None, a number (one for every element), or nested lists in the spec's shape."""
-    flat = _bound(value)
-    if flat is None:
-        return None
-    if flat.size == 1:
-        return _jsonable(flat[0])
-    return _jsonable(flat.reshape(shape) if all(d >= 0 for d in shape) and flat.size == np.prod(shape) else flat)
-
-
-def _spec_json(row: SpecRow) -> dict[str, Any]:
-    return {"uid": row.uid, "name": row.name, "dtype": row.dtype, "shape": list(row.shape),
-            "min": _bound_json(row.spec.min, row.shape), "max": _bound_json(row.spec.max, row.shape),
-            "space": None if row.space is None else _one_line(str(row.space)), "reason": row.reason}
-
-
-def report_json(report: WorldReport) -> dict[str, Any]:
-    """The report as plain data for ``json.dumps``: specs (per agent in a multi-agent world) and properties.
-
-    >>> from dmrpc_gym.worlds.embedded import embedded_server
-    >>> data = report_json(inspect_world(embedded_server("catch").address))
-    >>> data["actions"][0]["name"], data["actions"][0]["space"], data["agents"]
-    ('paddle', 'Discrete(3, start=-1, dtype=int8)', [])
-    """
-    properties = None if report.properties is None else [
-        {"key": p.key, "dtype": p.dtype, "shape": list(p.shape), "readable": p.readable,
-         "writable": p.writable, "listable": p.listable, "description": p.description,
-         "value": _jsonable(p.value) if p.readable and p.error is None else None, "error": p.error}
-        for p in report.properties]
-    return {
-        "address": report.address, "world_name": report.world_name, "created": report.created,
-        "actions": [_spec_json(r) for r in report.actions],
-        "observations": [_spec_json(r) for r in report.observations],
-        "agents": [{"name": a.name, "actions": [_spec_json(r) for r in a.actions],
-                    "observations": [_spec_json(r) for r in a.observations], "error": a.error}
-                   for a in report.agents],
-        "properties": properties, "properties_error": report.properties_error,
-    }

@@ -118,11 +118,33 @@ class DmRpcEnv(RemoteResource, gym.Env):
     Creates a world (``world_settings``) or joins ``world_name``, joins it as one
     agent, and maps its specs to spaces (see :mod:`dmrpc_gym.spaces`).
     TERMINATED ends an episode with ``terminated=True``, INTERRUPTED with
-    ``truncated=True``. ``info`` carries ``discount``, ``state`` and the
-    observations that have no gymnasium space. ``tls``, ``token``,
-    ``compression`` and ``max_message_size`` go to the
-    :class:`~dmrpc_gym.client.connection.Connection` (TLS, the server's shared
-    secret, gzip/deflate requests, the largest answer accepted).
+    ``truncated=True``. ``info`` carries ``discount``, ``state``, the
+    observations that have no gymnasium space and, from a dmrpc_gym server, the
+    served env's own info (:mod:`dmrpc_gym.protocol.info`).
+
+    Args:
+        address: the server, ``"host:port"``; or
+        channel: an existing ``grpc.Channel`` to use instead (then grpcio carries the calls).
+        world_settings: CreateWorld settings of the world to create; or
+        world_name: an existing world to join (not both).
+        join_settings / reset_settings: JoinWorld settings, and ResetRequest settings sent on every reset.
+        observations / actions: ``None`` (all; observations leave out reward, discount and the
+            render observation), a name (that one as a bare space) or a list (a Dict subset).
+        nested: dotted spec names (``pos.x``) become nested Dict spaces.
+        reward / discount: an observation name, a callable ``(obs, state) -> float`` that
+            reads every observation, or ``None`` (0.0 / 1.0). They never change the spaces.
+        seed_setting: the reset setting ``reset(seed=...)`` travels as; ``"auto"``: ``seed``
+            on a dmrpc_gym server, none elsewhere, said once (:mod:`~dmrpc_gym.client.seeding`).
+        render_mode / render_observation: ``"rgb_array"`` makes ``render()`` return the render
+            observation (default ``RGB``), a uint8 HxWx3 observation.
+        connect_timeout: seconds to reach the server and join, waiting for one that is
+            starting; step_timeout: seconds per step (None: no limit).
+        credentials / metadata: grpcio channel credentials and call metadata.
+        tls / token / compression / max_message_size: TLS (True, a CA file, or an
+            ``ssl.SSLContext``), the server's shared secret (default: ``$DMRPC_GYM_TOKEN``),
+            gzip/deflate requests, and the largest answer accepted; they go to the
+            :class:`~dmrpc_gym.client.connection.Connection`.
+        reconnect: make a lost connection again on the next ``reset()`` (below).
 
     With ``reconnect=True``, a connection lost between episodes is made again
     by the next ``reset()`` (within ``connect_timeout``, so a restarting server

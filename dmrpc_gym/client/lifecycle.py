@@ -161,7 +161,12 @@ class RemoteResource:
         if self._kwargs.get("channel") is not None:
             raise TypeError(f"a {type(self).__name__} made with channel= cannot be pickled "
                             "(a channel does not travel); pass address= instead")
-        return {"kwargs": self._kwargs}
+        state = {"kwargs": self._kwargs}
+        if getattr(self, "spec", None) is not None:     # what gymnasium.make recorded travels too
+            state["spec"] = self.spec
+        return state
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(**state["kwargs"])
+        if "spec" in state:
+            self.spec = state["spec"]
