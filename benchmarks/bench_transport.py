@@ -11,6 +11,8 @@ run are compared)::
 Cases: ``small``: ``DmRpcEnv.step`` with a 4-float observation and a Discrete action;
 ``vector N``: the same world stepped by a ``DmRpcVectorEnv`` of N envs (``--envs``, default 8;
 steps/s and CPU are per env step);
+``small + info + seeds``: the same world returning a 3-key ``info`` each step, and a seeded
+``reset`` every 100 steps (this tree carries the info and sends the seed; a baseline drops both);
 ``obs 16 MiB``: a 16 MiB uint8 observation each step; ``action 16 MiB``: a 16 MiB uint8
 action each step. ``ours`` is ``DmRpcEnv``; ``official`` is dm-env-rpc's ``DmEnvAdaptor``
 over a grpcio channel with its message limits lifted. All servers are ours.
@@ -34,9 +36,10 @@ MIB16 = 16 << 20
 
 
 # -- subprocess roles ------------------------------------------------------------------------------
-def serve(obs_bytes: int, action_bytes: int, tls: str | None) -> None:
+def serve(obs_bytes: int, action_bytes: int, tls: str | None, info: bool = False) -> None:
     """Serve a constant env: uint8 observation of ``obs_bytes`` (4 floats if 0), uint8 action of
-    ``action_bytes`` (Discrete(2) if 0); print ``ADDRESS``, serve until stdin closes."""
+    ``action_bytes`` (Discrete(2) if 0), with a small ``info`` each step if ``info``; print
+    ``ADDRESS``, serve until stdin closes."""
     import gymnasium as gym
 
     from dmrpc_gym.server import Server
@@ -53,10 +56,12 @@ def serve(obs_bytes: int, action_bytes: int, tls: str | None) -> None:
                                  else gym.spaces.Discrete(2))
 
         def reset(self, *, seed=None, options=None):
+            self.t = 0
             return self.obs, {}
 
         def step(self, action):
-            return self.obs, 1.0, False, False, {}
+            self.t += 1
+            return self.obs, 1.0, False, False, ({"t": self.t, "lives": 3, "x": 0.5} if info else {})
 
     options = {}
     if tls:
@@ -68,8 +73,10 @@ def serve(obs_bytes: int, action_bytes: int, tls: str | None) -> None:
     server.stop(0)
 
 
-def client(impl: str, address: str, tls: str | None, action_bytes: int, watcher: bool, envs: int) -> None:
-    """Step an env on command: each stdin line ``SECONDS`` answers ``STEPS ELAPSED CPU`` (env steps)."""
+def client(impl: str, address: str, tls: str | None, action_bytes: int, watcher: bool, envs: int,
+           reset_every: int = 0) -> None:
+    """Step an env on command: each stdin line ``SECONDS`` answers ``STEPS ELAPSED CPU`` (env steps);
+    ``reset_every``: a seeded reset every that many steps (counted as a step)."""
     action = np.full(action_bytes, 7, np.uint8) if action_bytes else np.int64(1)
     if envs:
         import gymnasium as gym
@@ -98,6 +105,12 @@ def client(impl: str, address: str, tls: str | None, action_bytes: int, watcher:
         if not watcher:
             env.connection._transport._stream._watcher.stop()
         step, arg = env.step, action
+        if reset_every:
+            count = [0]
+
+            def step(action, _step=env.step):
+                count[0] += 1
+                return env.reset(seed=count[0]) if count[0] % reset_every == 0 else _step(action)
     step(arg)
     print("READY", flush=True)
     for line in sys.stdin:
@@ -191,11 +204,14 @@ def main() -> None:
     parser.add_argument("--address")
     parser.add_argument("--no-watcher", action="store_true")
     parser.add_argument("--vector", type=int, default=0, help="(client role) step a vector env of this many")
+    parser.add_argument("--info", action="store_true", help="(serve role) a 3-key info every step")
+    parser.add_argument("--reset-every", type=int, default=0, help="(client role) a seeded reset every N steps")
     args = parser.parse_args()
     if args.role == "serve":
-        return serve(args.obs_bytes, args.action_bytes, args.tls)
+        return serve(args.obs_bytes, args.action_bytes, args.tls, args.info)
     if args.role == "client":
-        return client(args.impl, args.address, args.tls, args.action_bytes, not args.no_watcher, args.vector)
+        return client(args.impl, args.address, args.tls, args.action_bytes, not args.no_watcher, args.vector,
+                      args.reset_every)
 
     rounds = args.rounds or (2 if args.quick else 7)
     seconds = args.seconds or (0.2 if args.quick else 0.5)
@@ -230,6 +246,14 @@ def main() -> None:
                     base = start(args.base, "serve")
                     cases["small, baseline"] = (start(args.base, "client", "--address", address(base)), base)
                     pairs.insert(0, ("this tree / baseline", "small, this tree", "small, baseline"))
+                    chatty = ["--reset-every", "100"]
+                    ours_info, base_info = start(TREE, "serve", "--info"), start(args.base, "serve", "--info")
+                    cases["small + info + seeds, this tree"] = (
+                        start(TREE, "client", "--address", address(ours_info), *chatty), ours_info)
+                    cases["small + info + seeds, baseline"] = (
+                        start(args.base, "client", "--address", address(base_info), *chatty), base_info)
+                    pairs.insert(1, ("info + seeds: this tree / baseline", "small + info + seeds, this tree",
+                                     "small + info + seeds, baseline"))
                     if args.envs:
                         cases[f"{vector}, baseline"] = (start(args.base, "client", "--address", address(base),
                                                               "--vector", str(args.envs)), base)

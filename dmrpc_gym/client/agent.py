@@ -20,7 +20,7 @@ import numpy as np
 
 from dmrpc_gym import spaces as _spaces
 from dmrpc_gym.protocol import bulk, tensors
-from dmrpc_gym.protocol.info import INFO_FEATURE, INFO_UID, dropped_keys, unpack_info, without_dropped
+from dmrpc_gym.protocol.info import DROPPED, INFO_FEATURE, INFO_UID, dropped_keys, unpack_info, without_dropped
 from dmrpc_gym.client.connection import Connection, settings_tensors
 from dmrpc_gym.client.properties import Properties
 from dmrpc_gym.protocol.spec_table import SpecManager
@@ -316,10 +316,13 @@ class RemoteAgent:
         tensor = observations[INFO_UID]
         del observations[INFO_UID]
         try:
-            info = unpack_info(str(tensors.unpack(tensor).reshape(-1)[0]))
+            text = tensor.strings.array[0]        # (no strings payload: an IndexError)
+            info = unpack_info(text)
         except (ValueError, IndexError) as exc:
             self._say_lost("info", f"the server's info could not be read ({exc})")
             return None
+        if DROPPED not in text:
+            return info
         for key in dropped_keys(info):
             self._say_lost(key, f"info[{key!r}] of {self.agent or 'the served env'} cannot cross the wire "
                                 "(numbers, strings, numpy arrays and dicts / lists of them can): it is left out")

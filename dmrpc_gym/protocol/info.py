@@ -24,11 +24,15 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
-__all__ = ["INFO_UID", "INFO_FEATURE", "Dropped", "pack_info", "unpack_info", "dropped_keys", "without_dropped"]
+from dmrpc_gym.protocol.protowire import varint
+
+__all__ = ["INFO_UID", "INFO_FEATURE", "DROPPED", "Dropped", "pack_info", "info_tensor_bytes", "unpack_info",
+           "dropped_keys", "without_dropped"]
 
 #: The observation UID ``info`` travels under (no spec lists it; far from any UID a world uses).
 INFO_UID = (1 << 63) - 1
@@ -36,6 +40,10 @@ INFO_UID = (1 << 63) - 1
 INFO_FEATURE = "info"
 
 _ARRAY, _TUPLE, _DROPPED = "__dmrpc_array__", "__dmrpc_tuple__", "__dmrpc_dropped__"
+#: In the text of an info that has a :class:`Dropped` value (absent: nothing to say).
+DROPPED = _DROPPED
+_PLAIN = (int, float, str, bool, type(None))   # what JSON carries as it is
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 _KINDS = "biufcU"          # numpy dtype kinds that cross: bool, ints, floats, complex, str
 
 
@@ -78,9 +86,22 @@ def _encode(value: Any) -> Any:
 def pack_info(info: Any) -> str:
     """``info`` as the text that travels (values that cannot cross become :class:`Dropped`;
     an ``info`` that is not a dict travels as ``{"info": info}``)."""
-    if not isinstance(info, Mapping):
+    if type(info) is dict:
+        for k, v in info.items():
+            if type(k) is not str or type(v) not in _PLAIN:
+                break
+        else:
+            return _ENCODE(info)              # flat and plain: nothing to tag
+    elif not isinstance(info, Mapping):
         info = {} if info is None else {"info": info}
-    return json.dumps(_encode(info), separators=(",", ":"))
+    return _ENCODE(_encode(info))
+
+
+def info_tensor_bytes(text: str) -> bytes:
+    """The serialized ``Tensor`` that carries ``text``: one string (field 10, ``strings``)."""
+    data = text.encode()
+    inner = b"\n" + varint(len(data)) + data
+    return b"R" + varint(len(inner)) + inner
 
 
 def _array(tag: Any) -> Any:
@@ -115,10 +136,12 @@ def unpack_info(text: str) -> dict[str, Any]:
     """The ``info`` dict ``text`` carries (:class:`Dropped` where a value could not cross);
     ``ValueError`` when ``text`` is not what :func:`pack_info` writes."""
     try:
-        info = _decode(json.loads(text))
+        info = json.loads(text)
+        if "__dmrpc_" in text:            # tagged values to rebuild
+            info = _decode(info)
     except (ValueError, TypeError, KeyError, RecursionError) as exc:
         raise ValueError(f"undecodable info ({type(exc).__name__}: {exc})") from None
-    if not isinstance(info, dict):
+    if type(info) is not dict:
         raise ValueError(f"info is a {type(info).__name__}, not a dict")
     return info
 

@@ -34,7 +34,7 @@ from gymnasium.spaces import Space
 
 from dmrpc_gym import spaces
 from dmrpc_gym.protocol import bulk, tensors
-from dmrpc_gym.protocol.info import INFO_UID, dropped_keys, pack_info, unpack_info
+from dmrpc_gym.protocol.info import DROPPED, INFO_UID, dropped_keys, info_tensor_bytes, pack_info, unpack_info
 from dmrpc_gym.server import status
 from dmrpc_gym.server.workers import Lane, rendered
 from dmrpc_gym.protocol.spec_table import SpecTable
@@ -270,7 +270,7 @@ class AgentInterface:
                 out.add_double(uid, discount)
             elif kind == _INFO:
                 if info:
-                    out.add(uid, self._info_text(info), pb.STRING)
+                    out.add_bytes(uid, info_tensor_bytes(self._info_text(info)))
             else:
                 out.add(uid, self._frame(render), pb.UINT8)
 
@@ -288,7 +288,7 @@ class AgentInterface:
     def _info_text(self, info: Mapping[str, Any]) -> str:
         """``info`` as it travels; a key whose value cannot cross is logged once (the client says so too)."""
         text = pack_info(info)
-        if "__dmrpc_dropped__" in text:
+        if DROPPED in text:
             for key in set(dropped_keys(unpack_info(text))) - self._dropped:
                 self._dropped.add(key)
                 log.warning("%s: info[%r] cannot cross the wire (numbers, strings, numpy arrays and "
