@@ -171,13 +171,13 @@ def test_the_connect_line_of_serve_names_tls_and_token_and_runs(secured, monkeyp
     from dmrpc_gym.app import cli
     server, cert = secured
     line = cli.connect_line(server, token="s3cret", tls_ca=cert)
-    assert f"tls={cert!r}" in line and "token='s3cret'" in line
+    assert f'tls="{cert}"' in line and 'token="s3cret"' in line
     scope: dict = {}
     exec(line, scope)                         # the line as printed connects
     scope["env"].reset(seed=0)
     scope["env"].close()
     monkeypatch.setenv("DMRPC_GYM_TOKEN", "s3cret")
     line = cli.connect_line(server, token="s3cret", tls_ca=cert)
-    assert "token=os.environ['DMRPC_GYM_TOKEN']" in line and "s3cret" not in line
+    assert 'token=os.environ["DMRPC_GYM_TOKEN"]' in line and "s3cret" not in line
     exec(line, scope)
     scope["env"].close()

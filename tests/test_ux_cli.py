@@ -113,7 +113,7 @@ def test_console_script_serves_an_env_of_the_working_directory(workdir, target):
         assert env.unwrapped.properties["env_id"].item() == "myenv:Corridor"
         env.close()
     finally:
-        assert served.stop().strip() == "dmrpc-gym serve: interrupted; the server stopped"   # nothing else
+        assert served.stop() == ""
 
 
 def test_serve_a_file_path_from_another_directory(workdir, tmp_path_factory):
@@ -161,7 +161,7 @@ def test_serve_a_multi_agent_world_prints_a_parallel_env_line(workdir):
     try:
         assert served.connect_line == (
             f'connect from Python: import dmrpc_gym; env = dmrpc_gym.parallel_env("{served.address}", '
-            "agents=['pursuer_0', 'pursuer_1', 'evader_0', 'evader_1'])")
+            'agents=["pursuer_0", "pursuer_1", "evader_0", "evader_1"])')
         namespace: dict = {}
         exec(served.connect_line.split(": ", 1)[1], namespace)
         env = namespace["env"]
@@ -358,17 +358,16 @@ def test_gymnasium_module_id_form_imports_the_package(workdir):
 
 # -- issue 21's smaller frictions --------------------------------------------------------------------------
 
-def test_serve_ctrl_c_is_one_line_and_status_130_and_verbose_logs_no_probe(workdir):
+def test_serve_ctrl_c_stops_quietly_and_verbose_logs_no_probe(workdir):
     """The serving line once (not again as a log line), no refused-extension log for the client's
-    own probe of a single-agent world, and Ctrl-C ends as every command does."""
+    own probe of a single-agent world, and Ctrl-C stops the server with status 0, as the README says."""
     import gymnasium as gym
     served = Served("myenv:Corridor", workdir, "-v")
     env = gym.make("dmrpc/Remote-v0", address=served.address)
     env.close()
     err = served.stop()
-    assert served.process.returncode == 130
-    assert err.strip().splitlines()[-1] == "dmrpc-gym serve: interrupted; the server stopped"
-    assert "serving" not in err and "refused" not in err and "joined world" in err
+    assert served.process.returncode == 0
+    assert "serving" not in err and "Traceback" not in err and "refused" not in err and "joined world" in err
 
 
 def test_demo_refuses_bad_counts_and_a_missing_sb3_in_one_line(workdir, monkeypatch, capsys):

@@ -15,7 +15,7 @@ arguments and returns the exit status. Add a subcommand by appending its
 - ``bench ADDRESS``: steps/s of a world with random actions.
 - ``demo``: PPO learns Catch over dm_env_rpc; saves a learning curve.
 
-Ctrl-C ends any command with one line and status 130.
+Ctrl-C ends a client command with one line and status 130; `serve` stops quietly with status 0.
 
 >>> build_parser().parse_args(["serve", "CartPole-v1", "--port", "0"]).port
 0
@@ -164,15 +164,16 @@ def connect_line(server: Any, *, token: str | None = None, tls_ca: str | None = 
                 pass
     from dmrpc_gym.transport.security import TOKEN_ENV
     imports, extra = "", ""
+    quote = json.dumps           # one quoting style on the line: double quotes, as Python reads them
     if tls_ca is not None:
-        extra += f", tls={str(Path(tls_ca).resolve())!r}"
+        extra += f", tls={quote(str(Path(tls_ca).resolve()))}"
     if token is not None:
         if token == os.environ.get(TOKEN_ENV):
-            imports, extra = "import os; ", extra + f", token=os.environ[{TOKEN_ENV!r}]"
+            imports, extra = "import os; ", extra + f", token=os.environ[{quote(TOKEN_ENV)}]"
         else:
-            extra += f", token={token!r}"
+            extra += f", token={quote(token)}"
     if kind == "pettingzoo":
-        agents_arg = f", agents={agents!r}" if agents else ""
+        agents_arg = f", agents={quote(agents)}" if agents else ""
         return f'{imports}import dmrpc_gym; env = dmrpc_gym.parallel_env("{address}"{agents_arg}{extra})'
     return (f'{imports}import gymnasium as gym, dmrpc_gym; '
             f'env = gym.make("dmrpc/Remote-v0", address="{address}"{extra})')
@@ -188,10 +189,10 @@ def run_serve(args: argparse.Namespace) -> int:
         server = start_server(args)
     except (ValueError, TypeError, OSError, ImportError) as exc:
         return _fail("serve", exc)
-    stop, signals = threading.Event(), []
+    stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda signum, _: (signals.append(signum), stop.set()))
+            signal.signal(sig, lambda *_: stop.set())
     print(f"serving {server.factory.name} on {server.address}", flush=True)
     from dmrpc_gym.transport.security import TOKEN_ENV
     line = connect_line(server, token=args.token or os.environ.get(TOKEN_ENV) or None, tls_ca=args.tls_cert)
@@ -201,10 +202,7 @@ def run_serve(args: argparse.Namespace) -> int:
             pass
     finally:
         server.stop(grace=1.0)
-    if signals and signals[0] == signal.SIGINT:    # Ctrl-C: one line and SIGINT's status, as every command
-        print("\ndmrpc-gym serve: interrupted; the server stopped", file=sys.stderr)
-        return 130
-    return 0
+    return 0                   # Ctrl-C and SIGTERM are a server's normal end: stopped, status 0
 
 
 # -- inspect / bench / demo: client-side tools ----------------------------------------------
