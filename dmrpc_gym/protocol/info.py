@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import base64
 import json
+import json.decoder
+import json.encoder
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,7 +45,28 @@ _ARRAY, _TUPLE, _DROPPED = "__dmrpc_array__", "__dmrpc_tuple__", "__dmrpc_droppe
 #: In the text of an info that has a :class:`Dropped` value (absent: nothing to say).
 DROPPED = _DROPPED
 _PLAIN = (int, float, str, bool, type(None))   # what JSON carries as it is
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+# json's C encoder and scanner, made once and called directly: a step pays for the text, not
+# for json's Python layers around them (several times their cost on a step's cold path).
+_C_ENCODER = json.encoder.c_make_encoder
+if _C_ENCODER is not None:
+    _iterencode = _C_ENCODER(None, None, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
+
+    def _dumps(value: Any) -> str:
+        return "".join(_iterencode(value, 0))
+else:  # pragma: no cover - CPython ships the C encoder
+    _dumps = json.JSONEncoder(separators=(",", ":")).encode
+_SCAN = json.decoder.JSONDecoder().scan_once
+
+
+def _loads(text: str) -> Any:
+    """One JSON value that is all of ``text``."""
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    if end != len(text):
+        raise ValueError(f"extra data after character {end}")
+    return value
 _KINDS = "biufcU"          # numpy dtype kinds that cross: bool, ints, floats, complex, str
 
 
@@ -91,10 +114,10 @@ def pack_info(info: Any) -> str:
             if type(k) is not str or type(v) not in _PLAIN:
                 break
         else:
-            return _ENCODE(info)              # flat and plain: nothing to tag
+            return _dumps(info)               # flat and plain: nothing to tag
     elif not isinstance(info, Mapping):
         info = {} if info is None else {"info": info}
-    return _ENCODE(_encode(info))
+    return _dumps(_encode(info))
 
 
 def info_tensor_bytes(text: str) -> bytes:
@@ -136,7 +159,7 @@ def unpack_info(text: str) -> dict[str, Any]:
     """The ``info`` dict ``text`` carries (:class:`Dropped` where a value could not cross);
     ``ValueError`` when ``text`` is not what :func:`pack_info` writes."""
     try:
-        info = json.loads(text)
+        info = _loads(text)
         if "__dmrpc_" in text:            # tagged values to rebuild
             info = _decode(info)
     except (ValueError, TypeError, KeyError, RecursionError) as exc:
