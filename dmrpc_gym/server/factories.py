@@ -41,6 +41,8 @@ from typing import Any, Callable, Mapping
 import gymnasium as gym
 
 from dmrpc_gym.server import status
+from dmrpc_gym.server.dm_env_gym import DmEnvGym, is_dm_env
+from dmrpc_gym.server.dm_env_sources import source as dm_env_source
 from dmrpc_gym.server.settings import SEED, describe, refuse_unknown
 
 log = logging.getLogger("dmrpc_gym.server")
@@ -48,7 +50,7 @@ log = logging.getLogger("dmrpc_gym.server")
 __all__ = ["Factory", "env_kind", "close_quietly", "KINDS", "RENDER_MODE"]
 
 #: The kinds of env a server can serve.
-KINDS = ("gym", "pettingzoo")
+KINDS = ("gym", "pettingzoo", "dm_env")
 #: The setting the server keeps for itself.
 RENDER_MODE = "render_mode"
 
@@ -66,9 +68,11 @@ def _is_aec(env: Any) -> bool:
 
 def env_kind(env: Any) -> str | None:
     """``"gym"`` for a gymnasium Env, ``"pettingzoo"`` for a PettingZoo ParallelEnv, ``"aec"`` for
-    a PettingZoo AEC env (served converted), else None."""
+    a PettingZoo AEC env (served converted), ``"dm_env"`` for a ``dm_env.Environment``, else None."""
     if isinstance(env, gym.Env):
         return "gym"
+    if is_dm_env(env):
+        return "dm_env"
     if _is_aec(env):
         return "aec"
     try:
@@ -96,6 +100,8 @@ def _class_kind(target: Any) -> str | None:
         return None
     if issubclass(target, gym.Env):
         return "gym"
+    if is_dm_env(target):
+        return "dm_env"
     try:
         from pettingzoo.utils.env import ParallelEnv
         if issubclass(target, ParallelEnv):
@@ -169,6 +175,7 @@ class Factory:
         if kind is not None and self.kind is not None and kind != self.kind:
             raise ValueError(f"{self.name} makes {self.kind} envs, not {kind}")
         self.kind = kind or self.kind
+        self._render_wanted = render is True or render == "rgb_array"
         if render is True:
             self.render_mode = "rgb_array" if self._rgb else None
         elif render is False or render is None:
@@ -182,6 +189,11 @@ class Factory:
     # -- resolution ------------------------------------------------------------
 
     def _resolve_string(self, target: str) -> None:
+        found = dm_env_source(target)
+        if found is not None:
+            self.name, self._make, self.accepted = found
+            self.kind, self._rgb = "dm_env", True
+            return
         module_name, sep, attribute = target.partition(":")
         if not sep and target not in gym.registry and _is_env_module(target):
             module_name, sep, attribute = target, ":", ""      # a PettingZoo env module
@@ -269,7 +281,7 @@ class Factory:
         not of the server's kind, gives ``FAILED_PRECONDITION``.
         """
         kw = dict(kwargs)
-        if self.render_mode is not None:
+        if self.render_mode is not None and self.kind != "dm_env":
             kw[RENDER_MODE] = self.render_mode
         try:
             try:
@@ -288,12 +300,23 @@ class Factory:
         kind = env_kind(env)
         if kind == "aec":
             env, kind = self._parallel(env), "pettingzoo"
+        elif kind == "dm_env":
+            env = self._dm_env(env)
         if kind is None or (self.kind is not None and kind != self.kind):
             close_quietly(env)
             got = f"a {kind} env" if kind else f"a {type(env).__name__}"
-            want = f"a {self.kind} env" if self.kind else "a gymnasium Env or a PettingZoo ParallelEnv"
+            want = f"a {self.kind} env" if self.kind else \
+                "a gymnasium Env, a PettingZoo ParallelEnv or a dm_env.Environment"
             raise status.failed_precondition(f"{self.name} returned {got}, expected {want}")
         return env, kind
+
+    def _dm_env(self, env: Any) -> DmEnvGym:
+        """A dm_env as the gymnasium Env that gym worlds serve; it renders when dm_control can."""
+        try:
+            return DmEnvGym(env, "rgb_array" if self._render_wanted else None, self.name)
+        except (TypeError, ValueError) as exc:
+            close_quietly(env)
+            raise status.failed_precondition(f"{self.name} cannot be served: {exc}") from None
 
     def _parallel(self, env: Any) -> Any:
         """An AEC env as a ParallelEnv, through PettingZoo's ``aec_to_parallel`` (said once)."""

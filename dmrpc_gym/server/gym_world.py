@@ -62,6 +62,7 @@ class GymWorld:
     """
 
     kind = "gym"
+    agent_class: type = None  # type: ignore[assignment]  # GymAgent, set below
 
     def __init__(self, name: str, factory: Factory, kwargs: dict[str, Any], seed: int | None, env: Any,
                  lane: Lane, pool: WorkerPool | None = None):
@@ -123,7 +124,7 @@ class GymWorld:
         except BaseException:
             del self.agents[slot]
             raise
-        agent = GymAgent(self, slot, env, lane, interface, kwargs, seed)
+        agent = self.agent_class(self, slot, env, lane, interface, kwargs, seed)
         self.agents[slot] = agent
         return agent
 
@@ -250,12 +251,16 @@ class GymAgent:
             self._obs = obs
             self.episode_step += 1
             self.episode_return += reward
-            out.state, discount = sequence_state(terminated, truncated)
+            out.state, discount = self._outcome(terminated, truncated)
             self.running = out.state == _RUNNING
         if plan.rgb:
             await self.interface.answer(plan, out, self._obs, reward, discount, self.lane, self._render, info)
         elif plan.items:
             self.interface.encode(plan, out, self._obs, reward, discount, None, info)
+
+    def _outcome(self, terminated: bool, truncated: bool) -> tuple[int, float]:
+        """The step's ``(state, discount)``."""
+        return sequence_state(terminated, truncated)
 
     async def reset(self, settings: Mapping[str, pb.Tensor]) -> pb.ActionObservationSpecs:
         """ResetRequest: settings for the next sequence (``seed``, world-setting overrides)."""
@@ -308,3 +313,6 @@ class GymAgent:
             Property("episode_return", pb.DOUBLE, "sum of the rewards of the current sequence",
                      read=lambda: self.episode_return),
         ]
+
+
+GymWorld.agent_class = GymAgent

@@ -147,6 +147,8 @@ class AgentInterface:
         observation_space / action_space: the env's (or the PettingZoo agent's) spaces.
         rgb_shape: ``(H, W, 3)`` to offer the ``RGB`` observation, or None.
         who: names the env in error messages.
+        scalar_specs: the env's own ``reward`` / ``discount`` specs (scalars) in place of the
+            defaults (DOUBLE; discount within [0, 1]).
 
     Raises ``FAILED_PRECONDITION`` when a space has no TensorSpec, or when an
     observation is named like one the server adds.
@@ -161,7 +163,8 @@ class AgentInterface:
     """
 
     def __init__(self, observation_space: Space, action_space: Space,
-                 rgb_shape: tuple[int, int, int] | None = None, who: str = "the env"):
+                 rgb_shape: tuple[int, int, int] | None = None, who: str = "the env",
+                 scalar_specs: Mapping[str, pb.TensorSpec] | None = None):
         self.observation_space = observation_space
         self.action_space = action_space
         self.rgb_shape = rgb_shape
@@ -181,6 +184,7 @@ class AgentInterface:
                  DISCOUNT: pb.TensorSpec(name=DISCOUNT, dtype=pb.DOUBLE)}
         extra[DISCOUNT].min.doubles.array.append(0.0)
         extra[DISCOUNT].max.doubles.array.append(1.0)
+        extra.update(scalar_specs or {})
         if rgb_shape is not None:
             extra[RGB] = pb.TensorSpec(name=RGB, dtype=pb.UINT8, shape=rgb_shape)
         clash = sorted(set(env_specs) & set(extra))
@@ -265,9 +269,9 @@ class AgentInterface:
                 except (ValueError, TypeError) as exc:
                     raise status.internal(f"the env's observation {name!r} does not fit its spec: {exc}") from None
             elif kind == _REWARD:
-                out.add_double(uid, reward)
+                out.add_double(uid, reward) if dt == pb.DOUBLE else out.add(uid, reward, dt)
             elif kind == _DISCOUNT:
-                out.add_double(uid, discount)
+                out.add_double(uid, discount) if dt == pb.DOUBLE else out.add(uid, discount, dt)
             elif kind == _INFO:
                 if info:
                     out.add_bytes(uid, info_tensor_bytes(self._info_text(info)))

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import Factory, close_quietly
+from dmrpc_gym.server.dm_env_world import DmEnvWorld
 from dmrpc_gym.server.gym_world import GymWorld
 from dmrpc_gym.server.parallel_world import ParallelWorld
 from dmrpc_gym.server.settings import describe, pop_seed, unpack_settings
@@ -74,8 +75,8 @@ class WorldRegistry:
         """Build a world and its first env (on a worker thread)."""
         env, kind = self.factory.make(kwargs)
         try:
-            if kind == "gym":
-                return GymWorld(name, self.factory, kwargs, seed, env, lane, self.pool)
+            if kind in ("gym", "dm_env"):
+                return (GymWorld if kind == "gym" else DmEnvWorld)(name, self.factory, kwargs, seed, env, lane, self.pool)
             return ParallelWorld(name, self.factory, kwargs, seed, env, self.timeout, lane)
         except BaseException:
             close_quietly(env)
