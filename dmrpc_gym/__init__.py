@@ -25,6 +25,7 @@ _LAZY = {
     "DmRpcVectorEnv": "dmrpc_gym.client.vector",
     "Connection": "dmrpc_gym.client.connection",
     "tag_env": "dmrpc_gym.worlds.embedded",
+    "connect_dm_env": "dmrpc_gym.client.dm_env_client",
 }
 
 

@@ -1,0 +1,174 @@
+"""A dm_env_rpc world as a ``dm_env.Environment``, on our own fast connection.
+
+:func:`connect_dm_env` wraps a :class:`~dmrpc_gym.client.env.DmRpcEnv` (so TLS,
+tokens, timeouts, compression and seeds work as there) and gives dm_env's view:
+
+- ``observation_spec()`` nests the dotted observation names again (``a.b`` ->
+  ``{"a": {"b": ...}}``); the ``reward``, ``discount`` and render observations
+  are not part of it;
+- ``reward_spec()`` / ``discount_spec()`` are the ``reward`` / ``discount``
+  observations' specs when the world has them (else dm_env's defaults);
+- specs keep the TensorSpec's dtype and per-element bounds: a bounded integer
+  scalar from 0 is a ``DiscreteArray``, strings a ``StringArray``, integer bounds
+  spanning the whole dtype an unbounded ``Array``;
+- TimeSteps follow the dm_env_rpc states as the official ``DmEnvAdaptor`` reads
+  them: the start of a sequence is FIRST (no reward, no discount), RUNNING is
+  MID, TERMINATED and INTERRUPTED are LAST; reward and discount are the
+  ``reward`` / ``discount`` observations as they came (dtype kept), else 0.0 and
+  1.0 (0.0 for TERMINATED). ``step()`` after a LAST step (or before any) starts
+  a new sequence, as dm_env requires.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import dm_env
+import gymnasium as gym
+import numpy as np
+from dm_env import specs as dm_specs
+
+from dmrpc_gym.client.agent import State
+from dmrpc_gym.client.env import DmRpcEnv
+from dmrpc_gym.protocol.specs import SpecChecker
+from dmrpc_gym.protocol.wire import pb
+
+__all__ = ["connect_dm_env", "RemoteDmEnv", "dm_env_spec"]
+
+REWARD, DISCOUNT = "reward", "discount"
+
+
+def dm_env_spec(checker: SpecChecker) -> dm_specs.Array:
+    """The dm_env spec stating what a TensorSpec (read as a :class:`SpecChecker`) states.
+
+    >>> spec = pb.TensorSpec(name="move", dtype=pb.INT32)
+    >>> spec.min.int32s.array.append(0); spec.max.int32s.array.append(2)
+    >>> dm_env_spec(SpecChecker(spec))
+    DiscreteArray(shape=(), dtype=int32, name=move, minimum=0, maximum=2, num_values=3)
+    """
+    name, dtype = checker.name, checker.dtype
+    shape = tuple(checker.shape)
+    if checker.data_type == pb.STRING:
+        return dm_specs.StringArray(shape, name=name)
+    lo, hi = checker.minimum, checker.maximum
+    if dtype.kind in "iu" and lo is not None and hi is not None and \
+            (lo <= np.iinfo(dtype).min).all() and (hi >= np.iinfo(dtype).max).all():
+        lo = hi = None     # the dtype's whole range: no bounds (how an unbounded integer Array is served)
+    if lo is None and hi is None:
+        return dm_specs.Array(shape, dtype, name=name)
+    if dtype.kind in "iu" and shape == () and lo is not None and hi is not None and lo == 0:
+        return dm_specs.DiscreteArray(int(hi) + 1, dtype=dtype, name=name)
+    if lo is None:
+        lo = np.array(-np.inf if dtype.kind == "f" else np.iinfo(dtype).min, dtype)
+    if hi is None:
+        hi = np.array(np.inf if dtype.kind == "f" else np.iinfo(dtype).max, dtype)
+    return dm_specs.BoundedArray(shape, dtype, lo, hi, name=name)
+
+
+def _nest(flat: Mapping[str, Any]) -> Any:
+    """``{"a.b": x, "c": y}`` as ``{"a": {"b": x}, "c": y}`` (a single ``observation``: the value itself)."""
+    out: dict[str, Any] = {}
+    for name, value in flat.items():
+        *path, leaf = name.split(".")
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+class RemoteDmEnv(dm_env.Environment):
+    """A dm_env_rpc world as a ``dm_env.Environment`` (see the module doc); made by :func:`connect_dm_env`.
+
+    >>> from dmrpc_gym.server import Server
+    >>> from dmrpc_gym.worlds.catch import Catch
+    >>> with Server(Catch) as server:
+    ...     env = connect_dm_env(server.address, {"seed": 1})
+    ...     first = env.reset()
+    ...     step = env.step(np.int8(1))
+    ...     env.close()
+    >>> first.step_type, first.observation.shape, step.step_type, env.action_spec().dtype
+    (<StepType.FIRST: 0>, (10, 10), <StepType.MID: 1>, dtype('int8'))
+    """
+
+    def __init__(self, address: str | None = None, world_settings: Mapping[str, Any] | None = None,
+                 join_settings: Mapping[str, Any] | None = None, **options: Any):
+        for reserved in ("nested", "observations", "reward", "discount"):
+            if reserved in options:
+                raise TypeError(f"connect_dm_env() sets {reserved}= itself: the dm_env view has every "
+                                f"observation, nested, and reads the 'reward' / 'discount' observations")
+        self.env = DmRpcEnv(address, world_settings=world_settings, join_settings=join_settings,
+                            nested=True, **options)
+        agent = self.env._agent
+        checkers = agent.specs.observations.checkers
+        names = [*agent._obs_names, *agent.extra_names]
+        self._bare = not isinstance(agent.observation_space, gym.spaces.Dict)
+        specs = {n: dm_env_spec(checkers[n]) for n in names}
+        self._observation_spec = specs[names[0]] if self._bare else _nest(specs)
+        self._extras = list(agent.extra_names)
+        action_checkers = agent.specs.actions.checkers
+        action_specs = {n: dm_env_spec(action_checkers[n]) for n in agent._act_names}
+        self._action_spec = _nest(action_specs) if isinstance(agent.action_space, gym.spaces.Dict) \
+            else action_specs[agent._act_names[0]]
+        self._reward_spec = dm_env_spec(checkers[REWARD]) if REWARD in checkers else \
+            dm_specs.Array((), np.float64, name=REWARD)
+        self._discount_spec = dm_env_spec(checkers[DISCOUNT]) if DISCOUNT in checkers else \
+            dm_specs.BoundedArray((), np.float64, 0.0, 1.0, name=DISCOUNT)
+        self._fresh = True
+
+    def _observation(self, obs: Any, info: Mapping[str, Any]) -> Any:
+        if self._extras:     # observations with no gymnasium space travel in info: put them back
+            flat = dict(_flatten(obs))
+            flat.update({n: info[n] for n in self._extras if n in info})
+            return _nest(flat)
+        return obs
+
+    def reset(self) -> dm_env.TimeStep:
+        obs, info = self.env.reset()
+        self._fresh = False
+        return dm_env.TimeStep(dm_env.StepType.FIRST, None, None, self._observation(obs, info))
+
+    def step(self, action: Any) -> dm_env.TimeStep:
+        if self._fresh:
+            return self.reset()
+        obs, _, terminated, truncated, info = self.env.step(action)
+        named = self.env._agent.last_observations
+        reward = named.get(REWARD)
+        reward = 0.0 if reward is None else reward[()]
+        discount = named.get(DISCOUNT)
+        discount = (0.0 if info["state"] == State.TERMINATED else 1.0) if discount is None else discount[()]
+        self._fresh = terminated or truncated
+        kind = dm_env.StepType.LAST if self._fresh else dm_env.StepType.MID
+        return dm_env.TimeStep(kind, reward, discount, self._observation(obs, info))
+
+    def observation_spec(self) -> Any:
+        return self._observation_spec
+
+    def action_spec(self) -> Any:
+        return self._action_spec
+
+    def reward_spec(self) -> dm_specs.Array:
+        return self._reward_spec
+
+    def discount_spec(self) -> dm_specs.Array:
+        return self._discount_spec
+
+    def close(self) -> None:
+        """Leave the world (destroying it if this env created it). Idempotent; never hangs."""
+        self.env.close()
+
+
+def _flatten(nest: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(nest, Mapping):
+        return [item for k, v in nest.items() for item in _flatten(v, f"{prefix}{k}.")]
+    return [(prefix[:-1], nest)]
+
+
+def connect_dm_env(address: str | None = None, world_settings: Mapping[str, Any] | None = None,
+                   join_settings: Mapping[str, Any] | None = None, **options: Any) -> RemoteDmEnv:
+    """A ``dm_env.Environment`` for a world on the dm_env_rpc server at ``address``.
+
+    ``world_settings`` create a world (``world_name=`` joins one instead); ``options`` are
+    :class:`~dmrpc_gym.client.env.DmRpcEnv`'s (``tls``, ``token``, ``connect_timeout``,
+    ``step_timeout``, ``compression``, ``actions``, ...).
+    """
+    return RemoteDmEnv(address, world_settings, join_settings, **options)
