@@ -11,7 +11,8 @@ sends are the env's own (see :func:`space_of`):
 - nested dicts -> nested ``Dict`` (dotted spec names on the wire).
 
 Seeds: a reset's seed goes to the env's ``seed(n)`` method if it has one, else to
-a dm_control task's random state; any other env says once that it is not seeded.
+a dm_control task's or a bsuite env's random state (as their ``random=`` /
+``seed=`` arguments set it); any other env says once that it is not seeded.
 
 Steps: ``reset`` is the FIRST TimeStep; a LAST step with discount 0 is
 ``terminated``, a LAST step with any other discount is ``truncated`` (dm_env's
@@ -131,13 +132,16 @@ class DmEnvGym(gym.Env):
         return timestep.observation, {}
 
     def _seed(self, seed: int) -> bool:
-        """Seed the env's next sequences: its ``seed(n)`` method, or a dm_control task's random state."""
+        """Seed the env's next sequences: its ``seed(n)`` method, or a dm_control task's or bsuite env's random state."""
         if callable(getattr(self.dm_env, "seed", None)):
             self.dm_env.seed(seed)
             return True
         task = getattr(self.dm_env, "task", None)
         if isinstance(getattr(task, "_random", None), np.random.RandomState):
             task._random = np.random.RandomState(seed)   # what suite.load's task_kwargs={"random": seed} sets
+            return True
+        if isinstance(getattr(self.dm_env, "_rng", None), np.random.RandomState):
+            self.dm_env._rng = np.random.RandomState(seed)   # what a bsuite env's seed= sets
             return True
         return False
 
@@ -156,4 +160,9 @@ class DmEnvGym(gym.Env):
         return self.dm_env.physics.render(*RENDER_SIZE, camera_id=0)
 
     def close(self) -> None:
+        """Close the env; a dm_control physics frees its rendering context here, on the thread
+        that rendered (the env's lane), not later in a garbage collector's thread."""
         self.dm_env.close()
+        free = getattr(getattr(self.dm_env, "physics", None), "free", None)
+        if callable(free):
+            free()
