@@ -65,6 +65,17 @@ def test_a_step_before_any_reset_and_after_last_starts_a_sequence():
     assert kinds == [dm_env.StepType.FIRST, dm_env.StepType.LAST] * 2
 
 
+def test_a_lone_named_observation_stays_a_key_and_a_bare_one_bare():
+    with servers.start(Catch) as server:
+        env = dmrpc_gym.connect_dm_env(server.address)
+        try:
+            assert list(env.observation_spec()) == ["board"] and list(env.action_spec()) == ["paddle"]
+            assert env.reset().observation["board"].shape == (10, 10)
+            assert env.step({"paddle": np.int8(1)}).step_type == dm_env.StepType.MID
+        finally:
+            env.close()
+
+
 def test_options_it_sets_itself_are_refused_by_name():
     with pytest.raises(TypeError, match="sets nested= itself"):
         dmrpc_gym.connect_dm_env("127.0.0.1:1", nested=False)
@@ -99,6 +110,3 @@ class ProbeConformance(_Served, absltest.TestCase):
 class CatchConformance(_Served, absltest.TestCase):
     factory = Catch
     settings = {"rows": 4}
-
-    def make_action(self):
-        return np.int8(1)

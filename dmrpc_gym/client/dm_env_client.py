@@ -5,7 +5,9 @@ tokens, timeouts, compression and seeds work as there) and gives dm_env's view:
 
 - ``observation_spec()`` nests the dotted observation names again (``a.b`` ->
   ``{"a": {"b": ...}}``); the ``reward``, ``discount`` and render observations
-  are not part of it;
+  are not part of it. A single observation named ``observation`` (how a server
+  names a bare spec) is the bare value; any other name is a key, even alone. So
+  with actions: ``action`` alone is bare, other names are dict keys;
 - ``reward_spec()`` / ``discount_spec()`` are the ``reward`` / ``discount``
   observations' specs when the world has them (else dm_env's defaults);
 - specs keep the TensorSpec's dtype and per-element bounds: a bounded integer
@@ -84,9 +86,9 @@ class RemoteDmEnv(dm_env.Environment):
     >>> with Server(Catch) as server:
     ...     env = connect_dm_env(server.address, {"seed": 1})
     ...     first = env.reset()
-    ...     step = env.step(np.int8(1))
+    ...     step = env.step({"paddle": np.int8(1)})
     ...     env.close()
-    >>> first.step_type, first.observation.shape, step.step_type, env.action_spec().dtype
+    >>> first.step_type, first.observation["board"].shape, step.step_type, env.action_spec()["paddle"].dtype
     (<StepType.FIRST: 0>, (10, 10), <StepType.MID: 1>, dtype('int8'))
     """
 
@@ -101,14 +103,18 @@ class RemoteDmEnv(dm_env.Environment):
         agent = self.env._agent
         checkers = agent.specs.observations.checkers
         names = [*agent._obs_names, *agent.extra_names]
-        self._bare = not isinstance(agent.observation_space, gym.spaces.Dict)
         specs = {n: dm_env_spec(checkers[n]) for n in names}
-        self._observation_spec = specs[names[0]] if self._bare else _nest(specs)
+        # A single observation named "observation" is a bare value (how a bare spec is served);
+        # any other name is a key, even alone (as DmEnvAdaptor gives it).
+        self._wrap_obs = names[0] if not isinstance(agent.observation_space, gym.spaces.Dict) \
+            and names != ["observation"] else None
+        self._observation_spec = specs[names[0]] if names == ["observation"] else _nest(specs)
         self._extras = list(agent.extra_names)
         action_checkers = agent.specs.actions.checkers
         action_specs = {n: dm_env_spec(action_checkers[n]) for n in agent._act_names}
-        self._action_spec = _nest(action_specs) if isinstance(agent.action_space, gym.spaces.Dict) \
-            else action_specs[agent._act_names[0]]
+        self._unwrap_action = agent._act_names[0] if not isinstance(agent.action_space, gym.spaces.Dict) \
+            and agent._act_names != ["action"] else None
+        self._action_spec = action_specs["action"] if agent._act_names == ["action"] else _nest(action_specs)
         self._reward_spec = dm_env_spec(checkers[REWARD]) if REWARD in checkers else \
             dm_specs.Array((), np.float64, name=REWARD)
         self._discount_spec = dm_env_spec(checkers[DISCOUNT]) if DISCOUNT in checkers else \
@@ -116,6 +122,8 @@ class RemoteDmEnv(dm_env.Environment):
         self._fresh = True
 
     def _observation(self, obs: Any, info: Mapping[str, Any]) -> Any:
+        if self._wrap_obs is not None:
+            obs = _nest({self._wrap_obs: obs})
         if self._extras:     # observations with no gymnasium space travel in info: put them back
             flat = dict(_flatten(obs))
             flat.update({n: info[n] for n in self._extras if n in info})
@@ -130,6 +138,8 @@ class RemoteDmEnv(dm_env.Environment):
     def step(self, action: Any) -> dm_env.TimeStep:
         if self._fresh:
             return self.reset()
+        if self._unwrap_action is not None and isinstance(action, Mapping):
+            action = dict(_flatten(action)).get(self._unwrap_action, action)
         obs, _, terminated, truncated, info = self.env.step(action)
         named = self.env._agent.last_observations
         reward = named.get(REWARD)
