@@ -1,0 +1,227 @@
+"""dm_env both ways (issue 20), side by side in one run; writes benchmarks/dm_env.md with --save.
+
+1. ``connect_dm_env`` against the official ``DmEnvAdaptor`` stepping the same small dm_env
+   world (float32[4] observation, DiscreteArray(2) action, never ending) on one server.
+2. What the wire adds per step (served minus local, each measured in the same round) for
+   dm_control's cartpole-balance against gymnasium's CartPole-v1, both read through
+   ``DmRpcEnv``: serving a dm_env should cost no more than serving a gymnasium env.
+
+Servers run as ``dmrpc-gym serve`` subprocesses. The measuring is ``bench_steps``'s: every
+case for ~0.3 s per round, all cases in turn, 7 rounds; ratios are medians of per-round ratios.
+
+    python benchmarks/bench_dm_env.py [--quick] [--save]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+
+import dm_env
+import numpy as np
+from dm_env import specs
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_steps import Case, machine, measure, paired_ratio  # noqa: E402
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+
+class SmallDm(dm_env.Environment):
+    """The small world: a float32[4] observation, a DiscreteArray(2) action, never ending."""
+
+    def reset(self):
+        return dm_env.restart(np.ones(4, np.float32))
+
+    def step(self, action):
+        return dm_env.transition(1.0, np.full(4, float(action), np.float32))
+
+    def observation_spec(self):
+        return specs.Array((4,), np.float32, name="observation")
+
+    def action_spec(self):
+        return specs.DiscreteArray(2, name="action")
+
+
+def serve(target: str, *extra: str) -> tuple[subprocess.Popen, str]:
+    """``dmrpc-gym serve TARGET --port 0 [EXTRA]`` in a subprocess: ``(process, address)``."""
+    proc = subprocess.Popen([sys.executable, "-m", "dmrpc_gym", "serve", target, "--port", "0", *extra],
+                            cwd=HERE, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                [os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")])})
+    for line in proc.stdout:
+        if line.startswith("serving "):
+            return proc, line.split(" on ")[-1].strip()
+    raise RuntimeError(f"dmrpc-gym serve {target} did not start")
+
+
+class Adaptor(Case):
+    def open(self):
+        from dm_env_rpc.v1 import connection, dm_env_adaptor
+        self.conn = connection.create_secure_channel_and_connect(self.address)
+        self.env, self.world = dm_env_adaptor.create_and_join_world(self.conn, {}, {})
+        self.env.reset()
+        self.action = {"action": np.int64(1)}
+
+    def run(self, k):
+        step, action = self.env.step, self.action
+        for _ in range(k):
+            step(action)
+
+    def close(self):
+        from dm_env_rpc.v1 import dm_env_rpc_pb2
+        self.env.close()
+        self.conn.send(dm_env_rpc_pb2.DestroyWorldRequest(world_name=self.world))
+        self.conn.close()
+
+
+class ConnectDmEnv(Case):
+    def open(self):
+        import dmrpc_gym
+        self.env = dmrpc_gym.connect_dm_env(self.address)
+        self.env.reset()
+
+    def run(self, k):
+        step, action = self.env.step, np.int64(1)
+        for _ in range(k):
+            step(action)
+
+    def close(self):
+        self.env.close()
+
+
+def _push(i: int) -> float:
+    return 1.0 if i % 2 else -1.0
+
+
+class Local(Case):
+    """An env stepped in this process: ``address`` is ``dm_control`` or ``gym``."""
+
+    def open(self):
+        if self.address == "dm_control":
+            from dm_control import suite
+            self.env = suite.load("cartpole", "balance", task_kwargs={"random": 0})
+            self.env.reset()
+        else:
+            import gymnasium as gym
+            self.env = gym.make("CartPole-v1")
+            self.env.reset(seed=0)
+        self.i = 0
+
+    def run(self, k):
+        env = self.env
+        if self.address == "dm_control":
+            for _ in range(k):
+                self.i += 1
+                if env.step(np.array([_push(self.i)])).last():
+                    env.reset()
+        else:
+            for _ in range(k):
+                self.i += 1
+                _, _, terminated, truncated, _ = env.step(self.i % 2)
+                if terminated or truncated:
+                    env.reset()
+
+    def close(self):
+        self.env.close()
+
+
+class Served(Case):
+    """The same env served, read through ``DmRpcEnv``."""
+
+    def open(self):
+        from dmrpc_gym import DmRpcEnv
+        self.env = DmRpcEnv(self.address)
+        self.env.reset(seed=0)
+        self.dm = self.name.startswith("dm_control")
+        self.i = 0
+
+    def run(self, k):
+        env = self.env
+        for _ in range(k):
+            self.i += 1
+            action = np.array([_push(self.i)]) if self.dm else self.i % 2
+            _, _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                env.reset()
+
+    def close(self):
+        self.env.close()
+
+
+def run(quick: bool) -> dict:
+    rounds, seconds = (2, 0.05) if quick else (7, 0.3)
+    procs = {}
+    try:
+        for target in ("bench_dm_env:SmallDm", "dm_control/cartpole-balance", "CartPole-v1"):
+            procs[target] = serve(target)
+        procs["loop"] = serve("dm_control/cartpole-balance", "--workers", "0")
+        small, cartpole_dm, cartpole_gym, cartpole_loop = (procs[t][1] for t in procs)
+        cases = [Adaptor("DmEnvAdaptor", "small dm_env", small),
+                 ConnectDmEnv("connect_dm_env", "small dm_env", small),
+                 Local("dm_control cartpole local", "-", "dm_control"),
+                 Served("dm_control cartpole served", "ours", cartpole_dm),
+                 Served("dm_control cartpole served", "ours --workers 0", cartpole_loop),
+                 Local("gym CartPole local", "-", "gym"),
+                 Served("gym CartPole served", "ours", cartpole_gym)]
+        for case in cases:
+            case.open()
+        try:
+            samples = measure(cases, rounds, seconds, print)
+        finally:
+            for case in cases:
+                case.close()
+    finally:
+        for proc, _ in procs.values():
+            proc.terminate()
+            proc.wait(10)
+    wire_dm = [1 / s - 1 / l for s, l in zip(samples["dm_control cartpole served @ours"],
+                                               samples["dm_control cartpole local @-"])]
+    wire_gym = [1 / s - 1 / l for s, l in zip(samples["gym CartPole served @ours"], samples["gym CartPole local @-"])]
+    wire_loop = [1 / s - 1 / l for s, l in zip(samples["dm_control cartpole served @ours --workers 0"],
+                                                 samples["dm_control cartpole local @-"])]
+    return {"wire_loop_us": statistics.median(wire_loop) * 1e6, "samples": samples, "rounds": rounds, "seconds": seconds, "machine": machine(),
+            "speedup": paired_ratio(samples, "connect_dm_env @small dm_env", "DmEnvAdaptor @small dm_env"),
+            "wire_dm_us": statistics.median(wire_dm) * 1e6, "wire_gym_us": statistics.median(wire_gym) * 1e6,
+            "wire_ratio": statistics.median(d / g for d, g in zip(wire_dm, wire_gym))}
+
+
+def report(results: dict) -> str:
+    m = results["machine"]
+    lines = ["# dm_env both ways", "",
+             "`python benchmarks/bench_dm_env.py --save` (one run, cases in turn, "
+             f"{results['rounds']} rounds of ~{results['seconds']} s; ratios are medians of per-round ratios).", "",
+             f"Machine: {m['nproc']} cpus ({m['cpu']}), Python {m['python']}, grpcio {m['grpcio']}; {m['date']}.", "",
+             "| case | steps/s (median) | min | max |", "|---|---:|---:|---:|"]
+    for label, values in results["samples"].items():
+        lines.append(f"| {label} | {statistics.median(values):.0f} | {min(values):.0f} | {max(values):.0f} |")
+    lines += ["", "## Ratios", "",
+              f"- `connect_dm_env` / official `DmEnvAdaptor`, same server, small dm_env world: "
+              f"**{results['speedup']:.2f}x** (goal: >= 2x)",
+              f"- time the wire adds per step (served - local): dm_control cartpole "
+              f"{results['wire_dm_us']:.0f} us, gymnasium CartPole-v1 {results['wire_gym_us']:.0f} us; "
+              f"ratio **{results['wire_ratio']:.2f}** (goal: <= 1.2)",
+              f"- the same for dm_control cartpole served with `--workers 0` (every env call on the "
+              f"server's event loop, no hand-off to a worker thread): {results['wire_loop_us']:.0f} us", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a fast smoke run (numbers meaningless)")
+    parser.add_argument("--save", action="store_true", help="write benchmarks/dm_env.md")
+    args = parser.parse_args(argv)
+    results = run(args.quick)
+    text = report(results)
+    print(text)
+    if args.save:
+        with open(os.path.join(HERE, "dm_env.md"), "w") as f:
+            f.write(text)
+    return results
+
+
+if __name__ == "__main__":
+    main()
