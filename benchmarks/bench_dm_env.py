@@ -25,7 +25,7 @@ from dm_env import specs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_steps import Case, machine, measure, paired_ratio  # noqa: E402
+from bench_steps import Adaptor, Case, machine, measure, paired_ratio  # noqa: E402
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -58,26 +58,6 @@ def serve(target: str, *extra: str) -> tuple[subprocess.Popen, str]:
     raise RuntimeError(f"dmrpc-gym serve {target} did not start")
 
 
-class Adaptor(Case):
-    def open(self):
-        from dm_env_rpc.v1 import connection, dm_env_adaptor
-        self.conn = connection.create_secure_channel_and_connect(self.address)
-        self.env, self.world = dm_env_adaptor.create_and_join_world(self.conn, {}, {})
-        self.env.reset()
-        self.action = {"action": np.int64(1)}
-
-    def run(self, k):
-        step, action = self.env.step, self.action
-        for _ in range(k):
-            step(action)
-
-    def close(self):
-        from dm_env_rpc.v1 import dm_env_rpc_pb2
-        self.env.close()
-        self.conn.send(dm_env_rpc_pb2.DestroyWorldRequest(world_name=self.world))
-        self.conn.close()
-
-
 class ConnectDmEnv(Case):
     def open(self):
         import dmrpc_gym
@@ -85,7 +65,7 @@ class ConnectDmEnv(Case):
         self.env.reset()
 
     def run(self, k):
-        step, action = self.env.step, np.int64(1)
+        step, action = self.env.step, np.int32(1)
         for _ in range(k):
             step(action)
 

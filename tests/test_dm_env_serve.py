@@ -148,3 +148,11 @@ def test_a_dm_env_factory_by_module_name_is_served():
     env, kind = factory.make({"limit": 2})
     assert kind == "dm_env" and env.dm_env.limit == 2
     env.close()
+
+
+def test_worker_processes_refuse_a_dm_env_by_name():
+    from dmrpc_gym import DmRpcEnv
+    with servers.start("tests.dm_worlds:probe", processes=1) as server:
+        with pytest.raises(DmRpcError, match=r"tests.dm_worlds:probe makes dm_env envs, which are served "
+                                             r"in the server's own process only"):
+            DmRpcEnv(server.address)

@@ -153,3 +153,18 @@ class CartpoleConformance(_Served, absltest.TestCase):
 
 class BsuiteCatchConformance(_Served, absltest.TestCase):
     factory = "bsuite/catch/0"
+
+
+def test_record_writes_a_dm_control_video(tmp_path):
+    from PIL import Image
+    from test_ux_cli import Served, console
+    served = Served(CARTPOLE, tmp_path)
+    try:
+        result = console("record", served.address, "--out", "cartpole.gif", "--steps", "5",
+                         "--no-progress", cwd=tmp_path)
+    finally:
+        served.stop()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1].startswith("wrote cartpole.gif: 6 frames")
+    with Image.open(tmp_path / "cartpole.gif") as gif:
+        assert gif.n_frames == 6

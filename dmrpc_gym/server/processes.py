@@ -83,6 +83,11 @@ def _agents(env: Any, kind: str) -> list | None:
 def _answer(factory: Factory, envs: dict, op: str, key: int, args: tuple) -> Any:
     if op == "make":
         env, kind = factory.make(args[0])
+        if kind == "dm_env":   # its discount and specs do not cross to the server process (yet)
+            close_quietly(env)
+            raise status.failed_precondition(
+                f"{factory.name} makes dm_env envs, which are served in the server's own process "
+                f"only: serve it without processes= (--processes)")
         envs[key] = (env, kind)
         return _describe(env, kind)
     if op == "close":
