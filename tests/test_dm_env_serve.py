@@ -62,7 +62,7 @@ def _flat(nest, prefix=""):
         for key, value in nest.items():
             out.update(_flat(value, f"{prefix}{key}."))
         return out
-    return {prefix[:-1]: np.asarray(nest)}
+    return {prefix[:-1] or "observation": np.asarray(nest)}     # a bare value is served as 'observation'
 
 
 def test_specs_are_the_dm_env_specs_exactly():

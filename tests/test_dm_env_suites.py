@@ -60,6 +60,33 @@ def test_bsuite_catch_round_trip_bit_for_bit():
     assert_same_timesteps(got, want)
 
 
+def _local_cartpole():
+    return suite.load("cartpole", "balance", task_kwargs={"random": 7, "time_limit": 0.1})
+
+
+def _local_catch():
+    from bsuite.environments.catch import Catch as BsuiteCatch
+    return BsuiteCatch(seed=7)
+
+
+@pytest.mark.parametrize("target, local, settings, actions", [
+    (CARTPOLE, _local_cartpole, {"seed": 7, "time_limit": 0.1}, cartpole_actions()),
+    ("bsuite/catch/0", _local_catch, {"seed": 7}, [np.int64(i % 3) for i in range(40)]),
+])
+def test_the_official_dm_env_adaptor_reads_the_same_sequence(target, local, settings, actions):
+    from dm_env_rpc.v1 import dm_env_adaptor
+    want = _run(local(), actions, 2)
+    with servers.serve_like_cli(target) as server, servers.official(server.address) as conn:
+        env, _ = dm_env_adaptor.create_and_join_world(conn, settings, {})
+        try:
+            got = _run(env, [{"action": a} for a in actions], 2)
+            for timestep in got:           # the adaptor asks for every observation, the frame too
+                assert timestep.observation.pop("RGB", np.zeros((240, 320, 3), np.uint8)).shape == (240, 320, 3)
+        finally:
+            env.close()
+    assert_same_timesteps(got, want)
+
+
 def test_dm_control_settings_reach_suite_load_and_unknown_ones_are_refused():
     factory = Factory(CARTPOLE)
     env, kind = factory.make({"time_limit": 0.05, "control_timestep": 0.02})
@@ -168,3 +195,27 @@ def test_record_writes_a_dm_control_video(tmp_path):
     assert result.stdout.strip().splitlines()[-1].startswith("wrote cartpole.gif: 6 frames")
     with Image.open(tmp_path / "cartpole.gif") as gif:
         assert gif.n_frames == 6
+
+
+def test_sb3_ppo_trains_on_a_served_dm_control_task_through_the_flat_spaces_view():
+    torch = pytest.importorskip("torch")
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from dmrpc_gym.integrations.sb3 import SB3Compat
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with servers.serve_like_cli(CARTPOLE) as server:
+        # time_limit 0.5 s: 50-step episodes, each ended by the time limit (a truncation)
+        env = make_vec_env(lambda: SB3Compat(DmRpcEnv(server.address, world_settings={"time_limit": 0.5})),
+                           n_envs=2, seed=0)
+        try:
+            assert sorted(env.observation_space) == ["position", "velocity"]
+            assert env.action_space.shape == (1,)
+            model = PPO("MultiInputPolicy", env, n_steps=64, batch_size=64, n_epochs=1, seed=0)
+            model.learn(256)
+        finally:
+            env.close()
+            torch.set_num_threads(threads)
+    episodes = list(model.ep_info_buffer)
+    assert len(episodes) >= 4 and {e["l"] for e in episodes} == {50}
+    assert all(0.0 <= e["r"] <= 50.0 for e in episodes)      # cartpole-balance: reward in [0, 1] a step
