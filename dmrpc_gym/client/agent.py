@@ -283,7 +283,7 @@ class RemoteAgent:
         state = _STATES.get(response.state) or State(response.state)
         self.state = state
         observations = response.observations
-        carried = self._take_info(observations) if self._carries_info else None
+        info_tensor = None                 # the info observation (dmrpc_gym.protocol.info), if sent
         quick = self._quick
         if quick:                          # scalar reward/discount without the general unpacking
             named, rest = {}, {}
@@ -295,10 +295,16 @@ class RemoteAgent:
                     named[found[0]] = np.array(values[0], found[1])
                 else:
                     rest[uid] = tensor
+            if self._carries_info:
+                info_tensor = rest.pop(INFO_UID, None)
             if rest or large:
                 named.update(self.specs.observations.unpack(rest, large=large))
         else:
+            if self._carries_info and INFO_UID in observations:
+                info_tensor = observations[INFO_UID]
+                del observations[INFO_UID]
             named = self.specs.observations.unpack(observations, large=large)
+        carried = None if info_tensor is None else self._read_info(info_tensor)
         self.last_observations = named
         return self._result(named, state, carried)
 
@@ -306,15 +312,11 @@ class RemoteAgent:
         self.submit_step(action)
         return self.receive_step()
 
-    def _take_info(self, observations: Any) -> dict[str, Any] | None:
-        """Remove the ``info`` observation (a string tensor: never one of the large ones read
-        outside protobuf) from a step's observations and decode it (None: none sent).
+    def _read_info(self, tensor: pb.Tensor) -> dict[str, Any] | None:
+        """The served env's info from the ``info`` observation (a string tensor: never one of the
+        large ones read outside protobuf); None when it cannot be read.
 
         A value the server could not send, or an info that cannot be read, is said once per key."""
-        if INFO_UID not in observations:
-            return None
-        tensor = observations[INFO_UID]
-        del observations[INFO_UID]
         try:
             text = tensor.strings.array[0]        # (no strings payload: an IndexError)
             info = unpack_info(text)
