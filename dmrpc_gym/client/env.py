@@ -12,7 +12,8 @@ import numpy as np
 from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State
 from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
 from dmrpc_gym.protocol.errors import DmRpcError
-from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, server_instance, warn_reconnected
+from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_reconnected
+from dmrpc_gym.client.properties import server_instance
 from dmrpc_gym.client.seeding import AUTO, SeedRoute
 from dmrpc_gym.protocol.wire import pb
 

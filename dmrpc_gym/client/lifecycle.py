@@ -9,7 +9,7 @@ from typing import Any, Callable, TypeVar
 
 from dmrpc_gym.protocol.errors import DmRpcError
 
-__all__ = ["RemoteResource", "Patience", "reset_reconnecting", "warn_reconnected", "server_instance", "same_run"]
+__all__ = ["RemoteResource", "Patience", "reset_reconnecting", "warn_reconnected"]
 
 T = TypeVar("T")
 
@@ -37,28 +37,6 @@ def reset_reconnecting(lost: Callable[[], bool], restore: Callable[[str | None],
     except ConnectionError as err:
         restore(str(err))
         return reset()
-
-
-def server_instance(connection: Any, ask: bool = False) -> str | None:
-    """Which run of a dmrpc_gym server ``connection`` reaches (its ``server_instance`` property);
-    None for other servers, which are not asked (``ask``: ask before anything was answered,
-    for an address that was a dmrpc_gym server before)."""
-    if connection.server_software is None and not ask:
-        return None
-    from dmrpc_gym.client.properties import Properties     # it imports the connection, which imports us
-    try:
-        return str(Properties(connection)["server_instance"].item())
-    except (DmRpcError, KeyError, ValueError):       # an older server without it: unknown
-        return None
-
-
-def same_run(instance: str, connect: Callable[[], Any]) -> bool:
-    """Whether the server that ``connect()`` reaches now is still the run ``instance`` names."""
-    connection = connect()
-    try:
-        return server_instance(connection, ask=True) == instance
-    finally:
-        connection.close()
 
 
 def warn_reconnected(address: str, created: bool, world_name: str, why: str) -> None:

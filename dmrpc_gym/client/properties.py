@@ -1,8 +1,9 @@
-"""Client of the dm_env_rpc properties extension: a world's properties, dict-like."""
+"""Client of the dm_env_rpc properties extension: a world's properties, dict-like, and the
+one property reconnecting reads (which run of a dmrpc_gym server a connection reaches)."""
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -11,7 +12,7 @@ from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import pack_any, props_pb, unpack_any
 
-__all__ = ["Properties"]
+__all__ = ["Properties", "server_instance", "same_run"]
 
 
 class Properties(MutableMapping):
@@ -91,3 +92,24 @@ class Properties(MutableMapping):
 
     def __repr__(self) -> str:
         return f"Properties({sorted(self._all_keys())})"
+
+
+def server_instance(connection: Any, ask: bool = False) -> str | None:
+    """Which run of a dmrpc_gym server ``connection`` reaches (its ``server_instance`` property);
+    None for other servers, which are not asked (``ask``: ask before anything was answered,
+    for an address that was a dmrpc_gym server before)."""
+    if connection.server_software is None and not ask:
+        return None
+    try:
+        return str(Properties(connection)["server_instance"].item())
+    except (DmRpcError, KeyError, ValueError):       # an older server without it: unknown
+        return None
+
+
+def same_run(instance: str, connect: Callable[[], Any]) -> bool:
+    """Whether the server that ``connect()`` reaches now is still the run ``instance`` names."""
+    connection = connect()
+    try:
+        return server_instance(connection, ask=True) == instance
+    finally:
+        connection.close()
