@@ -36,6 +36,7 @@ from typing import Any, Callable
 from dmrpc_gym.app.client_args import add_world_arguments, world_kwargs, world_name_shown
 
 from dmrpc_gym.client.seeding import AUTO
+from dmrpc_gym.server.factories import KINDS
 from dmrpc_gym._extras import install_hint
 
 __all__ = ["main", "build_parser", "COMMANDS", "add_serve", "run_serve", "start_server", "serve_target",
@@ -64,7 +65,7 @@ def add_serve(subparsers: Any) -> None:
                         help="interface to listen on (default: %(default)s; 0.0.0.0 for every interface)")
     parser.add_argument("--port", type=int, default=10000,
                         help="port to listen on; 0 picks a free one (default: %(default)s)")
-    parser.add_argument("--kind", choices=("gym", "pettingzoo"), default=None,
+    parser.add_argument("--kind", choices=KINDS, default=None,
                         help="what the factory makes (default: told by the envs it makes)")
     parser.add_argument("--timeout", type=float, default=30.0,
                         help="seconds a multi-agent wait may see no progress before it fails "
