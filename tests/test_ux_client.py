@@ -398,3 +398,34 @@ def test_record_takes_the_render_observation_its_error_recommends(tmp_path, caps
         assert cli.main(["record", server.address, "--out", str(tmp_path / "b.gif"), "--steps", "3",
                          "--no-progress", "--render-observation", "camera"]) == 0
     assert "wrote" in capsys.readouterr().out and (tmp_path / "b.gif").stat().st_size > 0
+
+
+class Plain(gym.Env):
+    """Takes no render_mode at all."""
+
+    observation_space = gym.spaces.Discrete(3)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        return 0, {}
+
+    def step(self, action):
+        return 1, 0.0, True, False, {}
+
+
+def plain_env(**kwargs):
+    return Plain(**kwargs)
+
+
+def test_a_kwargs_factory_whose_env_refuses_render_mode_is_served_without_frames(caplog):
+    """The server tries render_mode once, builds without it, and says why there are no frames."""
+    import logging
+    with caplog.at_level(logging.WARNING, logger="dmrpc_gym.server"), Server(plain_env) as server:
+        env = DmRpcEnv(server.address)
+        try:
+            assert env.reset(seed=0)[0] == 0 and env.step(1)[2] is True
+        finally:
+            env.close()
+        with pytest.raises(ValueError, match=r"plain_env does not take render_mode"):
+            DmRpcEnv(server.address, render_mode="rgb_array")
+    assert sum("building without render_mode" in r.getMessage() for r in caplog.records) == 1

@@ -287,12 +287,13 @@ class Factory:
             try:
                 env = self._make(**kw)
             except TypeError as exc:   # a **kwargs factory whose env does not take render_mode after all
-                if RENDER_MODE not in kw or RENDER_MODE not in str(exc):
+                if RENDER_MODE not in kw:
                     raise
+                del kw[RENDER_MODE]
+                env = self._make(**kw)     # (its own error, if render_mode was not the trouble)
+                self.render_mode = None
                 self.render_failure = f"{self.name} does not take render_mode ({exc})"
                 log.warning("%s: building without render_mode, so no RGB observation: %s", self.name, exc)
-                self.render_mode = kw.pop(RENDER_MODE) and None
-                env = self._make(**kw)
         except Exception as exc:  # noqa: BLE001 - the factory's error is the client's answer
             raise status.invalid_argument(
                 f"{self.name} could not be created with {describe(kwargs)}: "
