@@ -22,11 +22,12 @@ from dmrpc_gym.client.connection import Connection, settings_tensors, transport_
 from dmrpc_gym.client.env import close_world, open_world
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.spaces import UnsupportedSpec, space_from_spec
+from dmrpc_gym.protocol.bounds import bound_values
 from dmrpc_gym.protocol.specs import dtype_label
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = ["SpecRow", "PropertyRow", "AgentSpecs", "WorldReport", "inspect_world", "format_report",
-           "describe_spec", "bounds_text", "bound_values", "one_line"]
+           "describe_spec", "bounds_text", "one_line"]
 
 _MAX_VALUE_CHARS = 48
 
@@ -101,13 +102,6 @@ def _num(x: Any) -> str:
     if isinstance(x, float):
         return f"{x:g}"
     return str(x)
-
-
-def bound_values(value: pb.TensorSpec.Value) -> np.ndarray | None:
-    """A spec bound as a flat array (None when the spec has none)."""
-    if value.WhichOneof("payload") is None:
-        return None
-    return tensors.unpack_flat(value)
 
 
 def _summary(low: np.ndarray | None, high: np.ndarray | None) -> str:

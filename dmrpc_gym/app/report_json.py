@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from dmrpc_gym.app.report import SpecRow, WorldReport, bound_values, inspect_world, one_line  # noqa: F401 (doctest)
+from dmrpc_gym.app.report import SpecRow, WorldReport, inspect_world, one_line  # noqa: F401 (doctest)
+from dmrpc_gym.protocol.bounds import bound_values
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = ["report_json"]

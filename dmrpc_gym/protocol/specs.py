@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from dmrpc_gym.protocol.bounds import bound_values
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol.wire import pb
 
@@ -193,14 +194,13 @@ class SpecChecker:
     def _bound(self, spec: pb.TensorSpec, which: str, kind: str) -> np.ndarray | None:
         if not spec.HasField(which):
             return None
-        value = getattr(spec, which)
-        if value.WhichOneof("payload") is None:
+        flat = bound_values(getattr(spec, which))
+        if flat is None:
             return None  # an empty Value message: no bound
         name, dt = self.name, self.data_type
         if dt not in _NUMERIC:
             raise ValueError(f"{kind} spec {name!r}: {tensors.data_type_name(dt)} specs cannot "
                              f"have a {which} bound")
-        flat = tensors.unpack_flat(value)
         if self.fixed:
             n = math.prod(self.shape)
             if flat.size not in (1, n):
