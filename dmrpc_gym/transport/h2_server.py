@@ -192,6 +192,9 @@ class GrpcProtocol(Replies, asyncio.Protocol):
             if key == SETTING_WINDOW:
                 for stream in self._streams.values():
                     stream.window += value - self._peer_window
+                    if stream.window > MAX_WINDOW:      # RFC 9113 6.9.2: a connection error
+                        raise ProtocolError(FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {value} took "
+                                            f"stream {stream.id}'s window past 2**31-1")
                 self._peer_window = value
             elif key == SETTING_FRAME:
                 self._peer_frame = value
