@@ -285,6 +285,8 @@ class GrpcStream(_LargeMessages):
                 elif not stream:
                     raise ProtocolError(PROTOCOL_ERROR, "a DATA frame on stream 0")
             elif kind in (HEADERS, CONTINUATION):
+                if stream != _STREAM:    # a stream we never opened: its trailers are not ours (RFC 9113 5.1)
+                    raise ProtocolError(PROTOCOL_ERROR, f"HEADERS on stream {stream}, which this client did not open")
                 self._on_headers(kind, flags, payload)
             elif kind == SETTINGS:
                 if not flags & ACK:
