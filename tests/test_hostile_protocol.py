@@ -37,29 +37,42 @@ def test_settings_pushing_a_stream_window_past_the_maximum_is_a_flow_control_err
         raw.close()
 
 
-def test_the_client_takes_trailers_only_on_its_own_stream():
+def answered_by(frames: bytes) -> str:
+    """What our client's first read raises when a raw server answers its call with ``frames``."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
-    address = f"127.0.0.1:{listener.getsockname()[1]}"
 
-    def server() -> None:            # trailers with a status, but on stream 3, which the client never opened
+    def server() -> None:
         peer, _ = listener.accept()
         peer.recv(65536)
-        block = hpack.Encoder().encode([(":status", "200"), ("content-type", "application/grpc"),
-                                        ("grpc-status", "7"), ("grpc-message", "not yours")])
-        peer.sendall(frame(SETTINGS, 0, 0) + frame(HEADERS, END_HEADERS | END_STREAM, 3, block))
+        peer.sendall(frame(SETTINGS, 0, 0) + frames)
         time.sleep(2)
         peer.close()
 
     threading.Thread(target=server, daemon=True).start()
     try:
-        transport = H2Transport(address, (), 5.0)
+        transport = H2Transport(f"127.0.0.1:{listener.getsockname()[1]}", (), 5.0)
         try:
             transport.write(pb.EnvironmentRequest(step=pb.StepRequest()).SerializeToString())
-            with pytest.raises(ConnectionError, match="HEADERS on stream 3"):
+            with pytest.raises(Exception) as raised:
                 transport.read(5.0)
+            return f"{type(raised.value).__name__}: {raised.value}"
         finally:
             transport.close()
     finally:
         listener.close()
+
+
+def test_the_client_takes_trailers_only_on_its_own_stream():
+    block = hpack.Encoder().encode([(":status", "200"), ("content-type", "application/grpc"),
+                                    ("grpc-status", "7"), ("grpc-message", "not yours")])
+    # trailers with a status, but on stream 3, which the client never opened
+    raised = answered_by(frame(HEADERS, END_HEADERS | END_STREAM, 3, block))
+    assert raised.startswith("ConnectionError") and "HEADERS on stream 3" in raised
+
+
+def test_the_client_refuses_settings_that_push_its_window_past_the_maximum():
+    raised = answered_by(frame(WINDOW_UPDATE, 0, 1, struct.pack(">L", MAX_WINDOW - 65535))
+                         + frame(SETTINGS, 0, 0, struct.pack(">HL", 4, 1 << 20)))
+    assert raised.startswith("ConnectionError") and "2**31-1" in raised

@@ -30,8 +30,8 @@ import hpack
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.base import StreamEnded
-from dmrpc_gym.transport.frames import (ACK, CANCEL, DEFAULT_MAX_MESSAGE, CONTINUATION, DATA, END_STREAM, GOAWAY, HEADER,
-                                        HEADERS, MAX_WINDOW, PADDED, PING, PREFACE, PROTOCOL_ERROR, PUSH_PROMISE,
+from dmrpc_gym.transport.frames import (ACK, CANCEL, DEFAULT_MAX_MESSAGE, CONTINUATION, DATA, END_STREAM, FLOW_CONTROL_ERROR,
+                                        GOAWAY, HEADER, HEADERS, MAX_WINDOW, PADDED, PING, PREFACE, PROTOCOL_ERROR, PUSH_PROMISE,
                                         RST_STREAM, SETTING_FRAME, SETTING_PUSH, SETTING_WINDOW, SETTINGS, U32,
                                         WINDOW_UPDATE, HeaderBlock, MessageSplitter, ProtocolError, StreamError, check_frame,
                                         frame, grpc_frame, grpc_status, header_frames, parse_settings, unpad)
@@ -334,6 +334,9 @@ class GrpcStream(_LargeMessages):
         for key, value in parse_settings(payload):
             if key == SETTING_WINDOW:
                 self._send_stream += value - self._peer_window
+                if self._send_stream > MAX_WINDOW:          # RFC 9113 6.9.2: a connection error
+                    raise ProtocolError(FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {value} took our "
+                                        "stream's window past 2**31-1")
                 self._peer_window = value
             elif key == SETTING_FRAME:
                 self._peer_frame = value
