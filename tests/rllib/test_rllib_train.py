@@ -174,12 +174,10 @@ def test_ppo_survives_a_server_killed_and_restarted(vector):
     try:
         algo = config.build_algo()
         algo.train()
-        killer = threading.Timer(0.5, served.kill)
-        killer.start()                                   # killed while the next iteration samples
-        restarter = threading.Timer(2.0, served.start)   # and back a little later, on the same port
-        restarter.start()
+        served.kill()                                    # killed between iterations: the next one's
+        restarter = threading.Timer(2.0, served.start)   # steps find it dead (a timer could fire after
+        restarter.start()                                # a fast machine's last step); back 2 s later
         results = [algo.train() for _ in range(3)]
-        killer.join()
     finally:
         if restarter is not None:
             restarter.join()
@@ -187,6 +185,7 @@ def test_ppo_survives_a_server_killed_and_restarted(vector):
             algo.stop()
         served.close()
     assert len(served.processes) == 2 and served.processes[0].returncode == -9
-    runners = results[-1]["env_runners"]
-    assert runners.get("num_env_step_failures", 0) >= 1, runners        # the kill was felt by a step
-    assert runners["num_env_steps_sampled_lifetime"] >= 800
+    # The failure count is per iteration: the kill may be felt in any of the three.
+    failures = [r["env_runners"].get("num_env_step_failures", 0) for r in results]
+    assert sum(failures) >= 1, failures                                  # the kill was felt by a step
+    assert results[-1]["env_runners"]["num_env_steps_sampled_lifetime"] >= 800
