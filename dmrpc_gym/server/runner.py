@@ -20,6 +20,7 @@ from typing import Any
 from dmrpc_gym.server.factories import Factory
 from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
 from dmrpc_gym.transport.h2_server import GrpcProtocol
+from dmrpc_gym.transport.limits import ConnectionLimits
 from dmrpc_gym.transport.security import server_context, token_metadata
 from dmrpc_gym.server.session import Session
 from dmrpc_gym.server.registry import WorldRegistry
@@ -65,6 +66,8 @@ class Server:
         token: a shared secret every call must carry as metadata
             ``authorization: Bearer <token>``; others are answered UNAUTHENTICATED.
         max_message_size: the largest request accepted, in bytes (RESOURCE_EXHAUSTED beyond).
+        limits: what one connection may cost (timeouts, reset and ping rates):
+            a :class:`~dmrpc_gym.transport.limits.ConnectionLimits`; None: its defaults.
 
     ``start()`` returns the server, ``address`` / ``port`` say where it listens,
     ``stop()`` is idempotent and never hangs; it is also a context manager.
@@ -80,7 +83,8 @@ class Server:
     def __init__(self, factory: Any, *, kind: str | None = None, address: str = "127.0.0.1:0",
                  render: bool | str = True, timeout: float = 30.0, default_world: bool = True,
                  workers: int | None = None, processes: int = 0, inline_below: float = INLINE_BELOW,
-                 tls: Any = None, token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE):
+                 tls: Any = None, token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
+                 limits: ConnectionLimits | None = None):
         self.factory = Factory(factory, kind=kind, render=render)
         self.workers = default_workers() if workers is None else workers
         self._pool = WorkerPool(self.workers, inline_below=inline_below)   # checks the numbers
@@ -95,6 +99,9 @@ class Server:
         self._tls = server_context(tls)
         token_metadata(token)                 # checks it
         self._token, self._max_message = token, int(max_message_size)
+        if limits is not None and not isinstance(limits, ConnectionLimits):
+            raise TypeError(f"limits must be a ConnectionLimits, got {type(limits).__name__}")
+        self.limits = limits or ConnectionLimits()
         host, sep, port = address.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ValueError(f"address {address!r} is not of the form host:port")
@@ -166,8 +173,9 @@ class Server:
         host, port = self._bind.rsplit(":", 1)
         server = await loop.create_server(
             lambda: GrpcProtocol(lambda: Session(registry), connections, token=self._token,
-                                 max_message_size=self._max_message),
-            host.strip("[]"), int(port), reuse_address=True, ssl=self._tls)
+                                 max_message_size=self._max_message, limits=self.limits),
+            host.strip("[]"), int(port), reuse_address=True, ssl=self._tls,
+            ssl_handshake_timeout=self.limits.handshake_timeout if self._tls else None)
         self._listener, self._connections, self._registry = server, connections, registry
         ready.set_result(server.sockets[0].getsockname()[1])
 

@@ -34,6 +34,7 @@ from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MES
                                         ProtocolError, StreamError, check_frame, frame, parse_settings)
 from dmrpc_gym.transport.h2_calls import HTTP1_ANSWER, Stream, StreamHandler, refusal_of
 from dmrpc_gym.transport.h2_replies import Replies
+from dmrpc_gym.transport.limits import ConnectionLimits
 
 __all__ = ["StreamHandler", "GrpcProtocol"]   # StreamHandler: re-exported from h2_calls
 
@@ -50,12 +51,15 @@ class GrpcProtocol(Replies, asyncio.Protocol):
     """One HTTP/2 connection: any number of gRPC streams, each served by its own session.
 
     ``token``: when set, a call must carry ``authorization: Bearer <token>``;
-    ``max_message_size``: the largest request accepted, in bytes (RESOURCE_EXHAUSTED beyond).
+    ``max_message_size``: the largest request accepted, in bytes (RESOURCE_EXHAUSTED beyond);
+    ``limits``: the connection's bounds (:class:`~dmrpc_gym.transport.limits.ConnectionLimits`).
     """
 
     def __init__(self, new_session: Callable[[], StreamHandler], connections: set, *,
-                 token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE):
+                 token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
+                 limits: ConnectionLimits | None = None):
         self._new_session = new_session
+        self._limits = limits or ConnectionLimits()
         self._connections = connections
         self._token = token
         self._max_message = max_message_size
