@@ -6,9 +6,6 @@ On the tree before these bounds, the same inputs cost a gigabyte or more.
 """
 from __future__ import annotations
 
-import os
-import threading
-
 import numpy as np
 import pytest
 from dm_env_rpc.v1 import dm_env_rpc_pb2 as dpb
@@ -18,41 +15,10 @@ from dmrpc_gym import DmRpcEnv
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import Server
 from dmrpc_gym.worlds.catch import Catch
+from hostile import BOUND, MB, Honest, resident
 from official_servers import start_official_server
 from raw_h2 import RawClient, data
 from servers import OfficialClient
-
-MB = 1 << 20
-#: What an attack may add to the resident memory: far under what it cost before (>= 1 GB).
-BOUND = 96 * MB
-
-
-def resident() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-class Honest(threading.Thread):
-    """A client stepping Catch beside the attack: its 100 steps must all complete."""
-
-    def __init__(self, address: str):
-        super().__init__(daemon=True)
-        self.address, self.steps, self.error = address, 0, None
-
-    def run(self):
-        try:
-            env = DmRpcEnv(self.address, step_timeout=30)
-            try:
-                env.reset(seed=0)
-                for _ in range(100):
-                    _, _, terminated, truncated, _ = env.step(np.int8(0))
-                    self.steps += 1
-                    if terminated or truncated:
-                        env.reset()
-            finally:
-                env.close()
-        except Exception as exc:  # noqa: BLE001 - reported by the test
-            self.error = exc
 
 
 @pytest.fixture

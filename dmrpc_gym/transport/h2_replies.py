@@ -23,6 +23,10 @@ __all__ = ["Replies"]
 log = logging.getLogger("dmrpc_gym.server")
 
 _CHUNK = 1 << 18                 # largest DATA frame we write in one go
+#: The longest ``grpc-message`` we send, in characters: it may echo a peer's text (an unknown
+#: ``:path``), so an echo never costs more than this, and it is written without Huffman coding
+#: (hpack's encoder is quadratic in a value's length: a 60 KB path cost 246 ms of CPU).
+MAX_STATUS_MESSAGE = 1 << 14
 _SERVER = (SERVER_METADATA, __version__)
 _FEATURES = (FEATURES_METADATA, INFO_FEATURE)
 
@@ -86,9 +90,12 @@ class Replies:
         fields = [] if stream.replied else self._headers(stream)
         fields.append(("grpc-status", str(code)))
         if message:
+            if len(message) > MAX_STATUS_MESSAGE:
+                message = f"{message[:MAX_STATUS_MESSAGE]}... ({len(message) - MAX_STATUS_MESSAGE} more characters)"
             fields.append(("grpc-message", urllib.parse.quote(message, safe=" !#$&'()*+,/:;=?@[]~")))
         fields.extend(extra)
-        self._write(h2.header_frames(stream.id, END_STREAM, self._encoder.encode(fields), self._peer_frame))
+        block = self._encoder.encode(fields, huffman=len(message) < 256)
+        self._write(h2.header_frames(stream.id, END_STREAM, block, self._peer_frame))
 
     def _refuse(self, stream: Stream, err: StreamError, client_done: bool) -> None:
         """End one stream with ``err``'s status; the client need send no more (RST_STREAM NO_ERROR)."""

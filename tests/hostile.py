@@ -1,0 +1,54 @@
+"""What the hostile-input tests measure (issue 23): resident memory, and an honest client stepping beside an attack."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+
+from dmrpc_gym import DmRpcEnv
+
+MB = 1 << 20
+#: What an attack may add to the resident memory: far under what it cost before (>= 1 GB).
+BOUND = 96 * MB
+
+
+def resident() -> int:
+    """This process's resident memory in bytes (the servers under test run in it)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class Honest(threading.Thread):
+    """A client stepping Catch beside the attack: its 100 steps must all complete.
+
+    ``elapsed``: seconds its 100 steps took (from its first reset).
+    """
+
+    def __init__(self, address: str, steps: int = 100, **options):
+        super().__init__(daemon=True)
+        self.address, self.wanted, self.options = address, steps, {"step_timeout": 30, **options}
+        self.steps, self.error, self.elapsed = 0, None, None
+
+    def run(self):
+        try:
+            env = DmRpcEnv(self.address, **self.options)
+            try:
+                start = time.monotonic()
+                env.reset(seed=0)
+                for _ in range(self.wanted):
+                    _, _, terminated, truncated, _ = env.step(np.int8(0))
+                    self.steps += 1
+                    if terminated or truncated:
+                        env.reset()
+                self.elapsed = time.monotonic() - start
+            finally:
+                env.close()
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+    def finished(self, timeout: float = 60) -> bool:
+        """Wait for it; True when all its steps completed without an error."""
+        self.join(timeout)
+        return self.error is None and self.steps == self.wanted
