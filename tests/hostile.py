@@ -5,7 +5,6 @@ import os
 import threading
 import time
 
-import numpy as np
 
 from dmrpc_gym import DmRpcEnv
 
@@ -38,7 +37,7 @@ class Honest(threading.Thread):
                 start = time.monotonic()
                 env.reset(seed=0)
                 for _ in range(self.wanted):
-                    _, _, terminated, truncated, _ = env.step(np.int8(0))
+                    _, _, terminated, truncated, _ = env.step(env.action_space.sample())
                     self.steps += 1
                     if terminated or truncated:
                         env.reset()

@@ -44,6 +44,8 @@ EXTRA = [0.0]
 BARRIER: list = [None]   # a threading.Barrier every in-process step waits at, when set
 #: (id, building seconds) of every Sleepy closed (thread mode).
 CLOSED: list[tuple[int, float]] = []
+#: Set when a Sleepy with a building time starts being built (thread mode).
+BUILDING = threading.Event()
 WAIT = 30.0   # seconds a test waits for something that should happen at once
 
 
@@ -62,6 +64,8 @@ class Sleepy(gym.Env):
                  meet: str = ""):
         self.delay, self.marker, self.fail, self.build = float(delay), str(marker), bool(fail), float(build)
         self.meet = str(meet)   # a folder: each step waits there until 2 steps (of any process) have started
+        if self.build:
+            BUILDING.set()
         time.sleep(self.build)
         self.observation_space = gym.spaces.Box(0.0, np.inf, (3,), np.float64)
         self._last = (0.0, 0.0)
@@ -240,8 +244,10 @@ def test_an_env_built_for_a_stream_that_ended_meanwhile_is_closed():
         world = first.send(pb.CreateWorldRequest(settings={"build": tensors.pack(0.5)})).world_name
         first.send(pb.JoinWorldRequest(world_name=world))      # takes the env CreateWorld built
         second = Connection(server.address)
+        BUILDING.clear()
         second.submit(pb.JoinWorldRequest(world_name=world))   # builds another env (0.5 s) ...
-        second.close()                                          # ... for a stream that ends at once
+        assert BUILDING.wait(WAIT)
+        second.close()                                          # ... for a stream that ends meanwhile
         deadline = time.monotonic() + WAIT
         while not CLOSED and time.monotonic() < deadline:
             time.sleep(0.02)

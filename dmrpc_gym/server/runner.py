@@ -203,7 +203,7 @@ class Server:
                     while self._connections and loop.time() < deadline:
                         await asyncio.sleep(0.05)
                 for connection in list(self._connections):
-                    connection.abort()
+                    connection.stop()            # its streams end UNAVAILABLE "server shutting down"
                 await asyncio.sleep(0)          # let the streams' tasks see their cancellation
                 tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
                 if tasks:

@@ -71,12 +71,14 @@ def default_workers() -> int:
     return DEFAULT_WORKERS
 
 
-def _deliver(future: asyncio.Future, ok: bool, value: Any) -> None:
+def _deliver(future: asyncio.Future, ok: bool, value: Any, orphan: Callable[[Any], None] | None) -> None:
     if not future.done():
         if ok:
             future.set_result(value)
         else:
             future.set_exception(value)
+    elif ok and orphan is not None:      # built for a task that was cancelled meanwhile
+        orphan(value)
 
 
 class Lane:
@@ -109,7 +111,7 @@ class Lane:
                 self._timed(time.perf_counter() - start)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._put((fn, args, loop, future, True))
+        self._put((fn, args, loop, future, True, None))
         return await future
 
     def _timed(self, seconds: float) -> None:
@@ -132,28 +134,27 @@ class Lane:
             return fn(*args)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._put((fn, args, loop, future, False))
+        self._put((fn, args, loop, future, False, None))
         return await future
 
     async def build(self, dispose: Callable[[Any], Any], fn: Callable[..., Any], *args: Any) -> Any:
-        """As :meth:`call` for something to own (an env, a world): should the awaiting task be
-        cancelled (its stream ended), what ``fn`` returns is handed to ``dispose`` on this lane."""
-        future = asyncio.ensure_future(self.call(fn, *args))
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            def orphaned(done: asyncio.Future) -> None:
-                if not done.cancelled() and done.exception() is None:
-                    self.post(dispose, done.result())
-            future.add_done_callback(orphaned)
-            raise
+        """As :meth:`call` for something to own (an env, a world). Should the awaiting task be
+        cancelled (its stream ended) before the call starts, it never runs: a client that opens
+        and resets streams queues no work. Once started, what ``fn`` returns is handed to
+        ``dispose`` on this lane."""
+        if self._pool is None:
+            return fn(*args)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._put((fn, args, loop, future, False, lambda built: self.post(dispose, built)))
+        return await future
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` after this lane's earlier calls without waiting (errors are logged)."""
         if self._pool is None:
             _run_logged(fn, args)
         else:
-            self._put((fn, args, None, None, False))
+            self._put((fn, args, None, None, False, None))
 
     def _put(self, item: tuple) -> None:
         self._pool._pending_change(1)  # type: ignore[union-attr]
@@ -167,14 +168,15 @@ class Lane:
     def _run_one(self) -> None:
         """Run the next call (on a worker thread); hand the lane back to the pool if more are waiting."""
         with self._lock:
-            fn, args, loop, future, timed = self._items.popleft()
+            item = self._items.popleft()
         try:
-            self._run_item(fn, args, loop, future, timed)
+            self._run_item(*item)
         finally:
             self._pool._pending_change(-1)  # type: ignore[union-attr]
         self._next()
 
-    def _run_item(self, fn: Callable[..., Any], args: tuple, loop: Any, future: Any, timed: bool) -> None:
+    def _run_item(self, fn: Callable[..., Any], args: tuple, loop: Any, future: Any, timed: bool,
+                  orphan: Callable[[Any], None] | None) -> None:
         if future is None:
             _run_logged(fn, args)
         elif not future.cancelled():
@@ -186,7 +188,7 @@ class Lane:
             if timed:
                 self._timed(time.perf_counter() - start)
             try:
-                loop.call_soon_threadsafe(_deliver, future, ok, value)
+                loop.call_soon_threadsafe(_deliver, future, ok, value, orphan)
             except RuntimeError:
                 pass  # the loop is closed: the server stopped while the env was busy
 

@@ -12,11 +12,11 @@ True
 from __future__ import annotations
 
 import zlib
-from typing import Callable
+from typing import Callable, Iterator
 
 from dmrpc_gym.transport.frames import StreamError
 
-__all__ = ["ENCODINGS", "ACCEPT_ENCODING", "compressor", "decompressor", "check_encoding"]
+__all__ = ["ENCODINGS", "ACCEPT_ENCODING", "compressor", "decompressor", "inflating", "check_encoding"]
 
 _WBITS = {"gzip": 31, "deflate": 15}
 #: Encodings this package reads and writes besides ``identity``.
@@ -49,16 +49,32 @@ def decompressor(name: str, limit: int) -> Callable[[bytes], bytes]:
 
     ``KeyError`` for an encoding this package does not speak.
     """
-    wbits = _WBITS[name] | 32 if name == "deflate" else _WBITS[name]   # deflate: zlib or gzip header
+    _WBITS[name]                              # KeyError now, not at the first message
+    return lambda message: b"".join(inflating(name, message, limit))
 
-    def decompress(message: bytes) -> bytes:
-        unpacker = zlib.decompressobj(wbits)
+
+#: Bytes inflated at a time: a server yields to its other connections between steps.
+INFLATE_STEP = 1 << 20
+
+
+def inflating(name: str, message: bytes, limit: int) -> Iterator[bytes]:
+    """The inflated ``message``, in pieces of at most :data:`INFLATE_STEP` bytes, made as they are taken.
+
+    ``StreamError`` as soon as the total passes ``limit`` (RESOURCE_EXHAUSTED) or the data is
+    corrupt (INTERNAL): a small message that inflates to gigabytes costs at most ``limit``.
+    """
+    wbits = _WBITS[name] | 32 if name == "deflate" else _WBITS[name]   # deflate: zlib or gzip header
+    unpacker, data, total = zlib.decompressobj(wbits), message, 0
+    while True:
         try:
-            out = unpacker.decompress(message, limit + 1)
+            out = unpacker.decompress(data, INFLATE_STEP)
         except zlib.error as err:
             raise StreamError(13, f"a {name} message does not decompress: {err}") from None
-        if len(out) > limit:
+        total += len(out)
+        if total > limit:
             raise StreamError(8, f"a {name} message of {len(message)} bytes inflates past the maximum "
                                  f"message size of {limit} bytes (max_message_size)")
-        return out
-    return decompress
+        if not out:
+            return
+        yield out
+        data = unpacker.unconsumed_tail

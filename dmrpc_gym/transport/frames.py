@@ -16,7 +16,7 @@ import hpack
 
 from dmrpc_gym.protocol.tensors import MAX_TENSOR_BYTES
 
-__all__ = ["MessageSplitter", "MessageTooLarge", "StreamError", "ProtocolError", "frame", "grpc_frame",
+__all__ = ["MessageSplitter", "MessageTooLarge", "Deflated", "StreamError", "ProtocolError", "frame", "grpc_frame",
            "header_frames", "MessageParts", "check_frame", "parse_settings", "header_fragment", "unpad", "decode_headers", "grpc_status", "HeaderBlock",
            "HEADER", "U32", "PREFACE", "MAX_WINDOW", "DEFAULT_MAX_MESSAGE"]
 
@@ -249,6 +249,18 @@ def grpc_status(headers: dict[str, str]) -> int:
     """The ``grpc-status`` of trailers; missing or not a number: UNKNOWN (2) / INTERNAL (13)."""
     text = headers.get("grpc-status", "2")
     return int(text) if text.isdigit() else 13
+
+
+class Deflated(bytes):
+    """A message still in its stream's ``grpc-encoding``: a splitter whose ``decompress`` is this
+    class hands compressed messages on as they came, for the reader to inflate when it takes them.
+
+    >>> splitter, out = MessageSplitter(decompress=Deflated), []
+    >>> splitter.feed(bytes([1, 0, 0, 0, 2]) + b"gz", out); out, type(out[0]).__name__
+    ([b'gz'], 'Deflated')
+    """
+
+    __slots__ = ()
 
 
 #: The first room of a large message being received; it doubles as the bytes arrive.

@@ -42,15 +42,17 @@ class Stream:
     (1048576, True, [])
     """
 
-    __slots__ = ("id", "window", "received", "splitter", "inbox", "session", "busy", "task", "open", "replied",
-                 "compress", "encoding", "client_done")
+    __slots__ = ("id", "window", "recv_window", "held", "credit", "splitter", "inbox", "session", "busy", "task",
+                 "open", "replied", "compress", "encoding", "client_done")
 
-    def __init__(self, stream_id: int, window: int, limit: int):
+    def __init__(self, stream_id: int, window: int, limit: int, recv_window: int = 65535):
         self.id = stream_id
-        self.window = window
-        self.received = 0                # bytes taken in since our last WINDOW_UPDATE for it
+        self.window = window             # what we may send on it (the client's flow control)
+        self.recv_window = recv_window   # what the client may still send on it (ours)
+        self.held = 0                    # bytes received and not yet consumed by the session
+        self.credit = 0                  # bytes consumed since our last WINDOW_UPDATE for it
         self.splitter = MessageSplitter(limit)
-        self.inbox: deque = deque()      # requests, then None once the client is done writing
+        self.inbox: deque = deque()      # requests (compressed ones as Deflated), then None once the client is done
         self.session: StreamHandler | None = None
         self.busy = False                # answering requests (on the loop's turn, or in ``task``)
         self.task: asyncio.Task | None = None   # carries the answering on when it had to wait

@@ -44,6 +44,7 @@ class Replies:
 
     async def _send(self, stream: Stream, message: bytes | list) -> None:
         """Send one message: bytes, or a list of pieces (:class:`~dmrpc_gym.protocol.bulk.Pieces`) not joined."""
+        self._conduct.strikes = 0        # pings that come with real traffic are forgiven
         if not stream.replied:
             self._write(h2.header_frames(stream.id, 0, self._encoder.encode(self._headers(stream)),
                                          self._peer_frame))
@@ -54,7 +55,7 @@ class Replies:
         else:
             n = len(message) + 5
         if (n <= _CHUNK and n <= stream.window and n <= self._conn_window and n <= self._peer_frame
-                and stream.compress is None):
+                and stream.compress is None and self._can_write.is_set()):
             stream.window -= n
             self._conn_window -= n
             self._write(h2.grpc_frame(message, stream.id))

@@ -27,13 +27,16 @@ from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport import eager
 from dmrpc_gym.transport import frames as h2
 from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, END_STREAM,
-                                        FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADER,
-                                        HEADERS, MAX_WINDOW, NO_ERROR, PADDED, PING, PREFACE, PROTOCOL_ERROR,
+                                        ENHANCE_YOUR_CALM, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADER,
+                                        HEADERS, MAX_WINDOW, NO_ERROR, PING, PREFACE, PROTOCOL_ERROR,
                                         PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTING_FRAME,
                                         SETTING_HEADER_TABLE, SETTING_WINDOW, SETTINGS, U32, WINDOW_UPDATE,
-                                        ProtocolError, StreamError, check_frame, frame, parse_settings)
+                                        Deflated, ProtocolError, StreamError, check_frame, frame,
+                                        parse_settings)
 from dmrpc_gym.transport.h2_calls import HTTP1_ANSWER, Stream, StreamHandler, refusal_of
 from dmrpc_gym.transport.h2_replies import Replies
+from dmrpc_gym.transport.h2_requests import Requests, receive_window
+from dmrpc_gym.transport.h2_conduct import Conduct
 from dmrpc_gym.transport.limits import ConnectionLimits
 
 __all__ = ["StreamHandler", "GrpcProtocol"]   # StreamHandler: re-exported from h2_calls
@@ -45,9 +48,13 @@ _CHUNK = 1 << 18                 # largest DATA frame we write in one go
 _BIG_FRAME = 1 << 16             # DATA frames at least this large are not copied out of the read buffer
 _INTERNAL = 13
 _LINGER = 1.0                    # seconds a connection that broke the protocol is read and dropped
+#: Bytes of answers to control frames and refusals that may wait in the write buffer while the
+#: client reads nothing; past it, GOAWAY ENHANCE_YOUR_CALM.
+_MAX_BACKLOG = 4 << 20
+_UNAVAILABLE = 14
 
 
-class GrpcProtocol(Replies, asyncio.Protocol):
+class GrpcProtocol(Requests, Replies, asyncio.Protocol):
     """One HTTP/2 connection: any number of gRPC streams, each served by its own session.
 
     ``token``: when set, a call must carry ``authorization: Bearer <token>``;
@@ -73,7 +80,15 @@ class GrpcProtocol(Replies, asyncio.Protocol):
         self._conn_window = 65535
         self._peer_window = 65535
         self._peer_frame = 16384
-        self._received = 0
+        # Inbound flow control: the client may send what the session has consumed, and one
+        # largest message more (so memory follows what the application takes, not what arrives).
+        self._window = receive_window(max_message_size)
+        self._recv_window = self._window   # what the client may still send on the connection
+        self._credit = 0                   # bytes consumed since our last connection WINDOW_UPDATE
+        self._conduct: Conduct | None = None
+        self._tick: asyncio.TimerHandle | None = None
+        self._frames_done = 0              # frames and header blocks taken whole: how a stall is told
+        self._blocks_done = 0
         self._window_open = asyncio.Event()
         self._can_write = asyncio.Event()
         self._can_write.set()
@@ -87,6 +102,9 @@ class GrpcProtocol(Replies, asyncio.Protocol):
         self._transport = transport
         transport.set_write_buffer_limits(high=_CHUNK)
         self._connections.add(self)
+        loop = asyncio.get_running_loop()
+        self._conduct = Conduct(self._limits, loop.time())
+        self._tick = loop.call_later(self._conduct.tick, self._on_tick)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -117,6 +135,7 @@ class GrpcProtocol(Replies, asyncio.Protocol):
                 else:
                     self._on_frame(kind, flags, stream & 0x7FFFFFFF, bytes(buf[9:end]))
                 del buf[:end]
+                self._frames_done += 1
         except ProtocolError as exc:
             log.info("closing an HTTP/2 connection: %s", exc)
             self._buf = bytearray()
@@ -142,8 +161,8 @@ class GrpcProtocol(Replies, asyncio.Protocol):
         del buf[:len(PREFACE)]
         self._preface = True
         settings = b"".join(struct.pack(">HL", k, v) for k, v in (
-            (SETTING_WINDOW, MAX_WINDOW), (SETTING_FRAME, _OUR_FRAME)))
-        self._write(frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, U32.pack(MAX_WINDOW - 65535)))
+            (SETTING_WINDOW, self._window), (SETTING_FRAME, _OUR_FRAME)))
+        self._write(frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, U32.pack(self._window - 65535)))
         return True
 
     def pause_writing(self) -> None:
@@ -155,6 +174,8 @@ class GrpcProtocol(Replies, asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._connections.discard(self)
+        if self._tick is not None:
+            self._tick.cancel()
         self._window_open.set()
         self._can_write.set()
         for stream in list(self._streams.values()):
@@ -175,6 +196,7 @@ class GrpcProtocol(Replies, asyncio.Protocol):
                 self._on_settings(payload)
         elif kind == PING:
             if not flags & ACK:
+                self._conduct.ping(asyncio.get_running_loop().time())
                 self._write(frame(PING, ACK, 0, payload))
         elif kind == WINDOW_UPDATE:
             self._on_window_update(sid, U32.unpack(payload)[0] & 0x7FFFFFFF)
@@ -183,6 +205,7 @@ class GrpcProtocol(Replies, asyncio.Protocol):
                 raise ProtocolError(PROTOCOL_ERROR, f"RST_STREAM on idle stream {sid}")
             stream = self._streams.get(sid)
             if stream is not None:
+                self._conduct.reset(asyncio.get_running_loop().time())
                 self._end_stream(stream)
         elif kind == GOAWAY:             # RFC 9113 6.8: the streams already open run to completion
             self._draining = True
@@ -227,6 +250,7 @@ class GrpcProtocol(Replies, asyncio.Protocol):
         headers = self._headers_in.add(kind, flags, sid, payload, self._decoder)
         if headers is None:
             return
+        self._blocks_done += 1
         sid, flags = self._headers_in.stream, self._headers_in.flags
         if sid <= self._last_stream:      # trailers from the client: the end of its requests
             if sid in self._streams and flags & END_STREAM:
@@ -240,7 +264,7 @@ class GrpcProtocol(Replies, asyncio.Protocol):
         if self._draining:
             self._write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
             return
-        stream = Stream(sid, self._peer_window, self._max_message)
+        stream = Stream(sid, self._peer_window, self._max_message, self._window)
         refusal = refusal_of(headers, self._token)
         if refusal is not None:
             self._trailers(stream, *refusal)
@@ -249,48 +273,12 @@ class GrpcProtocol(Replies, asyncio.Protocol):
             return
         encoding = headers.get("grpc-encoding", "identity")
         if encoding != "identity":
-            stream.splitter.decompress = encodings.decompressor(encoding, self._max_message)
+            stream.splitter.decompress = Deflated       # inflated as the session takes it
             stream.compress, stream.encoding = encodings.compressor(encoding), encoding
         stream.session = self._new_session()
         self._streams[sid] = stream
         if flags & END_STREAM:
             self._client_done(stream)
-
-    def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
-        # Windows start (and are topped up) at 2**31-1: give back what was used once half is.
-        self._received += len(payload)
-        if self._received > MAX_WINDOW // 2:
-            self._write(frame(WINDOW_UPDATE, 0, 0, U32.pack(self._received)))
-            self._received = 0
-        stream = self._streams.get(sid)
-        if stream is None:
-            if sid > self._last_stream or not sid:
-                raise ProtocolError(PROTOCOL_ERROR, f"DATA on idle stream {sid}")
-            return                       # a stream we already ended
-        if stream.client_done:
-            self._reset(stream, 0x5)     # STREAM_CLOSED: DATA after the client's END_STREAM
-            return
-        stream.received += len(payload)
-        if stream.received > MAX_WINDOW // 2:
-            self._write(frame(WINDOW_UPDATE, 0, sid, U32.pack(stream.received)))
-            stream.received = 0
-        if flags & PADDED:
-            payload = h2.unpad(payload)
-        before = len(stream.inbox)
-        try:
-            stream.splitter.feed(payload, stream.inbox)
-        except StreamError as err:       # too large, badly compressed: this stream only
-            self._refuse(stream, err, flags & END_STREAM)
-            return
-        if len(stream.inbox) != before:
-            self._run(stream)
-        if flags & END_STREAM:
-            self._client_done(stream)
-
-    def _client_done(self, stream: Stream) -> None:
-        stream.client_done = True
-        stream.inbox.append(None)
-        self._run(stream)
 
     # -- streams -------------------------------------------------------------------
     def _run(self, stream: Stream) -> None:
@@ -311,11 +299,16 @@ class GrpcProtocol(Replies, asyncio.Protocol):
                 if raw is None:
                     self._trailers(stream, 0, "")
                     break
+                self._consumed(stream, len(raw) + 5)
+                if type(raw) is Deflated:
+                    raw = await self._inflate(stream, raw)
                 await self._send(stream, await session.handle(raw))
             else:
                 over = False             # more requests may come
         except asyncio.CancelledError:
             pass
+        except StreamError as err:       # a request that does not inflate within the size limit
+            self._refuse(stream, err, stream.client_done)
         except Exception as exc:  # noqa: BLE001 - end this stream with a status, keep the connection
             log.exception("a stream failed")
             self._trailers(stream, _INTERNAL, f"{type(exc).__name__}: {exc}")
@@ -325,7 +318,10 @@ class GrpcProtocol(Replies, asyncio.Protocol):
                 self._finish(stream)
 
     def _finish(self, stream: Stream) -> None:
-        """The stream is over: close its session (once) and forget it."""
+        """The stream is over: close its session (once) and forget it; what it held is given back."""
+        if stream.held:
+            self._credit_connection(stream.held)
+            stream.held = 0
         session, stream.session = stream.session, None
         if session is not None:
             session.close()
@@ -334,8 +330,31 @@ class GrpcProtocol(Replies, asyncio.Protocol):
 
     # -- output --------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
+        """Write ``data``. Answers wait while the write buffer is full (see ``Replies._send``); what
+        is written anyway (ACKs, refusals) is bounded: past ``_MAX_BACKLOG`` the client is dropped."""
         if not self._closed and self._transport is not None:
             self._transport.write(data)
+            if not self._can_write.is_set() and self._transport.get_write_buffer_size() > _MAX_BACKLOG:
+                log.info("closing an HTTP/2 connection: its client reads nothing of what it asks for")
+                self.abort(ENHANCE_YOUR_CALM, f"more than {_MAX_BACKLOG} bytes of answers unread")
+
+    def _on_tick(self) -> None:
+        """Every ``Conduct.tick`` seconds: end the connection should it stall or idle past its limits."""
+        if self._closed or self._transport is None:
+            return
+        loop = asyncio.get_running_loop()
+        unfinished = (("header block", self._blocks_done) if self._headers_in.open
+                      else ("frame", self._frames_done) if self._buf else None)
+        why = self._conduct.overdue(loop.time(), self._preface, unfinished, len(self._streams))
+        if why is None:
+            self._tick = loop.call_later(self._conduct.tick, self._on_tick)
+            return
+        log.info("closing an HTTP/2 connection: %s", why)
+        if not self._preface:
+            self._closed = True
+            self._transport.close()
+        else:
+            self.abort(NO_ERROR if unfinished is None else PROTOCOL_ERROR, why)
 
     def _close_if_done(self) -> None:
         if self._draining and not self._streams and not self._closed and self._transport is not None:
@@ -343,12 +362,19 @@ class GrpcProtocol(Replies, asyncio.Protocol):
             self._transport.close()
 
     def go_away(self) -> None:
-        """Graceful close (RFC 9113 6.8): GOAWAY NO_ERROR; the open streams finish, no new ones start."""
+        """Graceful close (RFC 9113 6.8): GOAWAY NO_ERROR; the open streams go on, no new ones start."""
         if self._closed or self._transport is None or self._draining:
             return
         self._draining = True
         self._transport.write(frame(GOAWAY, 0, 0, struct.pack(">LL", self._last_stream, NO_ERROR)))
         self._close_if_done()
+
+    def stop(self) -> None:
+        """The server stops (after any grace): each open stream ends with gRPC status UNAVAILABLE
+        "server shutting down", which clients treat as a reason to reconnect, then GOAWAY and close."""
+        for stream in list(self._streams.values()):
+            self._trailers(stream, _UNAVAILABLE, "server shutting down")
+        self.abort()
 
     def abort(self, code: int = NO_ERROR, debug: str = "", linger: bool = False) -> None:
         """Say GOAWAY (``code``, ``debug`` text) and drop the connection; its streams end and their sessions close.

@@ -36,10 +36,10 @@ class ConnectionLimits:
         max_resets: streams the client may reset (RST_STREAM before its
             answer) in any one second; past it, GOAWAY ENHANCE_YOUR_CALM (the
             HTTP/2 "Rapid Reset" defence).
-        min_ping_interval: PINGs closer together than this, with no stream
-            open, are strikes; past ``max_ping_strikes`` the connection ends with
-            GOAWAY ENHANCE_YOUR_CALM and debug data ``too_many_pings``, as grpc
-            servers do. Sending a frame of ours (an answer) clears the strikes.
+        min_ping_interval: PINGs closer together than this are strikes; past
+            ``max_ping_strikes`` the connection ends with GOAWAY ENHANCE_YOUR_CALM
+            and debug data ``too_many_pings``, as grpc servers do. Answering a
+            request clears the strikes.
         max_ping_strikes: see ``min_ping_interval``.
     """
 

@@ -1,0 +1,87 @@
+"""A client connection's conduct on our server: what it costs without being a request, and when that is too much.
+
+Requests are bounded by flow control and the size limit. What is left is
+what a peer can make the server do for free: answer PINGs, open and reset
+streams, or hold a connection with a frame, a header block or a preface it
+never finishes. :class:`Conduct` counts these against a connection's
+:class:`~dmrpc_gym.transport.limits.ConnectionLimits` and says when a
+connection is to end, and why.
+
+>>> from dmrpc_gym.transport.limits import ConnectionLimits
+>>> conduct = Conduct(ConnectionLimits(min_ping_interval=1, max_ping_strikes=1), now=0.0)
+>>> conduct.ping(0.0); conduct.ping(0.5)       # the second PING is a strike
+>>> try:
+...     conduct.ping(0.7)
+... except ProtocolError as err:
+...     print(err)
+too_many_pings
+"""
+from __future__ import annotations
+
+from dmrpc_gym.transport.frames import ENHANCE_YOUR_CALM, ProtocolError
+from dmrpc_gym.transport.limits import ConnectionLimits
+
+__all__ = ["Conduct"]
+
+
+class Conduct:
+    """One connection's PINGs, resets and stalls, held against its ``limits`` (times from ``loop.time()``).
+
+    ``strikes`` is set back to 0 by the connection whenever it answers a request,
+    as grpc servers forgive pings that come with real traffic.
+    """
+
+    __slots__ = ("limits", "tick", "strikes", "_last_ping", "_resets", "_reset_second", "_since", "_stall")
+
+    def __init__(self, limits: ConnectionLimits, now: float):
+        self.limits = limits
+        #: How often (seconds) :meth:`overdue` should be asked: a quarter of the shortest timeout, at most 1 s.
+        self.tick = min(1.0, limits.handshake_timeout / 4, limits.frame_timeout / 4, limits.idle_timeout / 4)
+        self.strikes = 0
+        self._last_ping: float | None = None
+        self._resets, self._reset_second = 0, 0.0
+        self._since = now                 # since when the connection is idle (or waits for its preface)
+        self._stall: tuple | None = None  # (what is unfinished, since when)
+
+    def ping(self, now: float) -> None:
+        """A PING came: ``ProtocolError`` ("too_many_pings") past ``max_ping_strikes`` too close together."""
+        if self._last_ping is not None and now - self._last_ping < self.limits.min_ping_interval:
+            self.strikes += 1
+            if self.strikes > self.limits.max_ping_strikes:
+                raise ProtocolError(ENHANCE_YOUR_CALM, "too_many_pings")
+        self._last_ping = now
+
+    def reset(self, now: float) -> None:
+        """The client reset a stream: ``ProtocolError`` past ``max_resets`` in one second (Rapid Reset)."""
+        if now - self._reset_second >= 1.0:
+            self._resets, self._reset_second = 0, now
+        self._resets += 1
+        if self._resets > self.limits.max_resets:
+            raise ProtocolError(ENHANCE_YOUR_CALM, f"more than {self.limits.max_resets} stream resets in a "
+                                                   "second (ConnectionLimits.max_resets)")
+
+    def overdue(self, now: float, preface: bool, unfinished: tuple | None, streams: int) -> str | None:
+        """Why the connection is to end now (a sentence naming the limit), or None.
+
+        ``preface``: the client's preface has come; ``unfinished``: a key naming
+        the frame or header block begun and not whole (None: none), which
+        changes when it does; ``streams``: how many streams are open.
+        """
+        limits = self.limits
+        if not preface:
+            if now - self._since > limits.handshake_timeout:
+                return (f"no HTTP/2 preface within {limits.handshake_timeout:g} s "
+                        "(ConnectionLimits.handshake_timeout)")
+            return None
+        if unfinished is None:
+            self._stall = None
+        elif self._stall is None or self._stall[0] != unfinished:
+            self._stall = (unfinished, now)
+        elif now - self._stall[1] > limits.frame_timeout:
+            return (f"a {unfinished[0]} begun {now - self._stall[1]:.0f} s ago is still unfinished "
+                    f"(ConnectionLimits.frame_timeout is {limits.frame_timeout:g} s)")
+        if streams:
+            self._since = now
+        elif now - self._since > limits.idle_timeout:
+            return f"no open stream for {limits.idle_timeout:g} s (ConnectionLimits.idle_timeout)"
+        return None

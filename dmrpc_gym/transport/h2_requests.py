@@ -1,0 +1,111 @@
+"""What the server takes in on a stream: DATA under flow control, requests queued, inflated as taken.
+
+A mixin of :class:`~dmrpc_gym.transport.h2_server.GrpcProtocol`. Memory follows
+what the application consumes, not what arrives: the receive windows (a
+connection's and each stream's) start at one largest message plus
+:data:`_SLACK`, and bytes are given back (WINDOW_UPDATE) only once the session
+has taken the requests they carried. A peer that sends past a window ends the
+connection (FLOW_CONTROL_ERROR); a stream holds at most :data:`_MAX_QUEUED`
+requests; a compressed request stays compressed until the session takes it,
+and is then inflated a step at a time within the size limit.
+
+>>> receive_window(64 << 20) - (64 << 20)    # one largest message (and its prefix), and 1 MiB
+1048581
+
+Two streams of one connection that each send half of a message larger than
+half the window wait for each other; a client that sends such messages in
+parallel should use a connection for each.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from dmrpc_gym.transport import compression as encodings
+from dmrpc_gym.transport import frames as h2
+from dmrpc_gym.transport.frames import (END_STREAM, FLOW_CONTROL_ERROR, MAX_WINDOW, PADDED, PROTOCOL_ERROR, U32,
+                                        WINDOW_UPDATE, ProtocolError, StreamError, frame)
+from dmrpc_gym.transport.h2_calls import Stream
+
+__all__ = ["Requests", "receive_window"]
+
+#: Beyond the largest message, what a connection's receive window holds: one largest message
+#: always fits, with room for small ones beside it. Consumed bytes are given back in WINDOW_UPDATEs
+#: once half of this has gathered.
+_SLACK = 1 << 20
+_MAX_QUEUED = 1024               # requests waiting on one stream; more is RESOURCE_EXHAUSTED
+
+
+def receive_window(max_message_size: int) -> int:
+    """The receive window (connection and stream) that lets one largest message through."""
+    return min(MAX_WINDOW, max_message_size + 5 + _SLACK)
+
+
+class Requests:
+    """The receiving half of the server's HTTP/2 protocol."""
+
+    def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
+        n = len(payload)
+        self._recv_window -= n
+        if self._recv_window < 0:
+            raise ProtocolError(FLOW_CONTROL_ERROR, "DATA past the connection's flow-control window")
+        stream = self._streams.get(sid)
+        if stream is None:
+            if sid > self._last_stream or not sid:
+                raise ProtocolError(PROTOCOL_ERROR, f"DATA on idle stream {sid}")
+            self._credit_connection(n)   # a stream we already ended: dropped, and so consumed
+            return
+        stream.recv_window -= n
+        if stream.recv_window < 0:
+            raise ProtocolError(FLOW_CONTROL_ERROR, f"DATA past stream {sid}'s flow-control window")
+        if stream.client_done:
+            self._credit_connection(n)
+            self._reset(stream, 0x5)     # STREAM_CLOSED: DATA after the client's END_STREAM
+            return
+        if flags & PADDED:
+            payload = h2.unpad(payload)
+            self._consumed(stream, n - len(payload))
+        stream.held += len(payload)
+        inbox = stream.inbox
+        before = len(inbox)
+        try:
+            stream.splitter.feed(payload, inbox)
+            if len(inbox) > _MAX_QUEUED:
+                raise StreamError(8, f"more than {_MAX_QUEUED} requests wait on this stream unanswered")
+        except StreamError as err:       # too large, badly compressed, too many: this stream only
+            self._refuse(stream, err, flags & END_STREAM)
+            return
+        if len(inbox) != before:
+            self._run(stream)
+        if flags & END_STREAM:
+            self._client_done(stream)
+
+    def _consumed(self, stream: Stream, n: int) -> None:
+        """The session took ``n`` bytes of the stream's requests: the client may send as many more."""
+        stream.held -= n
+        self._credit_connection(n)
+        if stream.open and not stream.client_done:
+            stream.credit += n
+            if stream.credit >= _SLACK // 2:
+                self._write(frame(WINDOW_UPDATE, 0, stream.id, U32.pack(stream.credit)))
+                stream.recv_window += stream.credit
+                stream.credit = 0
+
+    def _credit_connection(self, n: int) -> None:
+        self._credit += n
+        if self._credit >= _SLACK // 2:
+            self._write(frame(WINDOW_UPDATE, 0, 0, U32.pack(self._credit)))
+            self._recv_window += self._credit
+            self._credit = 0
+
+    def _client_done(self, stream: Stream) -> None:
+        stream.client_done = True
+        stream.inbox.append(None)
+        self._run(stream)
+    async def _inflate(self, stream: Stream, raw: bytes) -> bytes:
+        """A compressed request inflated step by step, letting the other streams run between steps."""
+        pieces = []
+        for piece in encodings.inflating(stream.encoding, raw, self._max_message):
+            if pieces:
+                await asyncio.sleep(0)
+            pieces.append(piece)
+        return b"".join(pieces)
