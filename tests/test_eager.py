@@ -99,3 +99,26 @@ def test_a_coroutine_that_catches_a_cancellation_may_go_on_waiting():
         later.set_result("kept going")
         assert await task == "kept going"
     asyncio.run(main())
+
+
+def test_a_task_cancelled_before_its_first_step_cancels_what_the_coroutine_waits_on():
+    """Cancelled at once (a stream reset in the same read as its request), the coroutine still sees
+    the cancellation where it waits, and the future it waits on is cancelled, as with a plain task
+    (before: the coroutine was dropped unawaited and its future left pending, so queued work ran)."""
+    async def main():
+        waited_on = asyncio.get_running_loop().create_future()
+        seen = []
+
+        async def waits():
+            try:
+                await waited_on
+            except asyncio.CancelledError:
+                seen.append("cancelled")
+                raise
+
+        task = eager.start(waits())
+        task.cancel()                    # before the task's first step
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert seen == ["cancelled"] and waited_on.cancelled()
+    asyncio.run(main())

@@ -147,7 +147,11 @@ class Lane:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._put((fn, args, loop, future, False, lambda built: self.post(dispose, built)))
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            future.cancel()              # not started: skipped; started: its result is disposed of
+            raise
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` after this lane's earlier calls without waiting (errors are logged)."""

@@ -23,6 +23,7 @@ task is made; if it waits, a task carries it on from where it stopped.
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 from typing import Any, Coroutine
 
 __all__ = ["start"]
@@ -35,40 +36,40 @@ def start(coro: Coroutine[Any, Any, Any]) -> asyncio.Task | None:
         waiting_on = coro.send(None)
     except StopIteration:
         return None
-    return asyncio.get_running_loop().create_task(_carry_on(coro, waiting_on))
+    return asyncio.get_running_loop().create_task(_Continued(coro, waiting_on))
 
 
-async def _carry_on(coro: Coroutine[Any, Any, Any], waiting_on: Any) -> Any:
-    return await _Continued(coro, waiting_on)
+class _Continued(collections.abc.Coroutine):
+    """``coro``, suspended on ``waiting_on``, as a coroutine a task can carry on.
 
-
-class _Continued:
-    """An awaitable that resumes ``coro``, suspended on ``waiting_on``, under the awaiting task.
-
-    What ``coro`` waits on passes up to the task unchanged and what the task
-    sends or throws (a result, a cancellation) passes down, as ``yield from`` does.
+    The task's first step passes ``waiting_on`` up to it; from then on what the task
+    sends or throws (a result, a cancellation) goes to ``coro``. A task cancelled
+    before its first step throws the cancellation into ``coro`` (where it waits,
+    so its ``except`` and ``finally`` run) and cancels ``waiting_on``, as a task
+    already waiting on it would.
     """
 
-    __slots__ = ("_coro", "_waiting_on")
+    __slots__ = ("_coro", "_first")
 
     def __init__(self, coro: Coroutine[Any, Any, Any], waiting_on: Any):
-        self._coro, self._waiting_on = coro, waiting_on
+        self._coro, self._first = coro, waiting_on
+
+    def send(self, value: Any) -> Any:
+        first, self._first = self._first, None
+        return first if first is not None else self._coro.send(value)
+
+    def throw(self, typ: Any, value: Any = None, traceback: Any = None) -> Any:
+        first, self._first = self._first, None
+        exc = typ if value is None else value
+        if isinstance(first, asyncio.Future) and (exc is asyncio.CancelledError
+                                                   or isinstance(exc, asyncio.CancelledError)):
+            first.cancel()
+        if value is None and traceback is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, value, traceback)
+
+    def close(self) -> None:
+        self._coro.close()
 
     def __await__(self):
-        coro, waiting_on = self._coro, self._waiting_on
-        while True:
-            try:
-                sent = yield waiting_on
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # noqa: BLE001 - handed on, as ``yield from`` does
-                try:
-                    waiting_on = coro.throw(exc)
-                except StopIteration as stop:
-                    return stop.value
-            else:
-                try:
-                    waiting_on = coro.send(sent)
-                except StopIteration as stop:
-                    return stop.value
+        return self

@@ -27,7 +27,7 @@ from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport import eager
 from dmrpc_gym.transport import frames as h2
 from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, END_STREAM,
-                                        ENHANCE_YOUR_CALM, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADER,
+                                        FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADER,
                                         HEADERS, MAX_WINDOW, NO_ERROR, PING, PREFACE, PROTOCOL_ERROR,
                                         PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTING_FRAME,
                                         SETTING_HEADER_TABLE, SETTING_WINDOW, SETTINGS, U32, WINDOW_UPDATE,
@@ -49,7 +49,7 @@ _BIG_FRAME = 1 << 16             # DATA frames at least this large are not copie
 _INTERNAL = 13
 _LINGER = 1.0                    # seconds a connection that broke the protocol is read and dropped
 #: Bytes of answers to control frames and refusals that may wait in the write buffer while the
-#: client reads nothing; past it, GOAWAY ENHANCE_YOUR_CALM.
+#: client reads nothing; past it, the connection is dropped (a GOAWAY would not be read either).
 _MAX_BACKLOG = 4 << 20
 _UNAVAILABLE = 14
 
@@ -331,12 +331,14 @@ class GrpcProtocol(Requests, Replies, asyncio.Protocol):
     # -- output --------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
         """Write ``data``. Answers wait while the write buffer is full (see ``Replies._send``); what
-        is written anyway (ACKs, refusals) is bounded: past ``_MAX_BACKLOG`` the client is dropped."""
+        is written anyway (ACKs, refusals) is bounded: past ``_MAX_BACKLOG`` the connection is dropped."""
         if not self._closed and self._transport is not None:
             self._transport.write(data)
             if not self._can_write.is_set() and self._transport.get_write_buffer_size() > _MAX_BACKLOG:
-                log.info("closing an HTTP/2 connection: its client reads nothing of what it asks for")
-                self.abort(ENHANCE_YOUR_CALM, f"more than {_MAX_BACKLOG} bytes of answers unread")
+                log.info("dropping an HTTP/2 connection: its client left %d bytes of answers unread",
+                         self._transport.get_write_buffer_size())
+                self._closed = True
+                self._transport.abort()  # what it did not read is dropped, not kept to flush
 
     def _on_tick(self) -> None:
         """Every ``Conduct.tick`` seconds: end the connection should it stall or idle past its limits."""
