@@ -76,3 +76,8 @@ def test_the_client_refuses_settings_that_push_its_window_past_the_maximum():
     raised = answered_by(frame(WINDOW_UPDATE, 0, 1, struct.pack(">L", MAX_WINDOW - 65535))
                          + frame(SETTINGS, 0, 0, struct.pack(">HL", 4, 1 << 20)))
     assert raised.startswith("ConnectionError") and "2**31-1" in raised
+
+
+def test_the_client_respects_a_server_that_allows_no_streams():
+    raised = answered_by(frame(SETTINGS, 0, 0, struct.pack(">HL", 3, 0)))   # SETTINGS_MAX_CONCURRENT_STREAMS 0
+    assert raised.startswith("StreamEnded") and "SETTINGS_MAX_CONCURRENT_STREAMS 0" in raised

@@ -89,6 +89,13 @@ def add_serve(subparsers: Any) -> None:
                                         "'authorization: Bearer TOKEN'); default: $DMRPC_GYM_TOKEN if set")
     parser.add_argument("--max-message-size", type=int, default=None, metavar="BYTES",
                         help="largest request accepted (default: 64 MiB)")
+    parser.add_argument("--max-worlds", type=int, default=1024, metavar="N", help="worlds held at most (default: 1024)")
+    parser.add_argument("--max-worlds-per-connection", type=int, default=64, metavar="N",
+                        help="worlds one connection may have made and not destroyed (default: %(default)s)")
+    parser.add_argument("--orphan-lifetime", type=float, default=60.0, metavar="SECONDS",
+                        help="how long a world whose creator left waits to be joined (default: %(default)s)")
+    parser.add_argument("--max-connections", type=int, default=1024, metavar="N",
+                        help="connections open at once; more are accepted and closed (default: %(default)s)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every world and error")
     parser.set_defaults(run=run_serve)
 
@@ -121,7 +128,7 @@ def start_server(args: argparse.Namespace):
     Raises ``ValueError`` / ``TypeError`` for a target that cannot be served,
     ``OSError`` when the address is busy.
     """
-    from dmrpc_gym.server import Server
+    from dmrpc_gym.server import ConnectionLimits, Server
     from dmrpc_gym.transport.security import TOKEN_ENV
 
     render: bool | str = {"rgb_array": True, "none": False}.get(args.render, args.render)
@@ -137,7 +144,9 @@ def start_server(args: argparse.Namespace):
         options["max_message_size"] = args.max_message_size
     return Server(serve_target(args.target), kind=args.kind, address=f"{args.host}:{args.port}",
                   render=render, timeout=args.timeout, workers=args.workers,
-                  processes=args.processes, inline_below=args.inline_below, **options).start()
+                  processes=args.processes, inline_below=args.inline_below, max_worlds=args.max_worlds,
+                  max_worlds_per_connection=args.max_worlds_per_connection, orphan_lifetime=args.orphan_lifetime,
+                  limits=ConnectionLimits(max_connections=args.max_connections), **options).start()
 
 
 def connect_line(server: Any, *, token: str | None = None, tls_ca: str | None = None) -> str:

@@ -4,6 +4,17 @@ The **default world** (world name ``""``) is created on first use with no
 settings, so that clients may join without CreateWorld. Worlds are built on a
 worker thread of the server's :class:`~dmrpc_gym.server.workers.WorkerPool`, so
 a slow env constructor blocks no other request.
+
+Worlds are bounded, as everything a peer can make the server hold:
+
+- at most ``max_worlds`` in all and ``max_worlds_per_connection`` made by one
+  connection (stream) that still has them; CreateWorld past either is answered
+  RESOURCE_EXHAUSTED, naming the limit;
+- a world whose creator has gone is an **orphan**. dm_env_rpc lets any
+  connection join a world by name, so an orphan stays for ``orphan_lifetime``
+  seconds with no agent joined (counted again from each time its last agent
+  leaves), then is destroyed. DestroyWorld ends a world at any time; the
+  default world is never an orphan.
 """
 from __future__ import annotations
 
@@ -38,6 +49,9 @@ class WorldRegistry:
         default_world: whether world name ``""`` names a world created on first use.
         timeout: seconds a multi-agent wait may see no progress before it fails.
         pool: where env calls run (None: inline, on the caller's thread).
+        max_worlds: worlds the server holds at most (CreateWorld past it: RESOURCE_EXHAUSTED).
+        max_worlds_per_connection: worlds one connection may have made and not destroyed.
+        orphan_lifetime: seconds an orphan world (its creator gone) lives with no agent joined.
 
     >>> import asyncio
     >>> from dmrpc_gym.protocol import tensors
@@ -56,8 +70,15 @@ class WorldRegistry:
     """
 
     def __init__(self, factory: Factory, default_world: bool = True, timeout: float = 30.0,
-                 pool: WorkerPool | None = None):
+                 pool: WorkerPool | None = None, max_worlds: int = 1024, max_worlds_per_connection: int = 64,
+                 orphan_lifetime: float = 60.0):
         self.factory = factory
+        self.max_worlds = max_worlds
+        self.max_worlds_per_connection = max_worlds_per_connection
+        self.orphan_lifetime = orphan_lifetime
+        self._creators: dict[str, object] = {}        # world name -> the connection that made it
+        self._orphans: dict[str, asyncio.TimerHandle | None] = {}   # name -> its expiry, when unjoined
+        self._building = 0
         self.default_world = default_world
         self.timeout = timeout
         self.pool = pool
@@ -90,13 +111,69 @@ class WorldRegistry:
         log.info("created world %r (%s) with %s", name, world.kind, describe(kwargs))
         return world
 
-    async def create(self, settings: Mapping[str, pb.Tensor]) -> str:
-        """CreateWorld: build a world from the settings; returns its unique name."""
+    async def create(self, settings: Mapping[str, pb.Tensor], creator: object = None) -> str:
+        """CreateWorld: build a world from the settings; returns its unique name.
+
+        ``creator``: the connection asking (its worlds count toward
+        ``max_worlds_per_connection``, and become orphans when it calls :meth:`creator_left`).
+        """
+        if len(self._worlds) + self._building >= self.max_worlds:
+            raise status.resource_exhausted(
+                f"this server holds {self.max_worlds} worlds, its limit (max_worlds): "
+                f"destroy one with DestroyWorld first")
+        if creator is not None:
+            made = sum(1 for who in self._creators.values() if who is creator)
+            if made >= self.max_worlds_per_connection:
+                raise status.resource_exhausted(
+                    f"this connection has made {made} worlds, the limit per connection "
+                    f"(max_worlds_per_connection): destroy one with DestroyWorld first")
         kwargs = unpack_settings(settings, "world")
         seed = pop_seed(kwargs, "world")
         name = f"world-{next(self._numbers)}"
-        await self._make(name, kwargs, seed)
+        self._building += 1
+        try:
+            await self._make(name, kwargs, seed)
+        finally:
+            self._building -= 1
+        if creator is not None:
+            self._creators[name] = creator
         return name
+
+    def creator_left(self, creator: object) -> None:
+        """The connection ``creator`` has ended: the worlds it made become orphans."""
+        for name in [name for name, who in self._creators.items() if who is creator]:
+            del self._creators[name]
+            self._orphans[name] = None
+            self.vacated(name)
+
+    def vacated(self, name: str) -> None:
+        """An agent left world ``name``: an orphan with no agent left expires after ``orphan_lifetime``."""
+        world = self._worlds.get(name)
+        if name not in self._orphans or world is None or world.agents:
+            return
+        timer = self._orphans[name]
+        if timer is not None:
+            timer.cancel()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:          # the server is stopping: close() ends every world
+            return
+        self._orphans[name] = loop.call_later(self.orphan_lifetime, self._expire, name, world)
+
+    def _expire(self, name: str, world: Any) -> None:
+        self._orphans[name] = None
+        if self._worlds.get(name) is world and not world.agents:
+            self._forget(name).close()
+            log.info("destroyed world %r: no agent joined it within %g s after its creator left",
+                     name, self.orphan_lifetime)
+
+    def _forget(self, name: str) -> Any:
+        """Remove world ``name`` (and its bookkeeping); the world, to close."""
+        timer = self._orphans.pop(name, None)
+        if timer is not None:
+            timer.cancel()
+        self._creators.pop(name, None)
+        return self._worlds.pop(name)
 
     async def get(self, name: str) -> Any:
         """The world named ``name`` (the default world is created here on first use)."""
@@ -131,13 +208,15 @@ class WorldRegistry:
         if world.agents:
             raise status.failed_precondition(
                 f"cannot destroy world {name!r}: {len(world.agents)} agent(s) are joined to it")
-        del self._worlds[name]
-        world.close()
+        self._forget(name).close()
         log.info("destroyed world %r", name)
 
     def close(self) -> None:
         """Close every world (the server is stopping)."""
-        worlds, self._worlds = list(self._worlds.values()), {}
+        for timer in self._orphans.values():
+            if timer is not None:
+                timer.cancel()
+        worlds, self._worlds, self._orphans, self._creators = list(self._worlds.values()), {}, {}, {}
         for world in worlds:
             try:
                 world.close()

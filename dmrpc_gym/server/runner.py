@@ -66,8 +66,12 @@ class Server:
         token: a shared secret every call must carry as metadata
             ``authorization: Bearer <token>``; others are answered UNAUTHENTICATED.
         max_message_size: the largest request accepted, in bytes (RESOURCE_EXHAUSTED beyond).
-        limits: what one connection may cost (timeouts, reset and ping rates):
-            a :class:`~dmrpc_gym.transport.limits.ConnectionLimits`; None: its defaults.
+        limits: what connections may cost (their number, streams, timeouts, reset and
+            ping rates): a :class:`~dmrpc_gym.transport.limits.ConnectionLimits`; None: its defaults.
+        max_worlds: worlds held at most; CreateWorld past it is RESOURCE_EXHAUSTED.
+        max_worlds_per_connection: worlds one connection may have made and not destroyed.
+        orphan_lifetime: seconds a world whose creator has gone stays with no agent
+            joined (any connection may join it by name meanwhile); then it is destroyed.
 
     ``start()`` returns the server, ``address`` / ``port`` say where it listens,
     ``stop()`` is idempotent and never hangs; it is also a context manager.
@@ -84,7 +88,8 @@ class Server:
                  render: bool | str = True, timeout: float = 30.0, default_world: bool = True,
                  workers: int | None = None, processes: int = 0, inline_below: float = INLINE_BELOW,
                  tls: Any = None, token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
-                 limits: ConnectionLimits | None = None):
+                 limits: ConnectionLimits | None = None, max_worlds: int = 1024,
+                 max_worlds_per_connection: int = 64, orphan_lifetime: float = 60.0):
         self.factory = Factory(factory, kind=kind, render=render)
         self.workers = default_workers() if workers is None else workers
         self._pool = WorkerPool(self.workers, inline_below=inline_below)   # checks the numbers
@@ -102,6 +107,13 @@ class Server:
         if limits is not None and not isinstance(limits, ConnectionLimits):
             raise TypeError(f"limits must be a ConnectionLimits, got {type(limits).__name__}")
         self.limits = limits or ConnectionLimits()
+        for name, value in (("max_worlds", max_worlds), ("max_worlds_per_connection", max_worlds_per_connection)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+        if isinstance(orphan_lifetime, bool) or not isinstance(orphan_lifetime, (int, float)) or orphan_lifetime <= 0:
+            raise ValueError(f"orphan_lifetime must be a positive number of seconds, got {orphan_lifetime!r}")
+        self._world_limits = {"max_worlds": max_worlds, "max_worlds_per_connection": max_worlds_per_connection,
+                              "orphan_lifetime": float(orphan_lifetime)}
         host, sep, port = address.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ValueError(f"address {address!r} is not of the form host:port")
@@ -167,7 +179,7 @@ class Server:
             from dmrpc_gym.server.processes import RemoteFactory
             factory = RemoteFactory(self.factory, self._processes)
         registry = WorldRegistry(factory, default_world=self.default_world, timeout=self.timeout,
-                                 pool=self._pool)
+                                 pool=self._pool, **self._world_limits)
         connections: set[GrpcProtocol] = set()
         loop = asyncio.get_running_loop()
         host, port = self._bind.rsplit(":", 1)

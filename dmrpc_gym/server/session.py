@@ -122,7 +122,7 @@ class Session:
         return self.agent
 
     async def _create_world(self, request: pb.CreateWorldRequest, response: pb.EnvironmentResponse) -> None:
-        response.create_world.world_name = await self.registry.create(request.settings)
+        response.create_world.world_name = await self.registry.create(request.settings, creator=self)
 
     async def _join_world(self, request: pb.JoinWorldRequest, response: pb.EnvironmentResponse) -> None:
         if self.agent is not None:
@@ -179,6 +179,7 @@ class Session:
         if agent is not None:
             agent.leave()
             log.info("left world %r", agent.world.name)
+            self.registry.vacated(agent.world.name)
 
     def close(self) -> None:
         """The stream ended: leave (never raises)."""
@@ -186,3 +187,4 @@ class Session:
             self.leave()
         except Exception:  # noqa: BLE001 - a closing stream has no one to answer
             log.exception("leaving the world of a closed stream failed")
+        self.registry.creator_left(self)

@@ -32,7 +32,7 @@ from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.base import StreamEnded
 from dmrpc_gym.transport.frames import (ACK, CANCEL, DEFAULT_MAX_MESSAGE, CONTINUATION, DATA, END_STREAM, FLOW_CONTROL_ERROR,
                                         GOAWAY, HEADER, HEADERS, MAX_WINDOW, PADDED, PING, PREFACE, PROTOCOL_ERROR, PUSH_PROMISE,
-                                        RST_STREAM, SETTING_FRAME, SETTING_PUSH, SETTING_WINDOW, SETTINGS, U32,
+                                        RST_STREAM, SETTING_FRAME, SETTING_PUSH, SETTING_STREAMS, SETTING_WINDOW, SETTINGS, U32,
                                         WINDOW_UPDATE, HeaderBlock, MessageSplitter, ProtocolError, StreamError, check_frame,
                                         frame, grpc_frame, grpc_status, header_frames, parse_settings, unpad)
 from dmrpc_gym.transport.h2_large import _LargeMessages
@@ -340,6 +340,8 @@ class GrpcStream(_LargeMessages):
                 self._peer_window = value
             elif key == SETTING_FRAME:
                 self._peer_frame = value
+            elif key == SETTING_STREAMS and value == 0:   # our one stream is over the peer's limit
+                self._end(14, "the server allows no streams now (SETTINGS_MAX_CONCURRENT_STREAMS 0)")
         self._send(frame(SETTINGS, ACK, 0))
         self._settled = True
 

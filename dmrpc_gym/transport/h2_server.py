@@ -30,14 +30,14 @@ from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MES
                                         FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADER,
                                         HEADERS, MAX_WINDOW, NO_ERROR, PING, PREFACE, PROTOCOL_ERROR,
                                         PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTING_FRAME,
-                                        SETTING_HEADER_TABLE, SETTING_WINDOW, SETTINGS, U32, WINDOW_UPDATE,
+                                        SETTING_HEADER_TABLE, SETTING_STREAMS, SETTING_WINDOW, SETTINGS, U32, WINDOW_UPDATE,
                                         Deflated, ProtocolError, StreamError, check_frame, frame,
                                         parse_settings)
 from dmrpc_gym.transport.h2_calls import HTTP1_ANSWER, Stream, StreamHandler, refusal_of
 from dmrpc_gym.transport.h2_replies import Replies
 from dmrpc_gym.transport.h2_requests import Requests, receive_window
 from dmrpc_gym.transport.h2_conduct import Conduct
-from dmrpc_gym.transport.limits import ConnectionLimits
+from dmrpc_gym.transport.limits import ConnectionLimits, Refusals
 
 __all__ = ["StreamHandler", "GrpcProtocol"]   # StreamHandler: re-exported from h2_calls
 
@@ -52,6 +52,8 @@ _LINGER = 1.0                    # seconds a connection that broke the protocol 
 #: client reads nothing; past it, the connection is dropped (a GOAWAY would not be read either).
 _MAX_BACKLOG = 4 << 20
 _UNAVAILABLE = 14
+_refusals = Refusals(log, "refusing connections: %d are open, the limit (ConnectionLimits.max_connections); "
+                          "%d refused in the last minute")
 
 
 class GrpcProtocol(Requests, Replies, asyncio.Protocol):
@@ -100,6 +102,11 @@ class GrpcProtocol(Requests, Replies, asyncio.Protocol):
     # -- asyncio.Protocol --------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:
         self._transport = transport
+        if len(self._connections) >= self._limits.max_connections:
+            self._closed = True
+            _refusals.note(self._limits.max_connections)
+            transport.abort()
+            return
         transport.set_write_buffer_limits(high=_CHUNK)
         self._connections.add(self)
         loop = asyncio.get_running_loop()
@@ -161,7 +168,8 @@ class GrpcProtocol(Requests, Replies, asyncio.Protocol):
         del buf[:len(PREFACE)]
         self._preface = True
         settings = b"".join(struct.pack(">HL", k, v) for k, v in (
-            (SETTING_WINDOW, self._window), (SETTING_FRAME, _OUR_FRAME)))
+            (SETTING_STREAMS, self._limits.max_streams), (SETTING_WINDOW, self._window),
+            (SETTING_FRAME, _OUR_FRAME)))
         self._write(frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, U32.pack(self._window - 65535)))
         return True
 
@@ -261,7 +269,7 @@ class GrpcProtocol(Requests, Replies, asyncio.Protocol):
         if not sid % 2:
             raise ProtocolError(PROTOCOL_ERROR, f"stream id {sid} is not a client stream (odd)")
         self._last_stream = sid
-        if self._draining:
+        if self._draining or len(self._streams) >= self._limits.max_streams:
             self._write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
             return
         stream = Stream(sid, self._peer_window, self._max_message, self._window)

@@ -7,8 +7,8 @@ GOAWAY code, a gRPC status). The defaults are meant never to need touching;
 ``Server(limits=ConnectionLimits(...))`` changes them.
 
 >>> limits = ConnectionLimits(idle_timeout=60)
->>> limits.idle_timeout, limits.handshake_timeout
-(60.0, 10.0)
+>>> limits.idle_timeout, limits.handshake_timeout, limits.max_streams
+(60.0, 10.0, 256)
 >>> ConnectionLimits(handshake_timeout=0)
 Traceback (most recent call last):
 ...
@@ -16,9 +16,11 @@ ValueError: ConnectionLimits.handshake_timeout must be a positive number of seco
 """
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, fields
 
-__all__ = ["ConnectionLimits"]
+__all__ = ["ConnectionLimits", "Refusals"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,13 @@ class ConnectionLimits:
     """The server's per-connection bounds (seconds for times).
 
     Attributes:
+        max_connections: connections open at once. Past it a new connection is
+            accepted and closed at once (logged, at most once a minute), and the
+            listener goes on accepting.
+        max_streams: streams open at once on one connection, advertised as
+            SETTINGS_MAX_CONCURRENT_STREAMS (RFC 9113 recommends no less than
+            100); a stream past it is refused (RST_STREAM REFUSED_STREAM, which
+            a client may retry).
         handshake_timeout: the TLS handshake and the client's HTTP/2 preface must
             each be done within this; else the connection is closed.
         frame_timeout: a frame, or a header block (HEADERS + CONTINUATION), that
@@ -43,6 +52,8 @@ class ConnectionLimits:
         max_ping_strikes: see ``min_ping_interval``.
     """
 
+    max_connections: int = 1024
+    max_streams: int = 256
     handshake_timeout: float = 10.0
     frame_timeout: float = 10.0
     idle_timeout: float = 300.0
@@ -59,3 +70,28 @@ class ConnectionLimits:
                 what = "a whole number >= 1" if whole else "a positive number of seconds"
                 raise ValueError(f"ConnectionLimits.{field.name} must be {what}, got {value!r}")
             object.__setattr__(self, field.name, int(value) if whole else float(value))
+
+
+class Refusals:
+    """A log of refusals that says at most one line a minute, however fast they come.
+
+    >>> import logging
+    >>> refusals = Refusals(logging.getLogger("demo"), "%d allowed, %d refused this minute")
+    >>> [refusals.note(8) for _ in range(3)], refusals.count
+    ([True, False, False], 2)
+    """
+
+    def __init__(self, log: logging.Logger, message: str, every: float = 60.0):
+        self._log, self._message, self._every = log, message, every
+        self._last = float("-inf")
+        self.count = 0        # refusals since the last line said
+
+    def note(self, limit: int) -> bool:
+        """Count one refusal under ``limit``; whether this one was logged."""
+        self.count += 1
+        now = time.monotonic()
+        if now - self._last < self._every:
+            return False
+        self._log.warning(self._message, limit, self.count)
+        self._last, self.count = now, 0
+        return True
