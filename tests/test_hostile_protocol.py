@@ -12,7 +12,8 @@ import servers
 from raw_h2 import RawClient
 
 from dmrpc_gym.protocol.wire import pb
-from dmrpc_gym.transport.frames import (END_HEADERS, END_STREAM, FLOW_CONTROL_ERROR, HEADERS, MAX_WINDOW, SETTINGS,
+from dmrpc_gym import DmRpcEnv
+from dmrpc_gym.transport.frames import (DATA, END_HEADERS, END_STREAM, FLOW_CONTROL_ERROR, HEADERS, MAX_WINDOW, SETTINGS,
                                         WINDOW_UPDATE, frame)
 from dmrpc_gym.transport.h2_transport import H2Transport
 from dmrpc_gym.worlds.catch import Catch
@@ -81,3 +82,58 @@ def test_the_client_refuses_settings_that_push_its_window_past_the_maximum():
 def test_the_client_respects_a_server_that_allows_no_streams():
     raised = answered_by(frame(SETTINGS, 0, 0, struct.pack(">HL", 3, 0)))   # SETTINGS_MAX_CONCURRENT_STREAMS 0
     assert raised.startswith("StreamEnded") and "SETTINGS_MAX_CONCURRENT_STREAMS 0" in raised
+
+
+def trickling_server(prelude: bytes, trickle: bytes) -> tuple[socket.socket, threading.Event]:
+    """A raw server that sends ``prelude`` at once, then ``trickle`` one byte every 0.25 s (finding 9)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    done = threading.Event()
+
+    def serve() -> None:
+        peer, _ = listener.accept()
+        try:
+            peer.sendall(prelude)
+            for byte in trickle:
+                if done.wait(0.25):
+                    break
+                peer.sendall(bytes([byte]))
+        except OSError:
+            pass
+        finally:
+            peer.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, done
+
+
+def test_connect_timeout_bounds_a_trickled_handshake():
+    """Before: the timeout applied per recv, and a SETTINGS frame sent a byte at a time took 20 s."""
+    listener, done = trickling_server(b"", frame(SETTINGS, 0, 0, struct.pack(">HL", 4, 65535) * 12))
+    start = time.monotonic()
+    try:
+        with pytest.raises(ConnectionError, match="timed out"):
+            DmRpcEnv(f"127.0.0.1:{listener.getsockname()[1]}", connect_timeout=1.5)
+    finally:
+        done.set()
+        listener.close()
+    assert time.monotonic() - start < 3
+
+
+def test_step_timeout_bounds_a_trickled_answer():
+    """A DATA frame of 80 bytes sent a byte at a time (20 s): the read ends at its 1.5 s timeout."""
+    listener, done = trickling_server(frame(SETTINGS, 0, 0), frame(DATA, 0, 1, b"\x00" + struct.pack(">L", 75) + bytes(75)))
+    try:
+        transport = H2Transport(f"127.0.0.1:{listener.getsockname()[1]}", (), 5.0)
+        try:
+            transport.write(pb.EnvironmentRequest(step=pb.StepRequest()).SerializeToString())
+            start = time.monotonic()
+            with pytest.raises(socket.timeout):
+                transport.read(1.5)
+            assert time.monotonic() - start < 2.5
+        finally:
+            transport.close()
+    finally:
+        done.set()
+        listener.close()

@@ -35,6 +35,7 @@ from dmrpc_gym.transport.frames import (ACK, CANCEL, DEFAULT_MAX_MESSAGE, CONTIN
                                         RST_STREAM, SETTING_FRAME, SETTING_PUSH, SETTING_STREAMS, SETTING_WINDOW, SETTINGS, U32,
                                         WINDOW_UPDATE, HeaderBlock, MessageSplitter, ProtocolError, StreamError, check_frame,
                                         frame, grpc_frame, grpc_status, header_frames, parse_settings, unpad)
+from dmrpc_gym.transport.h2_clock import _Clock
 from dmrpc_gym.transport.h2_large import _LargeMessages
 from dmrpc_gym.transport.keepalive import IdleWatcher
 
@@ -46,7 +47,7 @@ _RECV_CHUNK = 1 << 18
 _DIRECT = 1 << 16                # DATA frames at least this large are read straight into their message
 
 
-class GrpcStream(_LargeMessages):
+class GrpcStream(_LargeMessages, _Clock):
     """A client-side gRPC bidi stream: ``write`` messages, ``read`` answers in order.
 
     Args:
@@ -84,7 +85,8 @@ class GrpcStream(_LargeMessages):
         self._dead: Exception | None = None
         self._settled = False
         self._unsent = b""
-        self._timeout = sock.gettimeout()
+        self._timeout = sock.gettimeout()        # the socket's timeout now
+        self._per_call = self._timeout           # seconds a whole call may take (see h2_clock)
         self._watcher: IdleWatcher | None = None
         self._compress = compression and encodings.compressor(compression)
         self.messages_sent = 0
@@ -114,10 +116,11 @@ class GrpcStream(_LargeMessages):
 
     # -- public ----------------------------------------------------------------
     def handshake(self) -> None:
-        """Block until the server's first SETTINGS frame arrives (socket timeout applies).
+        """Block until the server's first SETTINGS frame arrives (within the socket's timeout, as a whole).
 
         An HTTP/1.x server (its answer starts ``HTTP/``) is a ``ConnectionError`` at once.
         """
+        self._begin()
         self._fill(9)
         head = bytes(self._buf[:9])
         if head.isascii() and all(c >= 9 for c in head):     # text, not a frame header: HTTP/1.x
@@ -128,6 +131,7 @@ class GrpcStream(_LargeMessages):
             raise ProtocolError(PROTOCOL_ERROR, f"the server's first frame is of type {self._buf[3]}, not SETTINGS")
         while not self._settled:
             self._read_frame()
+        self._end_call()
 
     def keepalive(self) -> None:
         """Answer the server's PINGs (and other control frames) while no call is running."""
@@ -152,7 +156,11 @@ class GrpcStream(_LargeMessages):
                 self._send_conn -= n
                 self._send(grpc_frame(parts[0] if len(parts) == 1 else b"".join(parts), _STREAM), message=True)
                 return
-            self._write_large(parts)
+            self._begin()
+            try:
+                self._write_large(parts)
+            finally:
+                self._end_call()
 
     def _send(self, data: bytes, message: bool = False) -> None:
         """Send ``data`` after any bytes an interrupted send left behind."""
@@ -169,20 +177,24 @@ class GrpcStream(_LargeMessages):
     def read(self, timeout: float | None | bool = False) -> bytes:
         """The next gRPC message; ``StreamEnded`` once the server has ended the stream.
 
-        ``timeout`` (seconds, None: no limit) replaces the socket's; False keeps it.
+        ``timeout`` (seconds, None: no limit) bounds the whole read, however the
+        answer trickles in (``socket.timeout`` past it); False keeps the last one given.
         """
         with self.lock:
-            if timeout is not False and timeout != self._timeout:
-                self._sock.settimeout(timeout)
-                self._timeout = timeout
-            messages = self._messages
-            if self._unsent:
-                self._send(b"")
-            while not messages:
-                if self._ended is not None:
-                    raise self._ended
-                self._read_frame()
-            return messages.popleft()
+            if timeout is not False:
+                self._per_call = timeout
+            self._begin()
+            try:
+                messages = self._messages
+                if self._unsent:
+                    self._send(b"")
+                while not messages:
+                    if self._ended is not None:
+                        raise self._ended
+                    self._read_frame()
+                return messages.popleft()
+            finally:
+                self._end_call()
 
     def close(self) -> None:
         """Half-close our side politely, then close the socket. Never blocks for long."""
@@ -214,6 +226,8 @@ class GrpcStream(_LargeMessages):
         while len(buf) < n:
             if self._dead is not None:
                 raise self._dead
+            if self._deadline is not None:
+                self._arm()
             # Into a buffer kept for the purpose: recv(n) would allocate n bytes every call.
             got = self._sock.recv_into(self._rbuf)
             if not got:

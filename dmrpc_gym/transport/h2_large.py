@@ -35,6 +35,8 @@ class _LargeMessages:
                 if self._ended is not None:
                     raise self._ended
             n = min(message.left, self._send_stream, self._send_conn, self._peer_frame)
+            if self._deadline is not None:
+                self._arm()
             self._send_stream -= n
             self._send_conn -= n
             self._send_parts([HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, _STREAM), *message.take(n)])
@@ -77,6 +79,8 @@ class _LargeMessages:
         while left:
             self._partial = (flags, length, left)
             room = splitter.room() if self._ended is None else None
+            if self._deadline is not None:
+                self._arm()
             if room is None:
                 chunk = self._sock.recv(min(left, _RECV_CHUNK))
                 n = len(chunk)
