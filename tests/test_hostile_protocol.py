@@ -1,4 +1,4 @@
-"""Protocol limits a hostile peer may not push past (issue 23, finding 10): windows, and trailers on a stream not ours."""
+"""Protocol limits a hostile peer may not push past (issue 23): windows and trailers not ours (finding 10), trickled bytes (9), a drained connection (11)."""
 from __future__ import annotations
 
 import socket
@@ -13,7 +13,7 @@ from raw_h2 import RawClient
 
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym import DmRpcEnv
-from dmrpc_gym.transport.frames import (DATA, END_HEADERS, END_STREAM, FLOW_CONTROL_ERROR, HEADERS, MAX_WINDOW, SETTINGS,
+from dmrpc_gym.transport.frames import (DATA, END_HEADERS, END_STREAM, FLOW_CONTROL_ERROR, GOAWAY, HEADERS, MAX_WINDOW, SETTINGS,
                                         WINDOW_UPDATE, frame)
 from dmrpc_gym.transport.h2_transport import H2Transport
 from dmrpc_gym.worlds.catch import Catch
@@ -136,4 +136,43 @@ def test_step_timeout_bounds_a_trickled_answer():
             transport.close()
     finally:
         done.set()
+        listener.close()
+
+
+def test_an_idle_client_closes_a_connection_that_goaway_drained():
+    """Finding 11: once a GOAWAY came and our stream ended, the idle client closes the connection at
+    once (as grpcio and grpc-go do), so a server's graceful stop need not wait for it; the next call
+    says why."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    closed_after: list[float] = []
+
+    def server() -> None:
+        peer, _ = listener.accept()
+        peer.settimeout(10)
+        peer.recv(65536)
+        block = hpack.Encoder().encode([(":status", "200"), ("content-type", "application/grpc"),
+                                        ("grpc-status", "14"), ("grpc-message", "server shutting down")])
+        peer.sendall(frame(SETTINGS, 0, 0) + frame(GOAWAY, 0, 0, struct.pack(">LL", 1, 0))
+                     + frame(HEADERS, END_HEADERS | END_STREAM, 1, block))
+        start = time.monotonic()
+        try:
+            while peer.recv(65536):
+                pass
+            closed_after.append(time.monotonic() - start)
+        except OSError:
+            pass
+        peer.close()
+
+    thread = threading.Thread(target=server, daemon=True)
+    thread.start()
+    transport = H2Transport(f"127.0.0.1:{listener.getsockname()[1]}", (), 5.0)
+    try:
+        thread.join(5)
+        assert closed_after and closed_after[0] < 2, closed_after
+        with pytest.raises(Exception, match="server shutting down"):
+            transport.write(pb.EnvironmentRequest(step=pb.StepRequest()).SerializeToString())
+    finally:
+        transport.close()
         listener.close()

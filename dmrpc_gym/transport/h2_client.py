@@ -256,6 +256,9 @@ class GrpcStream(_LargeMessages, _Clock):
                 sock.settimeout(self._timeout)
             while len(self._buf) >= 9 and len(self._buf) >= 9 + int.from_bytes(self._buf[:3], "big"):
                 self._read_frame()
+            if self._ended is not None and self._goaway is not None:
+                sock.close()     # drained by GOAWAY, our stream over: nothing can use it (the next call says why)
+                return False
             if self._unsent:
                 self._send(b"")
             return True
