@@ -86,3 +86,22 @@ def test_a_server_cannot_make_the_client_broadcast_an_observation_past_its_spec(
             finally:
                 env.close()
             assert resident() - before < BOUND
+
+
+def test_long_requested_observation_lists_are_not_kept(catch_server):
+    """64 Steps each requesting one observation a million times (a 1 MB list, each a little longer)
+    filled the plan cache with 64 tuples of a million entries (finding 10: +530 MB before)."""
+    before = resident()
+    with OfficialClient(catch_server.address) as client:
+        world = client.send(dpb.CreateWorldRequest()).world_name
+        specs = client.send(dpb.JoinWorldRequest(world_name=world)).specs
+        uid = next(iter(specs.observations))
+        client.send(dpb.StepRequest())
+        for k in range(64):
+            answer = client.send(dpb.StepRequest(requested_observations=[uid] * ((1 << 20) + k)))
+            assert list(answer.observations) == [uid]
+        honest = Honest(catch_server.address)
+        honest.start()
+        honest.join(60)
+    assert honest.error is None and honest.steps == 100
+    assert resident() - before < BOUND, f"+{(resident() - before) / MB:.0f} MB"

@@ -229,7 +229,8 @@ class AgentInterface:
     # -- observations ------------------------------------------------------------------
 
     def plan(self, requested: Any) -> _Plan:
-        """Check a StepRequest's ``requested_observations`` (cached per distinct list)."""
+        """Check a StepRequest's ``requested_observations`` (cached per distinct list no longer than
+        the observations: a list with repeats past that is checked each time, never kept)."""
         key = tuple(requested)
         plan = self._plans.get(key)
         if plan is not None:
@@ -245,9 +246,10 @@ class AgentInterface:
                     f"no observation has UID {uid} (observations: {self._observation_table.listing})")
             items.append(entry)
         plan = _Plan(tuple(items), any(e[1] == _ENV for e in items), any(e[1] == _RGB for e in items))
-        if len(self._plans) >= _PLAN_CACHE:
-            self._plans.clear()
-        self._plans[key] = plan
+        if len(key) <= len(self._observations):      # kept: at most _PLAN_CACHE keys this long
+            if len(self._plans) >= _PLAN_CACHE:
+                self._plans.clear()
+            self._plans[key] = plan
         return plan
 
     def encode(self, plan: _Plan, out: bulk.Pieces, observation: Any, reward: float, discount: float,
