@@ -17,7 +17,7 @@ from dmrpc_gym.client.properties import Properties
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import ConnectionLimits
-from dmrpc_gym.transport.frames import END_STREAM, REFUSED_STREAM, RST_STREAM, SETTINGS
+from dmrpc_gym.transport.frames import REFUSED_STREAM, RST_STREAM, SETTINGS
 from dmrpc_gym.worlds.catch import Catch
 
 

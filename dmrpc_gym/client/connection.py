@@ -23,6 +23,7 @@ from dmrpc_gym.client.lifecycle import Patience
 from dmrpc_gym.transport.base import StreamEnded, Transport, Unreachable, parse_address
 from dmrpc_gym.transport.grpcio_client import GrpcioTransport
 from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
+from dmrpc_gym.transport.h2_clock import MIN_KEEPALIVE
 from dmrpc_gym.transport.h2_transport import H2Transport
 from dmrpc_gym.transport.security import TOKEN_ENV, token_metadata
 
@@ -59,7 +60,12 @@ class Connection:
         connect_timeout: seconds to wait for the server, retrying with backoff while it is not
             listening yet or answers UNAVAILABLE before its first answer; then ``ConnectionError``
             naming the address and the last cause. ``None``: one attempt, no time limit.
-        timeout: seconds to wait for each answer (``None``: no limit); then ``TimeoutError``.
+        timeout: seconds to wait for each answer, however it trickles in (``None``: no
+            limit); then ``TimeoutError``.
+        keepalive: seconds (at least 10) of quiet after which the idle connection PINGs the
+            server, so a dead peer is found before the next step (``ConnectionError`` naming
+            the unanswered PING); None: no PINGs. grpc servers by default allow one PING per
+            5 minutes on a connection that carries no data: give them at least 300.
 
     >>> from dmrpc_gym.server import Server
     >>> from dmrpc_gym.worlds.catch import Catch
@@ -75,11 +81,12 @@ class Connection:
                  metadata: Iterable[tuple[str, str]] | None = None,
                  connect_timeout: float | None = 10.0, timeout: float | None = None,
                  tls: Any = None, token: str | None = None, compression: str | None = None,
-                 max_message_size: int = DEFAULT_MAX_MESSAGE):
+                 max_message_size: int = DEFAULT_MAX_MESSAGE, keepalive: float | None = None):
         if (address is None) == (channel is None):
             raise ValueError("give exactly one of address= or channel=")
         if tls not in (None, False) and (channel is not None or credentials is not None):
             raise ValueError("tls= is for our own client; with channel= or credentials= grpcio does TLS")
+        check_keepalive(keepalive, channel)
         self.address = address if address is not None else getattr(channel, "_target", "<channel>")
         if isinstance(self.address, bytes):
             self.address = self.address.decode()
@@ -88,10 +95,11 @@ class Connection:
         if channel is None and credentials is None:
             def open_transport(seconds: float | None) -> Transport:
                 return H2Transport(address, metadata, seconds, tls=tls, compression=compression,
-                                   max_message_size=max_message_size)
+                                   max_message_size=max_message_size, ping_every=keepalive)
         else:
             if channel is None:
-                channel = grpc.secure_channel(address, credentials)
+                options = [("grpc.keepalive_time_ms", int(keepalive * 1000))] if keepalive else []
+                channel = grpc.secure_channel(address, credentials, options=options)
                 self._own_channel = channel
 
             def open_transport(seconds: float | None) -> Transport:
@@ -363,8 +371,20 @@ def settings_tensors(settings: Mapping[str, Any] | None) -> dict[str, pb.Tensor]
             for k, v in (settings or {}).items()}
 
 
+def check_keepalive(keepalive: float | None, channel: Any = None) -> None:
+    """``ValueError`` unless ``keepalive`` is None or at least ``MIN_KEEPALIVE`` seconds (and we own the channel)."""
+    if keepalive is None:
+        return
+    if isinstance(keepalive, bool) or not isinstance(keepalive, (int, float)) or not keepalive >= MIN_KEEPALIVE:
+        raise ValueError(f"keepalive must be None or at least {MIN_KEEPALIVE:g} seconds (servers end connections "
+                         f"that PING more often, GOAWAY too_many_pings), got {keepalive!r}")
+    if channel is not None:
+        raise ValueError("keepalive= is for connections we open; give your channel= the option grpc.keepalive_time_ms")
+
+
 def transport_options(tls: Any = None, token: str | None = None, compression: str | None = None,
-                      max_message_size: int | None = None) -> dict[str, Any]:
+                      max_message_size: int | None = None, keepalive: float | None = None) -> dict[str, Any]:
     """The :class:`Connection` keywords an env passes on (those left at None keep their defaults)."""
-    options = dict(tls=tls, token=token, compression=compression, max_message_size=max_message_size)
+    options = dict(tls=tls, token=token, compression=compression, max_message_size=max_message_size,
+                   keepalive=keepalive)
     return {k: v for k, v in options.items() if v is not None}

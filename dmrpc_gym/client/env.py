@@ -145,6 +145,8 @@ class DmRpcEnv(RemoteResource, gym.Env):
             ``ssl.SSLContext``), the server's shared secret (default: ``$DMRPC_GYM_TOKEN``),
             gzip/deflate requests, and the largest answer accepted; they go to the
             :class:`~dmrpc_gym.client.connection.Connection`.
+        keepalive: seconds (>= 10) of quiet after which the idle connection PINGs the server,
+            so that a dead server is found before the next step; None: no PINGs.
         reconnect: make a lost connection again on the next ``reset()`` (below).
 
     With ``reconnect=True``, a connection lost between episodes is made again
@@ -177,7 +179,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
                  step_timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
                  metadata: Sequence[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
                  compression: str | None = None, max_message_size: int | None = None,
-                 reconnect: bool = False):
+                 keepalive: float | None = None, reconnect: bool = False):
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.reconnects = 0
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -218,7 +220,8 @@ class DmRpcEnv(RemoteResource, gym.Env):
         k = self._kwargs
         return Connection(k["address"], channel=k["channel"], credentials=k["credentials"], metadata=k["metadata"],
                           connect_timeout=k["connect_timeout"], timeout=k["connect_timeout"],
-                          **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"]))
+                          **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"],
+                                             k["keepalive"]))
 
     def restore(self, why: str | None = None) -> None:
         """Connect again after the connection was lost and join the world again: the same world

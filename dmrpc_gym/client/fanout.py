@@ -310,7 +310,7 @@ class Batch:
 
         try:
             results = restart_all()
-        except ConnectionError as err:
+        except ConnectionError:
             lost = [i for i in indices if self.envs[i].connection.failure is not None]
             if not self.reconnect or not lost:
                 raise

@@ -7,8 +7,6 @@ import time
 import warnings
 from typing import Any, Callable, TypeVar
 
-from dmrpc_gym.protocol.errors import DmRpcError
-
 __all__ = ["RemoteResource", "Patience", "reset_reconnecting", "warn_reconnected"]
 
 T = TypeVar("T")

@@ -88,7 +88,8 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         connect_timeout: seconds to reach the server and to join, per agent.
         step_timeout: seconds to wait for each answer (``None``: no limit).
         credentials / metadata: gRPC channel credentials and call metadata.
-        tls / token / compression / max_message_size: as for :class:`~dmrpc_gym.client.connection.Connection`.
+        tls / token / compression / max_message_size / keepalive: as for
+            :class:`~dmrpc_gym.client.connection.Connection`.
         reconnect: a connection lost between episodes is made again by the next ``reset()``
             (:meth:`restore`); a loss mid-episode still raises from that step.
 
@@ -125,7 +126,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
                  step_timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
                  metadata: Iterable[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
                  compression: str | None = None, max_message_size: int | None = None,
-                 reconnect: bool = False):
+                 keepalive: float | None = None, reconnect: bool = False):
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.reconnects = getattr(self, "reconnects", 0)        # kept by restore()
         self._closed = False
@@ -289,7 +290,8 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         k = self._kwargs
         return Connection(k["address"], credentials=k["credentials"], metadata=k["metadata"],
                           connect_timeout=k["connect_timeout"], timeout=k["step_timeout"],
-                          **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"]))
+                          **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"],
+                                             k["keepalive"]))
 
     def restore(self, why: str | None = None) -> None:
         """Connect every agent again after a connection was lost, as the constructor does: leave

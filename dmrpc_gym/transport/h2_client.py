@@ -1,15 +1,13 @@
 """One gRPC bidirectional stream over a dedicated HTTP/2 connection, in one thread.
 
-grpcio's Python layers hand every message between threads (the sync API) or
-through an event loop woken by a poller thread (``grpc.aio``). A dm_env_rpc
-step is one small request and one answer, so that hand-off dominates the cost
-of a round trip. A dm_env_rpc connection is one stream, so a blocking socket
-speaking just the part of HTTP/2 that one client stream needs does the same
-work with one ``send`` and one ``recv``: no threads, no event loop, and so it
-works unchanged inside Jupyter, whose thread already runs an event loop
-(:class:`~dmrpc_gym.transport.h2_transport.H2Transport` opens the socket). Only
-while the connection sits idle does a watcher thread
-(:mod:`~dmrpc_gym.transport.keepalive`) answer the server's PINGs.
+grpcio's Python layers hand every message between threads or through an event
+loop (``grpc.aio``), and for a dm_env_rpc step (one small request, one answer)
+that hand-off dominates a round trip. A dm_env_rpc connection is one stream, so
+a blocking socket speaking just the HTTP/2 that one client stream needs does the
+same work with one ``send`` and one ``recv``: no threads, no event loop, so it
+works unchanged inside Jupyter (:class:`~dmrpc_gym.transport.h2_transport.H2Transport`
+opens the socket). Only while the connection sits idle does a watcher thread
+(:mod:`~dmrpc_gym.transport.keepalive`) answer the server's PINGs, and send ours.
 
 What is spoken: the client preface and SETTINGS, one request stream (HEADERS
 and CONTINUATION, DATA carrying length-prefixed gRPC messages, gzip/deflate
@@ -63,7 +61,7 @@ class GrpcStream(_LargeMessages, _Clock):
     The constructor sends the preface and the request headers; ``handshake``
     waits for the server's SETTINGS so that a peer which is not an HTTP/2
     server is found at once. Every call holds ``lock``; ``keepalive()``
-    starts the watcher that answers PINGs between calls.
+    starts the watcher of the idle connection.
     """
 
     def __init__(self, sock: socket.socket, path: str, authority: str,
@@ -83,16 +81,13 @@ class GrpcStream(_LargeMessages, _Clock):
         #: The server's response headers (initial metadata), once they have come.
         self.initial_metadata: dict[str, str] = {}
         self._dead: Exception | None = None
-        self._settled = False
-        self._unsent = b""
+        self._settled, self._unsent = False, b""
         self._timeout = sock.gettimeout()        # the socket's timeout now
         self._per_call = self._timeout           # seconds a whole call may take (see h2_clock)
         self._watcher: IdleWatcher | None = None
         self._compress = compression and encodings.compressor(compression)
-        self.messages_sent = 0
-        self.broken = False
-        self._send_conn = 65535
-        self._send_stream = 65535
+        self.messages_sent, self.broken = 0, False
+        self._send_conn = self._send_stream = 65535
         self._peer_window = 65535       # the peer's SETTINGS_INITIAL_WINDOW_SIZE
         self._peer_frame = 16384
         self._received = 0              # bytes received since our last WINDOW_UPDATE
@@ -133,10 +128,13 @@ class GrpcStream(_LargeMessages, _Clock):
             self._read_frame()
         self._end_call()
 
-    def keepalive(self) -> None:
-        """Answer the server's PINGs (and other control frames) while no call is running."""
+    def keepalive(self, ping_every: float | None = None) -> None:
+        """Answer the server's PINGs (and other control frames) while no call is running; with
+        ``ping_every``, also PING a connection quiet that long (see :mod:`~dmrpc_gym.transport.h2_clock`)."""
         if self._watcher is None:
-            self._watcher = IdleWatcher(self._sock, self.lock, lambda: self.messages_sent, self._pump)
+            self._ping_every = ping_every
+            self._watcher = IdleWatcher(self._sock, self.lock, lambda: self.messages_sent, self._pump,
+                                        self._tick if ping_every else None)
 
     def write(self, *parts: bytes | memoryview) -> None:
         """Send the concatenation of ``parts`` as one gRPC message (blocks only while the peer's window is full).
@@ -311,6 +309,8 @@ class GrpcStream(_LargeMessages, _Clock):
             elif kind == PING:
                 if not flags & ACK:
                     self._send(frame(PING, ACK, 0, payload))
+                else:
+                    self._pong()
             elif kind == RST_STREAM and stream == _STREAM:
                 code = U32.unpack(payload)[0]
                 self._end(None, f"the server reset the stream (HTTP/2 error code {code})")
@@ -318,6 +318,8 @@ class GrpcStream(_LargeMessages, _Clock):
                 last, code = struct.unpack_from(">LL", payload)
                 debug = payload[8:].decode("utf-8", "replace")
                 self._goaway = f"HTTP/2 error code {code}{': ' + debug if debug else ''}"
+                if debug == "too_many_pings" and self._ping_every:
+                    self._goaway += f"; keepalive={self._ping_every:g} s pings more often than this server allows"
                 if (last & 0x7FFFFFFF) < _STREAM:
                     self._end(None, f"the server is going away ({self._goaway})")
             elif kind == WINDOW_UPDATE:

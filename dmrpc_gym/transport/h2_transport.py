@@ -24,12 +24,13 @@ class H2Transport:
 
     ``tls``: None (plain TCP), True, a CA bundle path or an ``ssl.SSLContext``
     (see :mod:`~dmrpc_gym.transport.security`). ``keepalive``: answer the
-    server's PINGs while idle (a watcher thread).
+    server's PINGs while idle (a watcher thread); ``ping_every``: also PING the
+    server after that many quiet seconds (:mod:`~dmrpc_gym.transport.h2_clock`).
     """
 
     def __init__(self, address: str, metadata, connect_timeout: float | None, *, tls=None,
                  compression: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
-                 keepalive: bool = True):
+                 keepalive: bool = True, ping_every: float | None = None):
         host, port = parse_address(address)
         context = client_context(tls)
         encodings.check_encoding(compression)
@@ -57,7 +58,7 @@ class H2Transport:
             kind = Unreachable if isinstance(err, (ConnectionResetError, BrokenPipeError)) else ConnectionError
             raise kind(f"{address} did not answer as a gRPC (HTTP/2) server: {err}") from None
         if keepalive:
-            self._stream.keepalive()
+            self._stream.keepalive(ping_every)
         self.write = self._stream.write
         self.read = self._stream.read
 

@@ -27,6 +27,7 @@ class IdleWatcher:
         lock: held by every call while it uses the socket; the watcher only ever try-acquires it.
         activity: a counter that a new call changes (requests sent).
         pump: reads what is available without blocking and handles it; False when the connection is over.
+        tick: called at least once a second while idle (keepalive PINGs); False when the connection is over.
 
     >>> import socket, threading
     >>> a, b = socket.socketpair()
@@ -38,8 +39,9 @@ class IdleWatcher:
     >>> watcher.stop(); a.close(); b.close()
     """
 
-    def __init__(self, sock, lock: threading.Lock, activity: Callable[[], int], pump: Callable[[], bool]):
-        self._sock, self._lock, self._activity, self._pump = sock, lock, activity, pump
+    def __init__(self, sock, lock: threading.Lock, activity: Callable[[], int], pump: Callable[[], bool],
+                 tick: Callable[[], bool] | None = None):
+        self._sock, self._lock, self._activity, self._pump, self._tick = sock, lock, activity, pump, tick
         self._stop = threading.Event()
         threading.Thread(target=self._run, name="dmrpc-keepalive", daemon=True).start()
 
@@ -57,13 +59,15 @@ class IdleWatcher:
                 continue                          # busy: look again later
             ready = True                          # frames may already sit in a buffer
             while not stop.is_set():
-                if ready:
+                if ready or self._tick is not None:
                     if not lock.acquire(blocking=False):
                         break
                     try:
                         if stop.is_set() or activity() != seen:
                             break
-                        if not self._pump():
+                        if ready and not self._pump():
+                            return
+                        if self._tick is not None and not self._tick():
                             return
                     finally:
                         lock.release()
