@@ -156,7 +156,7 @@ class RemoteAgent:
         # A dmrpc_gym server sends the env's info when asked (dmrpc_gym.protocol.info).
         self._carries_info = INFO_FEATURE in connection.server_features
         self._lost_info: set[str] = set()
-        self._specs_bytes = b""
+        self._specs_bytes: bytes | None = None    # the specs the spaces were built from
         self._apply_specs(response.specs)
 
     def rejoin(self, connection: Connection, world_name: str, join_settings: Mapping[str, Any] | None = None) -> None:
@@ -168,7 +168,7 @@ class RemoteAgent:
         self.joined, self.state, self.frame, self.last_observations = True, State.INVALID, None, {}
         carries_info = INFO_FEATURE in connection.server_features
         if carries_info != self._carries_info:     # another server build: ask for info or not
-            self._carries_info, self._specs_bytes = carries_info, b""
+            self._carries_info, self._specs_bytes = carries_info, None
         self._apply_specs(response.specs)
 
     # -- specs -> spaces ---------------------------------------------------------
@@ -176,7 +176,7 @@ class RemoteAgent:
         raw = specs.SerializeToString(deterministic=True)
         if raw == self._specs_bytes:
             return
-        first = not self._specs_bytes
+        first = self._specs_bytes is None
         self._specs_bytes = raw
         o = self._options
         self.specs = SpecManager(specs.actions, specs.observations)
@@ -230,7 +230,7 @@ class RemoteAgent:
         left_out = []
         for name, spec in specs.items():
             try:
-                spaces[name] = _spaces.space_from_spec(spec)
+                spaces[name] = _spaces.space_from_spec(spec, self.connection.max_message_size)
             except _spaces.UnsupportedSpec as why:
                 left_out.append(name)
                 where = "returned in info" if kind == "observation" else "not sendable through the action space"

@@ -15,6 +15,7 @@ from collections import deque
 from typing import Any, Iterable, Mapping
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.protocol.errors import DmRpcError, status_name
@@ -91,6 +92,7 @@ class Connection:
         if isinstance(self.address, bytes):
             self.address = self.address.decode()
         self.timeout = timeout
+        self.max_message_size = max_message_size
         metadata = tuple(metadata or ()) + token_metadata(os.environ.get(TOKEN_ENV) if token is None else token or None)
         if channel is None and credentials is None:
             def open_transport(seconds: float | None) -> Transport:
@@ -204,8 +206,14 @@ class Connection:
         self._check_usable()
         while True:
             try:
-                message, large = bulk.split(self._transport.read(self.timeout), map_field)
-                return pb.EnvironmentResponse.FromString(message), large
+                message = self._transport.read(self.timeout)
+                try:
+                    message, large = bulk.split(message, map_field)
+                    return pb.EnvironmentResponse.FromString(message), large
+                except (DecodeError, ValueError) as err:   # the stream's order can no longer be trusted
+                    self._broken = f"the server sent an answer that is no EnvironmentResponse: {err}"
+                    raise ConnectionError(f"the dm_env_rpc server at {self.address} answered {field} with "
+                                          f"{len(message)} bytes that are no EnvironmentResponse ({err})") from None
             except socket.timeout:
                 raise TimeoutError(f"no answer to {field} from the dm_env_rpc server at "
                                    f"{self.address} within {self.timeout} s") from None

@@ -7,6 +7,7 @@ import numpy as np
 from gymnasium import spaces as gs
 from gymnasium.spaces.space import Space
 
+from dmrpc_gym.protocol.shapes import MAX_TENSOR_BYTES, element_limit
 from dmrpc_gym.protocol.specs import SpecChecker
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.spaces.text import PrintableText
@@ -36,11 +37,12 @@ def _full(bound: np.ndarray | None, shape: tuple[int, ...], fill: Any, dtype: np
     return np.broadcast_to(bound, shape).astype(dtype)
 
 
-def space_from_spec(spec: pb.TensorSpec) -> Space:
+def space_from_spec(spec: pb.TensorSpec, max_bytes: int = MAX_TENSOR_BYTES) -> Space:
     """The gymnasium space admitting exactly the values ``spec`` admits (rules in the module doc).
 
-    Raises ``ValueError`` for a malformed spec and :class:`UnsupportedSpec`
-    for one with no faithful space.
+    Raises ``ValueError`` for a malformed spec, or one whose shape holds more than
+    ``max_bytes`` (the largest message: no value of it could arrive, and its bounds
+    would be allocated here), and :class:`UnsupportedSpec` for one with no faithful space.
 
     >>> spec = pb.TensorSpec(name="move", dtype=pb.INT32)
     >>> spec.min.int32s.array.append(-1); spec.max.int32s.array.append(1)
@@ -58,6 +60,9 @@ def space_from_spec(spec: pb.TensorSpec) -> Space:
     if not checker.fixed:
         raise UnsupportedSpec(f"{name!r}: shape {list(shape)} has a variable-size (-1) dimension, "
                               f"which no gymnasium space can hold")
+    if int(np.prod(shape, dtype=object)) > element_limit(dtype, max_bytes):
+        raise ValueError(f"{name!r}: shape {list(shape)} of {dtype} holds more than {max_bytes} bytes, "
+                         f"the largest message")
     if dt == pb.STRING:
         if shape:
             raise UnsupportedSpec(f"{name!r}: string arrays (shape {list(shape)}) have no gymnasium "
