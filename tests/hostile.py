@@ -51,3 +51,10 @@ class Honest(threading.Thread):
         """Wait for it; True when all its steps completed without an error."""
         self.join(timeout)
         return self.error is None and self.steps == self.wanted
+
+
+def measured(attack: str, figure: str, honest: "Honest | None" = None) -> None:
+    """Print one line of what an attack cost (``pytest -s tests/test_hostile_*.py`` gives the
+    figures of ``benchmarks/attacks.md``), with the honest client's time for its 100 steps."""
+    beside = f"; honest client's 100 steps: {honest.elapsed:.2f} s" if honest is not None and honest.elapsed else ""
+    print(f"\nattack | {attack} | {figure}{beside}")

@@ -15,7 +15,7 @@ from dmrpc_gym import DmRpcEnv
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import Server
 from dmrpc_gym.worlds.catch import Catch
-from hostile import BOUND, MB, Honest, resident
+from hostile import BOUND, MB, Honest, measured, resident
 from official_servers import start_official_server
 from raw_h2 import RawClient, data
 from servers import OfficialClient
@@ -43,7 +43,8 @@ def test_declared_message_sizes_cost_only_the_bytes_that_arrive(catch_server):
     finally:
         raw.close()
     assert honest.error is None and honest.steps == 100
-    assert grown < BOUND, f"+{grown / MB:.0f} MB for 24 KB of declared-but-unsent messages"
+    measured("24 streams declaring 64 MiB messages (finding 1)", f"{grown / MB:+.0f} MB", honest)
+    assert grown < BOUND, f"{grown / MB:+.0f} MB for 24 KB of declared-but-unsent messages"
 
 
 def test_one_element_actions_and_settings_cannot_broadcast_past_their_spec(catch_server):
@@ -67,6 +68,8 @@ def test_one_element_actions_and_settings_cannot_broadcast_past_their_spec(catch
         honest.start()
         honest.join(60)
     assert honest.error is None and honest.steps == 100
+    measured("a one-element Step, CreateWorld and Reset claiming 2**30 / 2**27 elements (finding 2)",
+             f"{(resident() - before) / MB:+.0f} MB", honest)
     assert resident() - before < BOUND
 
 
@@ -104,4 +107,5 @@ def test_long_requested_observation_lists_are_not_kept(catch_server):
         honest.start()
         honest.join(60)
     assert honest.error is None and honest.steps == 100
-    assert resident() - before < BOUND, f"+{(resident() - before) / MB:.0f} MB"
+    measured("64 Steps each requesting one observation 2**20 times (finding 10)", f"{(resident() - before) / MB:+.0f} MB", honest)
+    assert resident() - before < BOUND, f"{(resident() - before) / MB:+.0f} MB"

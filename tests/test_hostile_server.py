@@ -19,7 +19,7 @@ import hpack
 import numpy as np
 import pytest
 import servers
-from hostile import BOUND, MB, Honest, resident
+from hostile import BOUND, MB, Honest, resident, measured
 from interop_peers import self_signed
 from raw_h2 import RawClient, data, message
 
@@ -64,6 +64,7 @@ def test_an_unknown_path_is_echoed_at_a_bounded_linear_cost(catch):
     honest.start()
     took = unknown_path_calls(catch.address, 40, 60_000)
     assert honest.finished()
+    measured("40 calls with a 60 KB :path (finding 4)", f"{took:.2f} s until the last refusal", honest)
     assert took < 3.0, f"40 refusals of a 60 KB path took {took:.1f} s"
     raw = RawClient(catch.address)
     try:
@@ -175,7 +176,8 @@ def test_a_stalled_stream_queues_no_more_than_its_window(slow_server):
         assert honest.finished()
         grown = resident() - before
         answers.cancel()
-    assert grown < BOUND, f"+{grown / MB:.0f} MB queued behind a stalled stream"
+    measured("400 MB sent behind a stalled stream (finding 3)", f"{grown / MB:+.0f} MB", honest)
+    assert grown < BOUND, f"{grown / MB:+.0f} MB queued behind a stalled stream"
 
     raw = RawClient(slow_server.address, timeout=10)
     try:
@@ -206,7 +208,8 @@ def test_gzip_requests_are_inflated_one_at_a_time_as_taken(slow_server):
         grown = resident() - before
     finally:
         raw.close()
-    assert grown < BOUND, f"+{grown / MB:.0f} MB for {8 * len(bomb) // 1024} KB of gzip waiting"
+    measured(f"{8 * len(bomb) // 1024} KB of gzip (8 x 60 MiB inflated) waiting (finding 3)", f"{grown / MB:+.0f} MB", honest)
+    assert grown < BOUND, f"{grown / MB:+.0f} MB for {8 * len(bomb) // 1024} KB of gzip waiting"
 
     past = compression.compressor("gzip")(bytes(80 * MB))           # inflates past 64 MiB
     raw = RawClient(slow_server.address, timeout=30)
@@ -242,7 +245,8 @@ def test_rapid_reset_is_cut_off_after_a_bounded_number_of_resets(catch):
         grown = resident() - before
     finally:
         raw.close()
-    assert grown < BOUND, f"+{grown / MB:.0f} MB for a Rapid Reset burst"
+    measured("Rapid Reset: 20k CreateWorld streams reset (finding 5)", f"{grown / MB:+.0f} MB, ENHANCE_YOUR_CALM", honest)
+    assert grown < BOUND, f"{grown / MB:+.0f} MB for a Rapid Reset burst"
 
 
 def test_a_reset_stream_s_queued_world_is_never_built():
@@ -263,6 +267,7 @@ def test_a_reset_stream_s_queued_world_is_never_built():
     finally:
         raw.close()
         server.stop()
+    measured("40 streams reset with a slow CreateWorld queued (finding 5)", f"{slow_builds} of 40 worlds built", honest)
     assert slow_builds <= 4, f"{slow_builds} of 40 worlds built for streams reset before their build began"
 
 
@@ -287,6 +292,8 @@ def test_a_client_that_reads_nothing_cannot_grow_the_servers_write_buffer(slow_s
     finally:
         steps.close()
         acks.close()
+    measured("a client reading nothing: 1500 Steps of 200 KB answers, 150 MB of SETTINGS (finding 6)",
+             f"{grown / MB:+.0f} MB; {sent / MB:.0f} MB of SETTINGS taken before the drop", honest)
     assert sent < 150 * MB, "the server took 150 MB of SETTINGS it could not acknowledge"
     assert grown < BOUND, f"+{grown / MB:.0f} MB of answers to clients that read nothing"
 
@@ -347,6 +354,7 @@ def test_a_connection_stuck_half_way_is_released_by_its_deadline(stuck, tmp_path
             sock.close()
     finally:
         server.stop()
+    measured(f"100 connections stuck at {stuck} (finding 7; deadlines of 1 s here)", f"all released in {took:.1f} s", honest)
     assert took < 8, f"{stuck}: the connections were still open after {took:.0f} s"
 
 
