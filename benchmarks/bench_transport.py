@@ -5,7 +5,7 @@ Every server and client runs in its own subprocess; the clients take turns, roun
 round, and the medians are compared (the machines are noisy: only numbers taken in one
 run are compared)::
 
-    python benchmarks/bench_transport.py --base /path/to/old/checkout   # small steps vs that tree too
+    python benchmarks/bench_transport.py --base /path/to/old/checkout   # vs that tree too
     python benchmarks/bench_transport.py --quick                        # a smoke run
 
 Cases: ``small``: ``DmRpcEnv.step`` with a 4-float observation and a Discrete action;
@@ -270,10 +270,19 @@ def main() -> None:
                          "action 16 MiB, ours": (start(TREE, "client", "--address", address(act), *big), act),
                          "action 16 MiB, official":
                              (start(TREE, "client", "--address", address(act), "--impl", "official", *big), act)}
+                pairs = [("obs: ours / official", "obs 16 MiB, ours", "obs 16 MiB, official"),
+                         ("action: ours / official", "action 16 MiB, ours", "action 16 MiB, official")]
+                if args.base:
+                    base_obs = start(args.base, "serve", "--obs-bytes", str(MIB16))
+                    base_act = start(args.base, "serve", "--action-bytes", str(MIB16))
+                    cases["obs 16 MiB, baseline"] = (start(args.base, "client", "--address", address(base_obs)),
+                                                     base_obs)
+                    cases["action 16 MiB, baseline"] = (
+                        start(args.base, "client", "--address", address(base_act), *big), base_act)
+                    pairs += [("obs: this tree / baseline", "obs 16 MiB, ours", "obs 16 MiB, baseline"),
+                              ("action: this tree / baseline", "action 16 MiB, ours", "action 16 MiB, baseline")]
                 table("(b) 16 MiB payloads (our server; official = DmEnvAdaptor over grpcio, limits lifted)",
-                      measure(cases, max(2, rounds // 2), seconds * 2),
-                      [("obs: ours / official", "obs 16 MiB, ours", "obs 16 MiB, official"),
-                       ("action: ours / official", "action 16 MiB, ours", "action 16 MiB, official")])
+                      measure(cases, max(2, rounds // 2), seconds * 2), pairs)
     finally:
         for proc in reversed(procs):
             proc.close()
