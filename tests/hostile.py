@@ -53,6 +53,14 @@ class Honest(threading.Thread):
         return self.error is None and self.steps == self.wanted
 
 
+def stepped_beside(address: str, **options) -> Honest:
+    """An honest client's steps, made now; ``AssertionError`` unless every one completed."""
+    honest = Honest(address, **options)
+    honest.start()
+    assert honest.finished(), honest.error
+    return honest
+
+
 def measured(attack: str, figure: str, honest: "Honest | None" = None) -> None:
     """Print one line of what an attack cost (``pytest -s tests/test_hostile_*.py`` gives the
     figures of ``benchmarks/attacks.md``), with the honest client's time for its 100 steps."""

@@ -12,10 +12,9 @@ from dm_env_rpc.v1 import dm_env_rpc_pb2 as dpb
 from dm_env_rpc.v1 import error as dm_error
 
 from dmrpc_gym import DmRpcEnv
-from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import Server
 from dmrpc_gym.worlds.catch import Catch
-from hostile import BOUND, MB, Honest, measured, resident
+from hostile import BOUND, Honest, MB, measured, resident, stepped_beside
 from official_servers import start_official_server
 from raw_h2 import RawClient, data
 from servers import OfficialClient
@@ -64,10 +63,7 @@ def test_one_element_actions_and_settings_cannot_broadcast_past_their_spec(catch
                         dpb.ResetRequest(settings={"seed": huge_setting})):
             with pytest.raises(dm_error.DmEnvRpcError, match="broadcast"):
                 client.send(request)
-        honest = Honest(catch_server.address)
-        honest.start()
-        honest.join(60)
-    assert honest.error is None and honest.steps == 100
+        honest = stepped_beside(catch_server.address)
     measured("a one-element Step, CreateWorld and Reset claiming 2**30 / 2**27 elements (finding 2)",
              f"{(resident() - before) / MB:+.0f} MB", honest)
     assert resident() - before < BOUND
@@ -103,9 +99,6 @@ def test_long_requested_observation_lists_are_not_kept(catch_server):
         for k in range(64):
             answer = client.send(dpb.StepRequest(requested_observations=[uid] * ((1 << 20) + k)))
             assert list(answer.observations) == [uid]
-        honest = Honest(catch_server.address)
-        honest.start()
-        honest.join(60)
-    assert honest.error is None and honest.steps == 100
+        honest = stepped_beside(catch_server.address)
     measured("64 Steps each requesting one observation 2**20 times (finding 10)", f"{(resident() - before) / MB:+.0f} MB", honest)
     assert resident() - before < BOUND, f"{(resident() - before) / MB:+.0f} MB"

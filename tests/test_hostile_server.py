@@ -19,7 +19,7 @@ import hpack
 import numpy as np
 import pytest
 import servers
-from hostile import BOUND, MB, Honest, resident, measured
+from hostile import BOUND, Honest, MB, measured, resident, stepped_beside
 from interop_peers import self_signed
 from raw_h2 import RawClient, data, message
 
@@ -171,9 +171,7 @@ def test_a_stalled_stream_queues_no_more_than_its_window(slow_server):
         for _ in range(3):                         # created, joined, reset: the next step takes 20 s
             next(answers)
         time.sleep(2)                              # the flood goes as far as the window lets it
-        honest = Honest(slow_server.address)
-        honest.start()
-        assert honest.finished()
+        honest = stepped_beside(slow_server.address)
         grown = resident() - before
         answers.cancel()
     measured("400 MB sent behind a stalled stream (finding 3)", f"{grown / MB:+.0f} MB", honest)
@@ -202,9 +200,7 @@ def test_gzip_requests_are_inflated_one_at_a_time_as_taken(slow_server):
         raw.send(data(1, step_request() + step_request()))   # the second takes 20 s: what follows waits
         raw.send(b"".join(data(1, b"\x01" + len(bomb).to_bytes(4, "big") + bomb) for _ in range(8)))
         time.sleep(1)
-        honest = Honest(slow_server.address)
-        honest.start()
-        assert honest.finished()
+        honest = stepped_beside(slow_server.address)
         grown = resident() - before
     finally:
         raw.close()
@@ -259,9 +255,7 @@ def test_a_reset_stream_s_queued_world_is_never_built():
         create = pb.EnvironmentRequest(create_world=pb.CreateWorldRequest(settings={"build": tensors.pack(0.5)}))
         raw.send(opened_and_reset(raw, 40, create))
         time.sleep(0.5)
-        honest = Honest(server.address)
-        honest.start()
-        assert honest.finished()
+        honest = stepped_beside(server.address)
         time.sleep(1.0)
         slow_builds = Slow.BUILT.count(0.5)
     finally:
@@ -285,9 +279,7 @@ def test_a_client_that_reads_nothing_cannot_grow_the_servers_write_buffer(slow_s
         chunk = frame(SETTINGS, 0, 0) * (MB // 9)
         sent = flood_raw(acks, chunk, 150 * MB)
         time.sleep(1)
-        honest = Honest(slow_server.address)
-        honest.start()
-        assert honest.finished()
+        honest = stepped_beside(slow_server.address)
         grown = resident() - before
     finally:
         steps.close()

@@ -9,7 +9,7 @@ import time
 
 import pytest
 import servers
-from hostile import MB, Honest, measured, resident
+from hostile import Honest, MB, measured, resident, stepped_beside
 from raw_h2 import RawClient
 
 from dmrpc_gym.client.connection import Connection
@@ -133,9 +133,7 @@ def test_streams_past_the_advertised_limit_are_refused():
             assert got is not None and got[2] == 201 and struct.unpack(">L", got[3])[0] == REFUSED_STREAM
         finally:
             raw.close()
-        honest = Honest(server.address, steps=5)
-        honest.run()
-        assert honest.error is None and honest.steps == 5
+        stepped_beside(server.address, steps=5)
 
 
 def test_connections_past_the_limit_are_closed_and_the_listener_goes_on(caplog):
@@ -156,9 +154,7 @@ def test_connections_past_the_limit_are_closed_and_the_listener_goes_on(caplog):
         assert len(said) == 1, said                         # logged once, not 20 times
         held.pop().close()
         time.sleep(0.2)
-        honest = Honest(server.address, steps=10)           # the listener still accepts
-        honest.run()
-        assert honest.error is None and honest.steps == 10
+        stepped_beside(server.address, steps=10)           # the listener still accepts
         for raw in held:
             raw.close()
 

@@ -269,7 +269,8 @@ class SpecChecker:
         head = f"{what} {self.name!r}: expected {want}, got {dtype_label(arr.dtype)}"
         if (arr.dtype.kind in "UO") != (self.dtype.kind in "UO") or self.dtype.kind == "O":
             return ValueError(head)
-        for index in np.ndindex(arr.shape):
+        for flat in range(arr.size):     # not np.ndindex: it builds every range first, 0-sized arrays too
+            index = tuple(int(i) for i in np.unravel_index(flat, arr.shape))
             if cast_exact(arr[index].reshape(1), self.dtype) is None:
                 at = f" at index {index}" if arr.ndim else ""
                 return ValueError(f"{head} value {_fmt(arr[index])}{at} that {want} cannot hold")

@@ -361,8 +361,9 @@ def _fit(flat: np.ndarray, shape: list[int], name: str, max_elements: int | None
                          f"{list(full)} ({size} elements), more than the {limit} allowed")
     if flat.dtype == object:     # a message of its own in every cell
         out = np.empty(full, dtype=object)
-        for index in np.ndindex(*full):
-            out[index] = _copy_any(flat[0])
+        cells = out.reshape(-1)  # a view; np.ndindex would first build a tuple of every range, 0-sized too
+        for i in range(size):
+            cells[i] = _copy_any(flat[0])
         return out
     return np.full(full, flat[0], dtype=flat.dtype)
 
