@@ -248,8 +248,9 @@ def test_interrupting_a_step_in_a_kernel(tmp_path, kernel, wait):
     HeldStep.started.clear()
     HeldStep.release.clear()
     with Server(HeldStep) as server:
+        # step_timeout: should the next step hang, the cell says where (TimeoutError), not the kernel's silence
         kernel.ok("import gymnasium as gym, dmrpc_gym\n"
-                  f"env = gym.make('dmrpc/Remote-v0', address={server.address!r})\n"
+                  f"env = gym.make('dmrpc/Remote-v0', address={server.address!r}, step_timeout=10)\n"
                   "obs, info = env.reset()\n")
         msg_id = kernel.client.execute("env.step(1)")
         assert HeldStep.started.wait(10.0), "the held step never reached the server"
