@@ -189,6 +189,7 @@ def test_the_server_answers_every_fuzzed_request(registry):
     @example([_request(create_world=pb.CreateWorldRequest(settings={"rows": _broadcast([1 << 30])}))])
     @example([_JOIN, _request(step=pb.StepRequest(requested_observations=[1] * 100_000))])
     @example([_request(join_world=pb.JoinWorldRequest(settings={"agent": _one_proto([(1 << 31) - 1, 0])}))])
+    @example([_request(reset_world=pb.ResetWorldRequest(settings={"seed": _one_proto([(1 << 31) - 1, 0])}))])
     def check(requests: list[bytes]) -> None:
         ran.append(len(requests))
         for response in answers_within(Session(registry), requests):

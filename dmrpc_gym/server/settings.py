@@ -43,8 +43,10 @@ def unpack_settings(settings: Mapping[str, pb.Tensor], what: str) -> dict[str, A
 def check_seed(value: Any, what: str) -> int:
     """``value`` as a seed: a non-negative integer scalar, else ``INVALID_ARGUMENT``."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise status.invalid_argument(
-            f"{what} {SEED!r} must be a non-negative integer scalar, got {value!r}")
+        # an array by its shape: numpy's repr of a peer's (2**31-1, 0) array raises
+        got = (f"an array of shape {list(value.shape)} ({value.dtype})" if isinstance(value, np.ndarray)
+               else f"{value!r:.80}")
+        raise status.invalid_argument(f"{what} {SEED!r} must be a non-negative integer scalar, got {got}")
     return int(value)
 
 
