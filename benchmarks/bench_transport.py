@@ -36,10 +36,10 @@ MIB16 = 16 << 20
 
 
 # -- subprocess roles ------------------------------------------------------------------------------
-def serve(obs_bytes: int, action_bytes: int, tls: str | None, info: bool = False) -> None:
+def serve(obs_bytes: int, action_bytes: int, tls: str | None, info: bool = False, unix: str | None = None) -> None:
     """Serve a constant env: uint8 observation of ``obs_bytes`` (4 floats if 0), uint8 action of
-    ``action_bytes`` (Discrete(2) if 0), with a small ``info`` each step if ``info``; print
-    ``ADDRESS``, serve until stdin closes."""
+    ``action_bytes`` (Discrete(2) if 0), with a small ``info`` each step if ``info``, on TCP
+    (and on the Unix socket ``unix`` too); print ``ADDRESS`` and its addresses, serve until stdin closes."""
     import gymnasium as gym
 
     from dmrpc_gym.server import Server
@@ -66,8 +66,10 @@ def serve(obs_bytes: int, action_bytes: int, tls: str | None, info: bool = False
     options = {}
     if tls:
         options["tls"] = tuple(tls.split(","))
+    if unix:
+        options["address"] = ["127.0.0.1:0", f"unix:{unix}"]
     server = Server(Constant, kind="gym", **options).start()
-    print(f"ADDRESS {server.address}", flush=True)
+    print("ADDRESS", *server.addresses, flush=True)
     for _ in sys.stdin:                      # each line: report the CPU seconds used so far
         print(time.process_time(), flush=True)
     server.stop(0)
@@ -205,10 +207,11 @@ def main() -> None:
     parser.add_argument("--no-watcher", action="store_true")
     parser.add_argument("--vector", type=int, default=0, help="(client role) step a vector env of this many")
     parser.add_argument("--info", action="store_true", help="(serve role) a 3-key info every step")
+    parser.add_argument("--unix", help="(serve role) listen on this Unix socket too")
     parser.add_argument("--reset-every", type=int, default=0, help="(client role) a seeded reset every N steps")
     args = parser.parse_args()
     if args.role == "serve":
-        return serve(args.obs_bytes, args.action_bytes, args.tls, args.info)
+        return serve(args.obs_bytes, args.action_bytes, args.tls, args.info, args.unix)
     if args.role == "client":
         return client(args.impl, args.address, args.tls, args.action_bytes, not args.no_watcher, args.vector,
                       args.reset_every)
@@ -229,15 +232,18 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             if not args.skip_small:
                 cert, key = certificate(tmp)
-                plain = start(TREE, "serve")
+                plain = start(TREE, "serve", "--unix", os.path.join(tmp, "plain.sock"))
                 secure = start(TREE, "serve", "--tls", f"{cert},{key}")
                 vector = f"vector {args.envs}"
                 cases = {"small, this tree": (start(TREE, "client", "--address", address(plain)), plain),
                          "small, this tree, TLS":
                              (start(TREE, "client", "--address", address(secure), "--tls", cert), secure),
                          "small, this tree, no keepalive watcher":
-                             (start(TREE, "client", "--address", address(plain), "--no-watcher"), plain)}
+                             (start(TREE, "client", "--address", address(plain), "--no-watcher"), plain),
+                         "small, this tree, unix:":
+                             (start(TREE, "client", "--address", plain.first.split()[2]), plain)}
                 pairs = [("TLS / plain", "small, this tree, TLS", "small, this tree"),
+                         ("unix: / TCP loopback (one server)", "small, this tree, unix:", "small, this tree"),
                          ("watcher on / off", "small, this tree", "small, this tree, no keepalive watcher")]
                 if args.envs:
                     cases[f"{vector}, this tree"] = (start(TREE, "client", "--address", address(plain),

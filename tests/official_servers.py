@@ -165,7 +165,8 @@ class OfficialServer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
                  echo: bool = True, end_with: str = "terminated", error_at_step: int | None = None,
                  error_code: int = code_pb2.INTERNAL, error_message: str = "injected failure",
                  observation_fn: Callable[[str, dm.TensorSpec, int], Any] | None = None,
-                 max_workers: int = 16, unavailable_first: int = 0, unavailable_answers: int = 0):
+                 max_workers: int = 16, unavailable_first: int = 0, unavailable_answers: int = 0,
+                 bind: str = "127.0.0.1:0"):
         if end_with not in ("terminated", "interrupted"):
             raise ValueError(f"end_with must be 'terminated' or 'interrupted', not {end_with!r}")
         self.action_specs, self.observation_specs = official_specs(specs, echo)
@@ -186,8 +187,8 @@ class OfficialServer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         self._world_numbers = itertools.count(1)
         self._server = grpc.server(cf.ThreadPoolExecutor(max_workers=max_workers))
         dm_env_rpc_pb2_grpc.add_EnvironmentServicer_to_server(self, self._server)
-        self.port = self._server.add_insecure_port("127.0.0.1:0")
-        self.address = f"127.0.0.1:{self.port}"
+        self.port = self._server.add_insecure_port(bind)
+        self.address = bind if bind.startswith("unix:") else f"127.0.0.1:{self.port}"
         self._server.start()
 
     # -- lifecycle --------------------------------------------------------------
@@ -352,6 +353,6 @@ def start_official_server(specs: Mapping[str, Mapping[str, Any]] = UNUSUAL_SPECS
 
     Keyword arguments: ``episode_length=10``, ``echo=True``, ``end_with="terminated" | "interrupted"``,
     ``error_at_step=None``, ``error_code=INTERNAL``, ``error_message``, ``observation_fn(name, spec, step)``,
-    ``unavailable_first=0``, ``unavailable_answers=0``.
+    ``unavailable_first=0``, ``unavailable_answers=0``, ``bind="127.0.0.1:0"`` (or ``"unix:PATH"``).
     """
     return OfficialServer(specs, **kwargs)

@@ -12,14 +12,14 @@ from dm_env_rpc.v1 import connection as dm_connection
 from dm_env_rpc.v1 import dm_env_rpc_pb2 as dpb
 from dm_env_rpc.v1 import tensor_utils
 
-from dmrpc_gym.app import cli
+from dmrpc_gym.app import cli, serve_command
 from dmrpc_gym.server import Server
 from dmrpc_gym.protocol.wire import METHOD_PATH, pb
 
 def serve_like_cli(target: str, *extra: str) -> Server:
     """A server started exactly as ``dmrpc-gym serve TARGET --port 0`` starts one."""
     args = cli.build_parser().parse_args(["serve", target, "--port", "0", *extra])
-    return cli.start_server(args)
+    return serve_command.start_server(args)
 
 
 def start(factory: Any, **options: Any) -> Server:

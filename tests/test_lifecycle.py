@@ -168,16 +168,16 @@ def test_wait_lets_a_client_command_wait_for_a_server_that_starts_later(capsys):
 
 
 def test_the_connect_line_of_serve_names_tls_and_token_and_runs(secured, monkeypatch):
-    from dmrpc_gym.app import cli
+    from dmrpc_gym.app import serve_command
     server, cert = secured
-    line = cli.connect_line(server, token="s3cret", tls_ca=cert)
+    line = serve_command.connect_line(server, token="s3cret", tls_ca=cert)
     assert f'tls="{cert}"' in line and 'token="s3cret"' in line
     scope: dict = {}
     exec(line, scope)                         # the line as printed connects
     scope["env"].reset(seed=0)
     scope["env"].close()
     monkeypatch.setenv("DMRPC_GYM_TOKEN", "s3cret")
-    line = cli.connect_line(server, token="s3cret", tls_ca=cert)
+    line = serve_command.connect_line(server, token="s3cret", tls_ca=cert)
     assert 'token=os.environ["DMRPC_GYM_TOKEN"]' in line and "s3cret" not in line
     exec(line, scope)
     scope["env"].close()

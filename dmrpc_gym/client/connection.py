@@ -48,7 +48,7 @@ class Connection:
     """A dm_env_rpc client connection (one gRPC stream).
 
     Args:
-        address: ``"host:port"`` of the server (plain TCP unless ``tls``).
+        address: ``"host:port"`` of the server (plain TCP unless ``tls``), or ``"unix:PATH"``.
         channel: an existing ``grpc.Channel`` to use instead of ``address``.
         credentials: ``grpc.ChannelCredentials`` for a secure channel to ``address`` (through grpcio).
         tls: TLS on our own fast path: True (the system's CA store), a CA bundle path, or

@@ -124,7 +124,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
     served env's own info (:mod:`dmrpc_gym.protocol.info`).
 
     Args:
-        address: the server, ``"host:port"``; or
+        address: the server, ``"host:port"`` or ``"unix:PATH"``; or
         channel: an existing ``grpc.Channel`` to use instead (then grpcio carries the calls).
         world_settings: CreateWorld settings of the world to create; or
         world_name: an existing world to join (not both).

@@ -66,7 +66,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
     """A multi-agent dm_env_rpc world as a PettingZoo ``ParallelEnv``.
 
     Args:
-        address: ``"host:port"`` of the server (insecure unless ``credentials``).
+        address: ``"host:port"`` (or ``"unix:PATH"``) of the server (insecure unless ``credentials``).
         world_settings: CreateWorld settings (the world is created once, on the
             first agent's connection, and destroyed by ``close``).
         world_name: join this existing world instead of creating one.

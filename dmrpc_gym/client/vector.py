@@ -126,7 +126,7 @@ class DmRpcVectorEnv(VectorEnv):
 
     Args:
         num_envs: how many sub-envs (default: one per address).
-        address: the server's ``"host:port"``; or
+        address: the server's ``"host:port"`` (or ``"unix:PATH"``); or
         addresses: several servers, used in turn.
         max_episode_steps: truncate episodes on the client after this many steps.
         **env_kwargs: :class:`~dmrpc_gym.client.env.DmRpcEnv` arguments (``world_settings``,

@@ -15,13 +15,15 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from typing import Any
+from typing import Any, Sequence
 
 from dmrpc_gym.server.factories import Factory
 from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
 from dmrpc_gym.transport.h2_server import GrpcProtocol
 from dmrpc_gym.transport.limits import ConnectionLimits
+from dmrpc_gym.transport.base import parse_address
 from dmrpc_gym.transport.security import server_context, token_metadata
+from dmrpc_gym.transport.unix import listen_unix, remove_socket_file, unix_address, unix_path
 from dmrpc_gym.server.session import Session
 from dmrpc_gym.server.registry import WorldRegistry
 from dmrpc_gym.server.workers import INLINE_BELOW, WorkerPool, default_workers
@@ -44,7 +46,9 @@ class Server:
             callable returning a gymnasium ``Env`` or a PettingZoo ``ParallelEnv``.
             CreateWorld settings become its keyword arguments (``seed`` seeds reset).
         kind: ``"gym"``, ``"pettingzoo"`` or None (told by the envs the factory makes).
-        address: ``host:port`` to listen on; port 0 picks a free port.
+        address: ``host:port`` to listen on (port 0 picks a free port), ``unix:PATH`` for a
+            Unix domain socket (:mod:`~dmrpc_gym.transport.unix`: mode 0600, a stale file
+            replaced, removed at stop), or a list of them to listen on each.
         render: True to offer the ``RGB`` observation of envs that render
             ``rgb_array`` (rendered only when a client requests it), False for
             none, or a render mode to build envs with (``"human"``).
@@ -84,7 +88,7 @@ class Server:
     True
     """
 
-    def __init__(self, factory: Any, *, kind: str | None = None, address: str = "127.0.0.1:0",
+    def __init__(self, factory: Any, *, kind: str | None = None, address: str | Sequence[str] = "127.0.0.1:0",
                  render: bool | str = True, timeout: float = 30.0, default_world: bool = True,
                  workers: int | None = None, processes: int = 0, inline_below: float = INLINE_BELOW,
                  tls: Any = None, token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
@@ -114,18 +118,20 @@ class Server:
             raise ValueError(f"orphan_lifetime must be a positive number of seconds, got {orphan_lifetime!r}")
         self._world_limits = {"max_worlds": max_worlds, "max_worlds_per_connection": max_worlds_per_connection,
                               "orphan_lifetime": float(orphan_lifetime)}
-        host, sep, port = address.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"address {address!r} is not of the form host:port")
+        self._binds = [address] if isinstance(address, str) else list(address)
+        if not self._binds:
+            raise ValueError("address: give at least one address to listen on")
+        for bind in self._binds:
+            if unix_path(bind) is None:
+                parse_address(bind)                  # ValueError naming it
         if timeout is None or timeout <= 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        self._host, self._bind = host, address
         self.timeout = float(timeout)
         self.default_world = default_world
-        self._port: int | None = None
+        self._where: list[str] | None = None    # the addresses listened on, once started
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._listener: Any = None
+        self._listeners: list[Any] = []
         self._connections: set = set()
         self._registry: WorldRegistry | None = None
         self._lock = threading.Lock()
@@ -148,7 +154,7 @@ class Server:
                                       name=f"dmrpc-gym-server {self.factory.name}")
             thread.start()
             try:
-                self._port = ready.result(timeout=_START_TIMEOUT)
+                self._where = ready.result(timeout=_START_TIMEOUT)
             except BaseException:
                 if loop.is_running():
                     loop.call_soon_threadsafe(loop.stop)
@@ -182,14 +188,24 @@ class Server:
                                  pool=self._pool, **self._world_limits)
         connections: set[GrpcProtocol] = set()
         loop = asyncio.get_running_loop()
-        host, port = self._bind.rsplit(":", 1)
-        server = await loop.create_server(
-            lambda: GrpcProtocol(lambda: Session(registry), connections, token=self._token,
-                                 max_message_size=self._max_message, limits=self.limits),
-            host.strip("[]"), int(port), reuse_address=True, ssl=self._tls,
-            ssl_handshake_timeout=self.limits.handshake_timeout if self._tls else None)
-        self._listener, self._connections, self._registry = server, connections, registry
-        ready.set_result(server.sockets[0].getsockname()[1])
+        self._connections, self._registry = connections, registry
+
+        def protocol() -> GrpcProtocol:
+            return GrpcProtocol(lambda: Session(registry), connections, token=self._token,
+                                max_message_size=self._max_message, limits=self.limits)
+        tls = {"ssl": self._tls, "ssl_handshake_timeout": self.limits.handshake_timeout if self._tls else None}
+        where = []
+        for bind in self._binds:
+            path = unix_path(bind)
+            if path is not None:
+                self._listeners.append(await listen_unix(protocol, path, **tls))
+                where.append(unix_address(path))
+                continue
+            host, port = parse_address(bind)
+            listener = await loop.create_server(protocol, host, port, reuse_address=True, **tls)
+            self._listeners.append(listener)
+            where.append(f"{bind.rpartition(':')[0]}:{listener.sockets[0].getsockname()[1]}")
+        ready.set_result(where)
 
     def stop(self, grace: float | None = None) -> None:
         """Stop serving: streams get ``grace`` seconds to finish, then end; worlds are closed.
@@ -207,7 +223,8 @@ class Server:
 
         async def shutdown() -> None:
             try:
-                self._listener.close()
+                for listener in self._listeners:
+                    listener.close()
                 if grace:
                     for connection in list(self._connections):
                         connection.go_away()     # open streams may finish; no new ones
@@ -241,6 +258,8 @@ class Server:
         except RuntimeError:
             pass  # the loop is already closed
         thread.join(_STOP_MARGIN)
+        for path in filter(None, map(unix_path, self._binds)):
+            remove_socket_file(path)
         self._release_workers()
 
     def _release_workers(self) -> None:
@@ -268,20 +287,29 @@ class Server:
     # -- where -------------------------------------------------------------------------
 
     @property
-    def port(self) -> int:
-        """The port listened on (the OS's choice for port 0); ``RuntimeError`` before ``start()``."""
-        if self._port is None:
+    def addresses(self) -> list[str]:
+        """Every address listened on, for clients: ``host:port`` (the actual port for port 0) or
+        ``unix:PATH``; ``RuntimeError`` before ``start()``."""
+        if self._where is None:
             raise RuntimeError("the server is not started; call start() first")
-        return self._port
+        return list(self._where)
 
     @property
     def address(self) -> str:
-        """``host:port`` for clients (the host as given, with the actual port)."""
-        return f"{self._host}:{self.port}"
+        """The first of :attr:`addresses`."""
+        return self.addresses[0]
+
+    @property
+    def port(self) -> int:
+        """The TCP port of the first ``host:port`` address (the OS's choice for port 0)."""
+        tcp = [a for a in self.addresses if unix_path(a) is None]
+        if not tcp:
+            raise RuntimeError(f"this server listens on {self.address} only: it has no TCP port")
+        return int(tcp[0].rpartition(":")[2])
 
     def __repr__(self) -> str:
-        where = self.address if self._port is not None else self._bind
-        state = "stopped" if self._stopped.is_set() else ("serving" if self._port else "not started")
+        where = ", ".join(self._where if self._where is not None else self._binds)
+        state = "stopped" if self._stopped.is_set() else ("serving" if self._where else "not started")
         return f"Server({self.factory.name!r}, {where}, {state})"
 
 

@@ -66,5 +66,5 @@ def parse_address(address: str) -> tuple[str, int]:
     """``"host:port"`` / ``"[::1]:port"`` -> ``(host, port)``; ``ValueError`` naming it otherwise."""
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not host:
-        raise ValueError(f"address {address!r} is not of the form host:port")
+        raise ValueError(f"address {address!r} is not of the form host:port (or unix:PATH)")
     return host.strip("[]"), int(port)

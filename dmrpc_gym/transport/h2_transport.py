@@ -1,4 +1,4 @@
-"""Our fast client transport: a :class:`~dmrpc_gym.transport.h2_client.GrpcStream` over TCP or TLS.
+"""Our fast client transport: a :class:`~dmrpc_gym.transport.h2_client.GrpcStream` over TCP, TLS or a Unix socket.
 
 Connecting is the only place the socket is set up: TCP_NODELAY, TLS with ALPN
 ``h2`` (stdlib ``ssl``), the handshake that tells an HTTP/2 server from
@@ -15,12 +15,14 @@ from dmrpc_gym.transport.base import Unreachable, parse_address
 from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
 from dmrpc_gym.transport.h2_client import GrpcStream
 from dmrpc_gym.transport.security import client_context
+from dmrpc_gym.transport.unix import connect_unix, unix_path
 
 __all__ = ["H2Transport"]
 
 
 class H2Transport:
-    """A :class:`~dmrpc_gym.transport.base.Transport`: :class:`GrpcStream` over TCP or TLS to ``address``.
+    """A :class:`~dmrpc_gym.transport.base.Transport`: :class:`GrpcStream` over TCP or TLS to
+    ``address`` (``host:port``), or over the Unix socket of a ``unix:PATH`` address.
 
     ``tls``: None (plain TCP), True, a CA bundle path or an ``ssl.SSLContext``
     (see :mod:`~dmrpc_gym.transport.security`). ``keepalive``: answer the
@@ -31,14 +33,21 @@ class H2Transport:
     def __init__(self, address: str, metadata, connect_timeout: float | None, *, tls=None,
                  compression: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
                  keepalive: bool = True, ping_every: float | None = None):
-        host, port = parse_address(address)
+        path = unix_path(address)
+        host, port = ("localhost", 0) if path is not None else parse_address(address)
         context = client_context(tls)
+        if path is not None and context is not None:
+            raise ValueError(f"tls= with {address}: a Unix socket is guarded by its file's permissions; "
+                             f"connect without TLS")
         encodings.check_encoding(compression)
         try:
-            sock = socket.create_connection((host, port), timeout=connect_timeout)
+            if path is not None:
+                sock = connect_unix(path, connect_timeout)
+            else:
+                sock = socket.create_connection((host, port), timeout=connect_timeout)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError as err:
             raise Unreachable(f"cannot reach a dm_env_rpc server at {address}: {err}") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             if context is not None:
                 try:
@@ -48,7 +57,7 @@ class H2Transport:
                 if sock.selected_alpn_protocol() != "h2":
                     raise ConnectionError(f"the TLS server did not agree to HTTP/2 (ALPN h2); "
                                           f"it chose {sock.selected_alpn_protocol()!r}")
-            self._stream = GrpcStream(sock, METHOD_PATH, address, tuple(metadata or ()),
+            self._stream = GrpcStream(sock, METHOD_PATH, host if path is not None else address, tuple(metadata or ()),
                                       scheme="https" if context is not None else "http",
                                       compression=compression, max_message_size=max_message_size)
             self._stream.handshake()

@@ -1,0 +1,133 @@
+"""``dmrpc-gym serve``: the server its arguments describe, and the Python line that connects to it.
+
+The arguments are declared in :mod:`dmrpc_gym.app.cli` (``add_serve``); this module starts what
+they describe and serves until interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+__all__ = ["serve_target", "start_server", "connect_line", "serve_until_stopped"]
+
+
+def serve_target(target: str) -> str:
+    """``target`` made importable as ``python -m`` would import it, from the console script too.
+
+    ``path/to/file.py:name`` puts the file's directory first on ``sys.path`` and
+    becomes ``file:name``; otherwise the current directory goes on ``sys.path``
+    (``python -m`` puts it there, a console script does not), so ``myenv:Corridor``
+    next to ``myenv.py`` is found either way.
+    """
+    module, sep, name = target.rpartition(":") if ".py:" in target else target.partition(":")
+    if sep and module.endswith(".py"):
+        path = Path(module)
+        if not path.is_file():
+            raise ValueError(f"no file {module!r} (from {target!r}; the current directory is {os.getcwd()})")
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        return f"{path.stem}:{name}"
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return target
+
+
+def start_server(args: argparse.Namespace):
+    """The started :class:`~dmrpc_gym.server.Server` that ``dmrpc-gym serve`` runs for ``args``.
+
+    Raises ``ValueError`` / ``TypeError`` for a target that cannot be served,
+    ``OSError`` when the address is busy.
+    """
+    from dmrpc_gym.server import ConnectionLimits, Server
+    from dmrpc_gym.transport.security import TOKEN_ENV
+
+    render: bool | str = {"rgb_array": True, "none": False}.get(args.render, args.render)
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ValueError("--tls-cert and --tls-key go together")
+    for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+        if path is not None and not Path(path).is_file():
+            raise ValueError(f"{flag} {path!r}: no such file (the current directory is {os.getcwd()})")
+    options: dict[str, Any] = {"token": args.token or os.environ.get(TOKEN_ENV) or None}
+    if args.tls_cert is not None:
+        options["tls"] = (args.tls_cert, args.tls_key)
+    if args.max_message_size is not None:
+        options["max_message_size"] = args.max_message_size
+    address = f"unix:{args.unix}" if args.unix else f"{args.host}:{args.port}"
+    return Server(serve_target(args.target), kind=args.kind, address=address,
+                  render=render, timeout=args.timeout, workers=args.workers,
+                  processes=args.processes, inline_below=args.inline_below, max_worlds=args.max_worlds,
+                  max_worlds_per_connection=args.max_worlds_per_connection, orphan_lifetime=args.orphan_lifetime,
+                  limits=ConnectionLimits(max_connections=args.max_connections), **options).start()
+
+
+def connect_line(server: Any, *, token: str | None = None, tls_ca: str | None = None) -> str:
+    """A ready-to-paste Python line that connects to what ``server`` serves.
+
+    A multi-agent world is named with its agents (one env is built to learn
+    them); if that env cannot be built without settings, the line leaves them out.
+    ``token``: the server's token, shown as given (``--token``) or, when it came
+    from ``DMRPC_GYM_TOKEN``, read from there. ``tls_ca``: the certificate the
+    client verifies the server with (``tls=``).
+    """
+    host, _, port = server.address.rpartition(":")
+    address = server.address if server.address.startswith("unix:") else (
+        f"{'localhost' if host in ('0.0.0.0', '::', '[::]') else host}:{port}")
+    kind, agents = server.factory.kind, None
+    if kind != "gym":
+        try:
+            env, kind = server.factory.make({})
+        except Exception:  # noqa: BLE001 - the line is a courtesy; serving goes on
+            env = None
+        if env is not None:
+            agents = list(getattr(env, "possible_agents", []) or []) or None
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001
+                pass
+    from dmrpc_gym.transport.security import TOKEN_ENV
+    imports, extra = "", ""
+    quote = json.dumps           # one quoting style on the line: double quotes, as Python reads them
+    if tls_ca is not None:
+        extra += f", tls={quote(str(Path(tls_ca).resolve()))}"
+    if token is not None:
+        if token == os.environ.get(TOKEN_ENV):
+            imports, extra = "import os; ", extra + f", token=os.environ[{quote(TOKEN_ENV)}]"
+        else:
+            extra += f", token={quote(token)}"
+    if kind == "pettingzoo":
+        agents_arg = f", agents={quote(agents)}" if agents else ""
+        return f'{imports}import dmrpc_gym; env = dmrpc_gym.parallel_env("{address}"{agents_arg}{extra})'
+    return (f'{imports}import gymnasium as gym, dmrpc_gym; '
+            f'env = gym.make("dmrpc/Remote-v0", address="{address}"{extra})')
+
+
+def serve_until_stopped(args: argparse.Namespace) -> int:
+    """Serve as ``args`` say until Ctrl-C or SIGTERM (then 0); ``ValueError``, ``TypeError``,
+    ``OSError`` or ``ImportError`` when the target cannot be served."""
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be within 0..65535, got {args.port}")
+    server = start_server(args)
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+    print(f"serving {server.factory.name} on {server.address}", flush=True)
+    from dmrpc_gym.transport.security import TOKEN_ENV
+    line = connect_line(server, token=args.token or os.environ.get(TOKEN_ENV) or None, tls_ca=args.tls_cert)
+    print(f"connect from Python: {line}", flush=True)
+    try:
+        while not stop.wait(0.5) and not server.wait(0):
+            pass
+    finally:
+        server.stop(grace=1.0)
+    return 0                   # Ctrl-C and SIGTERM are a server's normal end: stopped, status 0
