@@ -16,7 +16,7 @@ import servers
 from dmrpc_gym import DmRpcEnv
 from dmrpc_gym.client import connection as client_connection
 from dmrpc_gym.server import ConnectionLimits
-from dmrpc_gym.transport import h2_clock
+from dmrpc_gym.transport import h2_idle
 from dmrpc_gym.transport.frames import ACK, HEADER, PING, SETTINGS, frame
 from dmrpc_gym.transport.h2_transport import H2Transport
 from dmrpc_gym.protocol.wire import pb
@@ -62,7 +62,7 @@ class PingCounter:
 @pytest.fixture
 def quick_pings(monkeypatch):
     monkeypatch.setattr(client_connection, "MIN_KEEPALIVE", 0.1)
-    monkeypatch.setattr(h2_clock, "PING_TIMEOUT", 1.0)
+    monkeypatch.setattr(h2_idle, "PING_TIMEOUT", 1.0)
 
 
 def test_an_idle_connection_pings_and_finds_a_silent_peer_dead(quick_pings):

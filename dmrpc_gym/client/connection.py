@@ -24,7 +24,7 @@ from dmrpc_gym.client.lifecycle import Patience
 from dmrpc_gym.transport.base import StreamEnded, Transport, Unreachable, parse_address
 from dmrpc_gym.transport.grpcio_client import GrpcioTransport
 from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
-from dmrpc_gym.transport.h2_clock import MIN_KEEPALIVE
+from dmrpc_gym.transport.h2_idle import MIN_KEEPALIVE
 from dmrpc_gym.transport.h2_transport import H2Transport
 from dmrpc_gym.transport.security import TOKEN_ENV, token_metadata
 

@@ -10,98 +10,18 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from dmrpc_gym.client.env import DmRpcEnv
+from dmrpc_gym.client.exchanges import receive_all, submit_all
 from dmrpc_gym.protocol.errors import DmRpcError
 
-__all__ = ["Batch", "Restart", "RESTART", "StepResult", "submit_all", "receive_all", "named_failure"]
+__all__ = ["Batch", "Restart", "RESTART", "StepResult"]
 
 #: One sub-env's ``(observation, reward, terminated, truncated, info)``.
 StepResult = tuple[Any, float, bool, bool, dict]
-
-K = TypeVar("K", bound=Hashable)
-R = TypeVar("R")
-
-
-def submit_all(keys: Iterable[K], submit: Callable[[K], bool]) -> tuple[list[K], dict[K, BaseException]]:
-    """Send every request before any answer is awaited (the first half of every exchange).
-
-    ``submit(key)`` sends the request of one key (a sub-env index, an agent
-    name) and returns whether an answer is owed. A failing send does not stop
-    the others (an interrupt, Ctrl-C, does). Returns the keys that owe an
-    answer, in order, and the failures by key.
-
-    >>> owed, failures = submit_all([2, 0, 1], lambda k: 1 / k > 0.6)
-    >>> owed, failures
-    ([1], {0: ZeroDivisionError('division by zero')})
-    """
-    owed: list[K] = []
-    failures: dict[K, BaseException] = {}
-    for key in keys:
-        try:
-            if submit(key):
-                owed.append(key)
-        except Exception as err:  # noqa: BLE001 - raised by the caller, after the others are sent
-            failures[key] = err
-    return owed, failures
-
-
-def receive_all(owed: Iterable[K], receive: Callable[[K], R], failures: dict[K, BaseException],
-                before_late: Callable[[K], Callable[[], None] | None] | None = None) -> dict[K, R]:
-    """Read every owed answer, even after some failed (the second half of every exchange).
-
-    Failures are added to ``failures`` (by key, in order), so that every
-    connection stays in step and the caller raises the first. Once anything
-    has failed, ``before_late(key)`` runs before each further read (to bound
-    the wait: the peer may be holding that answer for the failed one) and
-    may return a function that undoes it. An interrupt (Ctrl-C) is raised at
-    once unless ``before_late`` bounds the reads that remain.
-
-    >>> failures = {}
-    >>> receive_all([1, 2, 3], lambda k: 10 // (k - 2), failures)
-    {1: -10, 3: 10}
-    >>> failures
-    {2: ZeroDivisionError('integer division or modulo by zero')}
-    """
-    results: dict[K, R] = {}
-    for key in owed:
-        undo = before_late(key) if failures and before_late is not None else None
-        try:
-            results[key] = receive(key)
-        except Exception as err:  # noqa: BLE001 - raised by the caller, after every answer is read
-            failures[key] = err
-        except BaseException as err:
-            if before_late is None:
-                raise
-            failures[key] = err
-        finally:
-            if undo is not None:
-                undo()
-    return results
-
-
-def named_failure(err: BaseException, agent: str, what: str, note: str = "") -> BaseException:
-    """The same kind of error, saying which agent of a multi-agent exchange it came from
-    (``.agent`` holds the name).
-
-    >>> named_failure(ConnectionError("gone"), "red", "step")
-    ConnectionError("agent 'red' failed during step: gone")
-    """
-    if isinstance(err, DmRpcError):
-        request = f"{err.request or what} of agent {agent!r}"
-        new: BaseException = DmRpcError(err.code, err.message + note, err.details, request=request)
-    else:
-        message = f"agent {agent!r} failed during {what}: {err}{note}"
-        try:
-            new = type(err)(message)
-        except Exception:
-            new = RuntimeError(message)
-    new.agent = agent  # type: ignore[attr-defined]
-    return new
-
 
 def _with_index(err: Exception, index: int) -> Exception:
     """The same kind of error, saying which sub-env it came from."""

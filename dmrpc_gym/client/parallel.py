@@ -53,7 +53,7 @@ from dmrpc_gym.client.agents import AgentsArg, join_settings, per_agent, world_a
 from dmrpc_gym.client.seeding import AUTO, SeedRoute
 from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
 from dmrpc_gym.client.env import close_world, open_world
-from dmrpc_gym.client.fanout import named_failure, receive_all, submit_all
+from dmrpc_gym.client.exchanges import named_failure, receive_all, submit_all
 from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_reconnected
 from dmrpc_gym.client.properties import same_run, server_instance
 from dmrpc_gym.protocol.errors import DmRpcError

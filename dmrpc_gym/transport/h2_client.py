@@ -18,7 +18,6 @@ trailers (``grpc-status``), RST_STREAM and GOAWAY, over TCP or TLS (ALPN
 from __future__ import annotations
 
 import socket
-import ssl
 import struct
 import threading
 import urllib.parse
@@ -34,6 +33,7 @@ from dmrpc_gym.transport.frames import (ACK, CANCEL, DEFAULT_MAX_MESSAGE, CONTIN
                                         WINDOW_UPDATE, HeaderBlock, MessageSplitter, ProtocolError, StreamError, check_frame,
                                         frame, grpc_frame, grpc_status, header_frames, parse_settings, unpad)
 from dmrpc_gym.transport.h2_clock import _Clock
+from dmrpc_gym.transport.h2_idle import RECV_CHUNK, _Idle
 from dmrpc_gym.transport.h2_large import _LargeMessages
 from dmrpc_gym.transport.keepalive import IdleWatcher
 
@@ -41,11 +41,10 @@ __all__ = ["GrpcStream", "DEFAULT_MAX_MESSAGE"]
 
 _STREAM = 1                      # the one stream this connection carries
 _OUR_FRAME = 2**24 - 1           # largest frame we accept
-_RECV_CHUNK = 1 << 18
 _DIRECT = 1 << 16                # DATA frames at least this large are read straight into their message
 
 
-class GrpcStream(_LargeMessages, _Clock):
+class GrpcStream(_LargeMessages, _Clock, _Idle):
     """A client-side gRPC bidi stream: ``write`` messages, ``read`` answers in order.
 
     Args:
@@ -70,7 +69,7 @@ class GrpcStream(_LargeMessages, _Clock):
         self._sock = sock
         self.lock = threading.Lock()
         self._buf = bytearray()
-        self._rbuf = bytearray(_RECV_CHUNK)
+        self._rbuf = bytearray(RECV_CHUNK)
         self._rview = memoryview(self._rbuf)
         self._splitter = MessageSplitter(max_message_size)
         self._max_message = max_message_size
@@ -130,7 +129,7 @@ class GrpcStream(_LargeMessages, _Clock):
 
     def keepalive(self, ping_every: float | None = None) -> None:
         """Answer the server's PINGs (and other control frames) while no call is running; with
-        ``ping_every``, also PING a connection quiet that long (see :mod:`~dmrpc_gym.transport.h2_clock`)."""
+        ``ping_every``, also PING a connection quiet that long (see :mod:`~dmrpc_gym.transport.h2_idle`)."""
         if self._watcher is None:
             self._ping_every = ping_every
             self._watcher = IdleWatcher(self._sock, self.lock, lambda: self.messages_sent, self._pump,
@@ -233,36 +232,6 @@ class GrpcStream(_LargeMessages, _Clock):
                 self._dead = ConnectionResetError(f"the server closed the connection{why}")
                 raise self._dead
             buf += self._rview[:got]
-
-    def _pump(self) -> bool:
-        """The idle watcher's turn (lock held): read what is there, handle whole frames."""
-        sock = self._sock
-        if self._partial:
-            return True                      # a call stopped inside a frame: it finishes that frame
-        try:
-            sock.settimeout(0.0)
-            try:
-                chunk = sock.recv(_RECV_CHUNK)
-                if not chunk:
-                    self._dead = ConnectionResetError("the server closed the connection while it was idle"
-                                                      + (f" (GOAWAY: {self._goaway})" if self._goaway else ""))
-                    return False
-                self._buf += chunk
-            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                pass
-            finally:
-                sock.settimeout(self._timeout)
-            while len(self._buf) >= 9 and len(self._buf) >= 9 + int.from_bytes(self._buf[:3], "big"):
-                self._read_frame()
-            if self._ended is not None and self._goaway is not None:
-                sock.close()     # drained by GOAWAY, our stream over: nothing can use it (the next call says why)
-                return False
-            if self._unsent:
-                self._send(b"")
-            return True
-        except Exception as exc:  # noqa: BLE001 - the next call reports it
-            self._dead = exc if isinstance(exc, OSError) else ConnectionError(str(exc))
-            return False
 
     def _read_frame(self) -> None:
         if self._partial:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import ssl
 
 from dmrpc_gym.transport.frames import DATA, HEADER, MessageParts, StreamError
+from dmrpc_gym.transport.h2_idle import RECV_CHUNK
 
 __all__: list[str] = []          # a part of GrpcStream, not an interface of its own
 
 _STREAM = 1
-_RECV_CHUNK = 1 << 18
 
 
 class _LargeMessages:
@@ -82,7 +82,7 @@ class _LargeMessages:
             if self._deadline is not None:
                 self._arm()
             if room is None:
-                chunk = self._sock.recv(min(left, _RECV_CHUNK))
+                chunk = self._sock.recv(min(left, RECV_CHUNK))
                 n = len(chunk)
                 if n and self._ended is None:
                     self._feed(chunk)

@@ -27,7 +27,7 @@ class H2Transport:
     ``tls``: None (plain TCP), True, a CA bundle path or an ``ssl.SSLContext``
     (see :mod:`~dmrpc_gym.transport.security`). ``keepalive``: answer the
     server's PINGs while idle (a watcher thread); ``ping_every``: also PING the
-    server after that many quiet seconds (:mod:`~dmrpc_gym.transport.h2_clock`).
+    server after that many quiet seconds (:mod:`~dmrpc_gym.transport.h2_idle`).
     """
 
     def __init__(self, address: str, metadata, connect_timeout: float | None, *, tls=None,

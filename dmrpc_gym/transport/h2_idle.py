@@ -1,0 +1,103 @@
+"""What the client stream does between calls: the idle watcher's reads, keepalive PINGs, and
+looking for an answer without blocking.
+
+A mixin of :class:`~dmrpc_gym.transport.h2_client.GrpcStream`; every method runs
+with the stream's ``lock`` held. The idle watcher
+(:mod:`~dmrpc_gym.transport.keepalive`) calls :meth:`_Idle._pump` when the socket
+is readable and no call runs, and, with keepalive on (``ping_every`` seconds,
+off by default), :meth:`_Idle._tick` about once a second: a connection quiet
+``ping_every`` seconds gets a PING, and one whose PING waits
+:data:`PING_TIMEOUT` seconds for its ACK is declared dead, so the next call
+fails at once, naming the cause. :meth:`_Idle.answer_ready` lets a caller
+with many streams (the vector env's async batches) wait for whichever
+answers first, on the sockets that :meth:`_Idle.fileno` gives.
+"""
+from __future__ import annotations
+
+import socket
+import ssl
+import time
+
+from dmrpc_gym.transport.frames import PING, frame
+
+__all__ = ["MIN_KEEPALIVE", "PING_TIMEOUT", "RECV_CHUNK"]
+
+#: The shortest keepalive interval a client may ask for: grpc clients' floor too. Servers refuse
+#: more frequent pings (ours: ``ConnectionLimits.min_ping_interval``; grpc servers by default
+#: allow one per 5 minutes on a connection that carries no data) with GOAWAY too_many_pings.
+MIN_KEEPALIVE = 10.0
+#: Seconds a keepalive PING may wait for its ACK before the connection counts as dead.
+PING_TIMEOUT = 20.0
+_PING = b"dmrpc-ka"
+RECV_CHUNK = 1 << 18          # the most one recv takes (into a buffer kept for it)
+
+
+class _Idle:
+    """The stream between calls (see the module doc)."""
+
+    _ping_every: float | None = None  # keepalive interval (None: no PINGs of ours)
+    _ping_out: float | None = None    # when our unanswered PING went out
+
+    def answer_ready(self) -> bool:
+        """Whether ``read`` would return at once (an answer, or the end of the stream): what the
+        socket holds now is taken in first, without blocking."""
+        with self.lock:
+            if not self._messages and self._ended is None and self._dead is None:
+                self._pump()
+            return bool(self._messages) or self._ended is not None or self._dead is not None
+
+    def fileno(self) -> int:
+        """The socket's descriptor, to wait on with ``select``."""
+        return self._sock.fileno()
+
+    def _pump(self) -> bool:
+        """The idle watcher's turn (lock held): read what is there, handle whole frames."""
+        sock = self._sock
+        if self._partial:
+            return True                      # a call stopped inside a frame: it finishes that frame
+        try:
+            sock.settimeout(0.0)
+            try:
+                chunk = sock.recv(RECV_CHUNK)
+                if not chunk:
+                    self._dead = ConnectionResetError("the server closed the connection while it was idle"
+                                                      + (f" (GOAWAY: {self._goaway})" if self._goaway else ""))
+                    return False
+                self._buf += chunk
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                pass
+            finally:
+                sock.settimeout(self._timeout)
+            while len(self._buf) >= 9 and len(self._buf) >= 9 + int.from_bytes(self._buf[:3], "big"):
+                self._read_frame()
+            if self._ended is not None and self._goaway is not None:
+                sock.close()     # drained by GOAWAY, our stream over: nothing can use it (the next call says why)
+                return False
+            if self._unsent:
+                self._send(b"")
+            return True
+        except Exception as exc:  # noqa: BLE001 - the next call reports it
+            self._dead = exc if isinstance(exc, OSError) else ConnectionError(str(exc))
+            return False
+
+    def _tick(self) -> bool:
+        """The idle watcher's turn (lock held): PING when due; False once a PING went unanswered."""
+        now = time.monotonic()
+        if self._ping_out is not None:
+            if now - self._ping_out < PING_TIMEOUT:
+                return True
+            self._dead = ConnectionError(f"the server did not answer a keepalive PING within {PING_TIMEOUT:g} s: "
+                                         f"the connection is dead")
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return False
+        if now - self._quiet_since >= self._ping_every:
+            self._send(frame(PING, 0, 0, _PING))
+            self._ping_out = now
+        return True
+
+    def _pong(self) -> None:
+        """Our PING was answered."""
+        self._ping_out, self._quiet_since = None, time.monotonic()
