@@ -46,6 +46,7 @@ EXPECTED = {
         r"reward \+1\.10\s+discount 0\.0",
         r"random CartPole episode: return \d+ in \d+ steps",
         r"returns: \{'pursuer_0'",
+        r"sync: \d+ env steps/s; async batches of 4: \d+ env steps/s \(\d+\.\dx\)",
     ]),
     "05_godot.ipynb": (120, [
         r"mean return, random paddle: [+-]\d\.\d\d",

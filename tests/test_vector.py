@@ -308,7 +308,16 @@ def test_answers_left_unread_are_dropped_before_the_next_exchange(countdown):
     batch = Batch(2, countdown.address, world_settings={"length": 9})
     try:
         batch.reset([0, 1], seeds=[None, None])
-        batch.submit({0: 1, 1: 1})                # never received, as after an interrupt
+        plan = batch.submit({0: 1, 1: 1})
+        read = batch._read
+
+        def interrupted(i):
+            raise KeyboardInterrupt              # Ctrl-C before any answer was read
+        batch._read = interrupted
+        with pytest.raises(KeyboardInterrupt):
+            batch.receive(plan)
+        batch._read = read
+        assert batch.in_flight == {}              # abandoned: read and dropped by the next exchange
         results = batch.step({0: 0, 1: 0})
         assert [results[i][0].tolist() for i in (0, 1)] == [[2, 1], [2, 1]]
         assert [results[i][1] for i in (0, 1)] == [20.0, 20.0]

@@ -166,6 +166,17 @@ class Connection:
                 self._first.append(parts)
         self._pending.append([field, False])
 
+    def answer_ready(self) -> bool:
+        """Whether an answer can be read now without waiting (what arrived is taken in first;
+        True where it cannot be told, over a grpcio channel: reading then waits)."""
+        ready = getattr(self._transport, "answer_ready", None)
+        return True if ready is None or self._broken else ready()
+
+    def fileno(self) -> int | None:
+        """The socket to wait on for answers (``select`` / ``poll``); None over a grpcio channel."""
+        fileno = getattr(self._transport, "fileno", None)
+        return None if fileno is None or self._broken else fileno()
+
     def receive(self) -> Any:
         """The answer to the oldest submitted request; raises ``DmRpcError`` for an error answer."""
         return self._receive(0)[0]

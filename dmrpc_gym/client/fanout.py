@@ -8,7 +8,9 @@ them at once. Both vector envs (gymnasium's and SB3's) stand on it.
 """
 from __future__ import annotations
 
+import select
 import threading
+import time
 from collections import deque
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -79,6 +81,8 @@ class Batch:
         self.closed = False
         # Per sub-env: the kinds ("reset"/"step") of submitted requests not yet read.
         self._owed: list[deque] = [deque() for _ in range(self.num_envs)]
+        # Sub-envs whose step was submitted and not yet received, in order (index -> restarted?).
+        self._flying: dict[int, bool] = {}
         self._elapsed = [0] * self.num_envs
         self._unsettled = False     # answers may be left unread: read them before the next exchange
         try:
@@ -146,6 +150,9 @@ class Batch:
         (a dict), a sub-env whose connection is lost goes there instead of raising.
         """
         self._check_open()
+        busy = [i for i in jobs if i in self._flying]
+        if busy:
+            raise RuntimeError(f"sub-envs {busy} already have a step in flight: receive their answers first")
         if self._unsettled:
             self._settle()
         self._unsettled = True
@@ -166,9 +173,11 @@ class Batch:
             owed.append("step")
             return True
 
-        _, failures = submit_all(requests, send)
-        self._raise_failures(failures, lost)
-        return {i: isinstance(jobs[i], Restart) for i in requests if lost is None or i not in lost}
+        owed, failures = submit_all(requests, send)
+        self._raise_failures(failures, lost)   # raised: what was sent is settled before the next exchange
+        plan = {i: isinstance(jobs[i], Restart) for i in owed}
+        self._flying.update(plan)
+        return plan
 
     def receive(self, plan: Mapping[int, bool], lost: dict[int, BaseException] | None = None) -> dict[int, StepResult]:
         """Read the answers to :meth:`submit`'s requests: index -> 5-tuple.
@@ -179,7 +188,12 @@ class Batch:
         sub-env whose connection is lost goes there instead of raising.
         """
         failures: dict[int, BaseException] = {}
-        results = receive_all(plan, self._read, failures)
+        try:
+            results = receive_all(plan, self._read, failures)
+        finally:          # received, failed or abandoned (interrupt): no longer in flight
+            for i in plan:
+                self._flying.pop(i, None)
+            self._unsettled = any(owed for i, owed in enumerate(self._owed) if i not in self._flying)
         for i, result in results.items():
             if plan[i]:
                 self._elapsed[i] = 0
@@ -191,7 +205,6 @@ class Batch:
                         and not result[2]:
                     results[i] = result[:3] + (True,) + result[4:]
         self._raise_failures(failures, lost)
-        self._unsettled = any(self._owed)
         return results
 
     def step(self, jobs: Mapping[int, Any], lost: dict[int, BaseException] | None = None) -> dict[int, StepResult]:
@@ -256,6 +269,8 @@ class Batch:
         """Read and drop answers a failed or interrupted exchange left behind."""
         try:
             for i, owed in enumerate(self._owed):
+                if i in self._flying:          # a step sent on purpose (async batches): its answer is owed
+                    continue
                 agent = self.envs[i].agent
                 while owed:
                     kind = owed.popleft()
@@ -270,11 +285,46 @@ class Batch:
                         owed.clear()
                         raise _with_index(err, i) from None
         finally:
-            self._unsettled = any(self._owed)
+            self._unsettled = any(owed for i, owed in enumerate(self._owed) if i not in self._flying)
 
     def _check_open(self) -> None:
         if self.closed:
             raise RuntimeError("this vector env is closed")
+
+    @property
+    def in_flight(self) -> dict[int, bool]:
+        """The sub-envs with a step submitted and not yet received, in order (index -> restarted?)."""
+        return dict(self._flying)
+
+    def first_ready(self, indices: Sequence[int], n: int) -> list[int]:
+        """The first ``n`` of ``indices`` (sub-envs in flight) whose answers have come, in the order
+        they came, waiting until that many have. A sub-env whose answer cannot be watched (a grpcio
+        channel) is taken in turn; past ``step_timeout`` the rest are taken in turn (their reads raise)."""
+        waiting, ready = list(indices), []
+        poller, fd_of = select.poll(), {}
+        for i in waiting:
+            fd = self.envs[i].connection.fileno()
+            if fd is None:
+                return (ready + waiting)[:n]
+            fd_of[i] = fd
+            poller.register(fd, select.POLLIN)
+        sub_env = {fd: i for i, fd in fd_of.items()}
+        timeout = self.envs[waiting[0]].connection.timeout if waiting else None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        candidates = list(waiting)                  # what to look at: first everything, then what woke up
+        while True:
+            for i in candidates:
+                if i in waiting and self.envs[i].connection.answer_ready():
+                    waiting.remove(i)
+                    ready.append(i)
+                    poller.unregister(fd_of[i])
+            if len(ready) >= n or not waiting:
+                return ready[:n]
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return (ready + waiting)[:n]
+            events = poller.poll(1000 if left is None else max(1, min(1000, int(left * 1000))))
+            candidates = [sub_env[fd] for fd, _ in events] if events else list(waiting)
 
     # -- the rest ------------------------------------------------------------------
     def render(self) -> tuple:

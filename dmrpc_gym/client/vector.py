@@ -129,6 +129,7 @@ class DmRpcVectorEnv(VectorEnv):
         address: the server's ``"host:port"`` (or ``"unix:PATH"``); or
         addresses: several servers, used in turn.
         max_episode_steps: truncate episodes on the client after this many steps.
+        batch_size: how many sub-envs :meth:`recv` returns (default: all of them).
         **env_kwargs: :class:`~dmrpc_gym.client.env.DmRpcEnv` arguments (``world_settings``,
             ``join_settings``, ``reset_settings``, ``observations``, ``actions``, ``nested``,
             ``reward``, ``discount``, ``seed_setting``, ``render_mode``, ``render_observation``,
@@ -142,6 +143,15 @@ class DmRpcVectorEnv(VectorEnv):
     ``reset(seed=s)`` seeds sub-env ``i`` with ``s + i``; ``options["reset_mask"]``
     resets only some sub-envs.
 
+    **Async batches**, as EnvPool's: :meth:`send` steps some sub-envs without
+    waiting, and :meth:`recv` returns the first ``batch_size`` sub-envs whose
+    answers came, with their ids, so a slow world holds up only itself. Autoreset
+    is the same ``NEXT_STEP`` per sub-env: the ``send`` after a sub-env finished
+    starts its next episode (its action ignored), and that ``recv`` returns the
+    first observation with reward 0.0 and both flags False. ``recv`` with nothing
+    in flight, and ``send`` to a sub-env already in flight, are errors; ``step``
+    is refused while ``send`` left steps in flight.
+
     >>> from dmrpc_gym.worlds.embedded import embedded_server
     >>> envs = DmRpcVectorEnv(3, embedded_server("catch").address)
     >>> obs, infos = envs.reset(seed=0)
@@ -154,7 +164,7 @@ class DmRpcVectorEnv(VectorEnv):
 
     def __init__(self, num_envs: int | None = None, address: str | None = None, *,
                  addresses: Sequence[str] | None = None, max_episode_steps: int | None = None,
-                 **env_kwargs: Any):
+                 batch_size: int | None = None, **env_kwargs: Any):
         self._batch = Batch(num_envs, address, addresses=addresses, max_episode_steps=max_episode_steps,
                             **env_kwargs)
         batch = self._batch
@@ -168,6 +178,13 @@ class DmRpcVectorEnv(VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self._obs: list[Any] = [None] * self.num_envs
         self._autoreset = np.zeros(self.num_envs, dtype=np.bool_)
+        if batch_size is None:
+            batch_size = self.num_envs
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+                or not 1 <= batch_size <= self.num_envs:
+            self._batch.close()
+            raise ValueError(f"batch_size must be within 1..num_envs ({self.num_envs}), got {batch_size!r}")
+        self.batch_size = int(batch_size)
 
     def reset(self, *, seed: int | Sequence[int | None] | None = None,
               options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
@@ -198,17 +215,58 @@ class DmRpcVectorEnv(VectorEnv):
             items = list(iterate(self.action_space, actions))
         if len(items) != self.num_envs:
             raise ValueError(f"{len(items)} actions given for {self.num_envs} sub-envs")
+        flying = list(self._batch.in_flight)
+        if flying:
+            raise RuntimeError(f"sub-envs {flying} have steps in flight from send(): recv() them first")
         results = self._batch.step({i: RESTART if self._autoreset[i] else items[i]
                                     for i in range(self.num_envs)})
-        ordered = [results[i] for i in range(self.num_envs)]
-        self._obs = [r[0] for r in ordered]
+        return self._gather(list(range(self.num_envs)), results)[:5]
+
+    def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray | None = None) -> None:
+        """Step the sub-envs ``env_ids`` (default: all) without waiting; ``actions`` holds one
+        action per id, in their order. A sub-env that finished starts its next episode instead."""
+        ids = list(range(self.num_envs)) if env_ids is None else [int(i) for i in np.asarray(env_ids).ravel()]
+        bad = [i for i in ids if not 0 <= i < self.num_envs]
+        if bad or len(set(ids)) != len(ids):
+            raise ValueError(f"env_ids must be distinct sub-env indices within 0..{self.num_envs - 1}, got {ids}")
+        if any(self._obs[i] is None for i in ids):
+            raise RuntimeError("send() before reset(): call reset() first (it starts every sub-env's episode)")
+        if isinstance(actions, np.ndarray) and actions.ndim and isinstance(self.action_space, _ARRAY_SPACES):
+            items = actions
+        else:
+            items = list(iterate(batch_space(self.single_action_space, len(ids)), actions))
+        if len(items) != len(ids):
+            raise ValueError(f"{len(items)} actions given for {len(ids)} env_ids")
+        self._batch.submit({i: RESTART if self._autoreset[i] else items[k] for k, i in enumerate(ids)})
+
+    def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
+        """The first ``batch_size`` sub-envs in flight whose answers came (all of them, when fewer
+        are in flight): ``(obs, rewards, terminations, truncations, infos, env_ids)``, row ``k``
+        of each being sub-env ``env_ids[k]``."""
+        flying = self._batch.in_flight
+        if not flying:
+            raise RuntimeError("recv() with no step in flight: send() actions first")
+        ids = self._batch.first_ready(list(flying), min(self.batch_size, len(flying)))
+        results = self._batch.receive({i: flying[i] for i in ids})
+        return self._gather(ids, results)
+
+    @property
+    def in_flight(self) -> list[int]:
+        """The sub-envs with a step sent and not yet returned by :meth:`recv`, in the order sent."""
+        return list(self._batch.in_flight)
+
+    def _gather(self, ids: list[int], results: dict) -> tuple:
+        """Batched arrays of sub-envs ``ids``'s step results (their observations and flags kept)."""
+        ordered = [results[i] for i in ids]
+        for i, r in zip(ids, ordered):
+            self._obs[i] = r[0]
+            self._autoreset[i] = r[2] or r[3]
         rewards = np.array([r[1] for r in ordered], dtype=np.float64)
         terminated = np.array([r[2] for r in ordered], dtype=np.bool_)
         truncated = np.array([r[3] for r in ordered], dtype=np.bool_)
-        infos = merge_infos(list(enumerate(r[4] for r in ordered)), self.num_envs)
-        self._autoreset = terminated | truncated
-        return (batch_observations(self.single_observation_space, self._obs), rewards, terminated,
-                truncated, infos)
+        infos = merge_infos(list(enumerate(r[4] for r in ordered)), len(ids))
+        return (batch_observations(self.single_observation_space, [r[0] for r in ordered]), rewards,
+                terminated, truncated, infos, np.array(ids, dtype=np.int64))
 
     def render(self) -> tuple:
         """Every sub-env's latest frame (uint8 HxWx3 in ``rgb_array`` mode)."""

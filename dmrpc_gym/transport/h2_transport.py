@@ -70,6 +70,8 @@ class H2Transport:
             self._stream.keepalive(ping_every)
         self.write = self._stream.write
         self.read = self._stream.read
+        self.answer_ready = self._stream.answer_ready
+        self.fileno = self._stream.fileno
 
     @property
     def initial_metadata(self) -> dict[str, str]:
