@@ -69,7 +69,7 @@ def serve(obs_bytes: int, action_bytes: int, tls: str | None, info: bool = False
     if unix:
         options["address"] = ["127.0.0.1:0", f"unix:{unix}"]
     server = Server(Constant, kind="gym", **options).start()
-    print("ADDRESS", *server.addresses, flush=True)
+    print("ADDRESS", *getattr(server, "addresses", [server.address]), flush=True)   # a baseline tree has one
     for _ in sys.stdin:                      # each line: report the CPU seconds used so far
         print(time.process_time(), flush=True)
     server.stop(0)
@@ -197,6 +197,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float)
     parser.add_argument("--skip-large", action="store_true")
     parser.add_argument("--skip-small", action="store_true")
+    parser.add_argument("--no-official", action="store_true", help="16 MiB cases: leave out the official client")
     parser.add_argument("--envs", type=int, default=8, help="envs of the vector case (0: no vector case)")
     # roles
     parser.add_argument("--obs-bytes", type=int, default=0)
@@ -271,13 +272,15 @@ def main() -> None:
                 act = start(TREE, "serve", "--action-bytes", str(MIB16))
                 big = ["--action-bytes", str(MIB16)]
                 cases = {"obs 16 MiB, ours": (start(TREE, "client", "--address", address(obs)), obs),
-                         "obs 16 MiB, official":
-                             (start(TREE, "client", "--address", address(obs), "--impl", "official"), obs),
-                         "action 16 MiB, ours": (start(TREE, "client", "--address", address(act), *big), act),
-                         "action 16 MiB, official":
-                             (start(TREE, "client", "--address", address(act), "--impl", "official", *big), act)}
-                pairs = [("obs: ours / official", "obs 16 MiB, ours", "obs 16 MiB, official"),
-                         ("action: ours / official", "action 16 MiB, ours", "action 16 MiB, official")]
+                         "action 16 MiB, ours": (start(TREE, "client", "--address", address(act), *big), act)}
+                pairs = []
+                if not args.no_official:
+                    cases["obs 16 MiB, official"] = (
+                        start(TREE, "client", "--address", address(obs), "--impl", "official"), obs)
+                    cases["action 16 MiB, official"] = (
+                        start(TREE, "client", "--address", address(act), "--impl", "official", *big), act)
+                    pairs = [("obs: ours / official", "obs 16 MiB, ours", "obs 16 MiB, official"),
+                             ("action: ours / official", "action 16 MiB, ours", "action 16 MiB, official")]
                 if args.base:
                     base_obs = start(args.base, "serve", "--obs-bytes", str(MIB16))
                     base_act = start(args.base, "serve", "--action-bytes", str(MIB16))

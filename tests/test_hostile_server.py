@@ -350,6 +350,25 @@ def test_a_connection_stuck_half_way_is_released_by_its_deadline(stuck, tmp_path
     assert took < 8, f"{stuck}: the connections were still open after {took:.0f} s"
 
 
+def test_a_connection_is_idle_from_the_end_of_its_last_stream():
+    """No deadline timer runs while a stream is open; the idle one starts when the last stream ends."""
+    server = servers.start(Catch, limits=QUICK)
+    raw = RawClient(server.address, timeout=10)
+    try:
+        create = pb.EnvironmentRequest(create_world=pb.CreateWorldRequest())
+        raw.send(raw.request_headers(1) + data(1, message(create)))
+        time.sleep(1.5)                          # open past the idle timeout: not idle
+        raw.send(data(1, b"", end=True))
+        assert raw.trailers(1)["grpc-status"] == "0"
+        ended = time.monotonic()
+        code, debug = raw.goaway()
+        assert code == 0 and "idle_timeout" in debug
+        assert 0.9 < time.monotonic() - ended < 3
+    finally:
+        raw.close()
+        server.stop()
+
+
 def test_a_quiet_stream_is_not_idle(catch):
     """A client that holds its stream open and says nothing (a notebook left alone) keeps its connection."""
     server = servers.start(Catch, limits=QUICK)

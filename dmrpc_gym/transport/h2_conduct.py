@@ -18,10 +18,15 @@ too_many_pings
 """
 from __future__ import annotations
 
-from dmrpc_gym.transport.frames import ENHANCE_YOUR_CALM, ProtocolError
+import asyncio
+import logging
+
+from dmrpc_gym.transport.frames import ENHANCE_YOUR_CALM, NO_ERROR, PROTOCOL_ERROR, ProtocolError
 from dmrpc_gym.transport.limits import ConnectionLimits
 
-__all__ = ["Conduct"]
+__all__ = ["Conduct", "Watching"]
+
+log = logging.getLogger("dmrpc_gym.server")
 
 
 class Conduct:
@@ -42,6 +47,10 @@ class Conduct:
         self._resets, self._reset_second = 0, 0.0
         self._since = now                 # since when the connection is idle (or waits for its preface)
         self._stall: tuple | None = None  # (what is unfinished, since when)
+
+    def idle_from(self, now: float) -> None:
+        """The connection's last stream has ended: it is idle from ``now``."""
+        self._since = now
 
     def ping(self, now: float) -> None:
         """A PING came: ``ProtocolError`` ("too_many_pings") past ``max_ping_strikes`` too close together."""
@@ -85,3 +94,41 @@ class Conduct:
         elif now - self._since > limits.idle_timeout:
             return f"no open stream for {limits.idle_timeout:g} s (ConnectionLimits.idle_timeout)"
         return None
+
+
+class Watching:
+    """The connection's side of its conduct (a mixin of
+    :class:`~dmrpc_gym.transport.h2_server.GrpcProtocol`): a timer that runs only while a
+    deadline applies, asking :class:`Conduct` each tick whether one has passed."""
+
+    def _watch(self) -> None:
+        """A deadline may apply from now (a frame begun, the last stream gone): tick until none does.
+
+        No timer runs while none can: a connection whose streams are open and whose frames
+        are whole costs the event loop nothing (a timer always armed cost large transfers ~5 %)."""
+        if self._tick is None and not self._closed:
+            loop = asyncio.get_running_loop()
+            if not self._streams:
+                self._conduct.idle_from(loop.time())
+            self._tick = loop.call_later(self._conduct.tick, self._on_tick)
+
+    def _on_tick(self) -> None:
+        """Every ``Conduct.tick`` seconds while a deadline applies: end the connection should it
+        stall or idle past its limits."""
+        self._tick = None
+        if self._closed or self._transport is None:
+            return
+        loop = asyncio.get_running_loop()
+        unfinished = (("header block", self._blocks_done) if self._headers_in.open
+                      else ("frame", self._frames_done) if self._buf else None)
+        why = self._conduct.overdue(loop.time(), self._preface, unfinished, len(self._streams))
+        if why is None:
+            if not self._preface or unfinished is not None or not self._streams:
+                self._tick = loop.call_later(self._conduct.tick, self._on_tick)
+            return
+        log.info("closing an HTTP/2 connection: %s", why)
+        if not self._preface:
+            self._closed = True
+            self._transport.close()
+        else:
+            self.abort(NO_ERROR if unfinished is None else PROTOCOL_ERROR, why)

@@ -36,7 +36,7 @@ from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MES
 from dmrpc_gym.transport.h2_calls import HTTP1_ANSWER, Stream, StreamHandler, refusal_of
 from dmrpc_gym.transport.h2_replies import Replies
 from dmrpc_gym.transport.h2_requests import Requests, receive_window
-from dmrpc_gym.transport.h2_conduct import Conduct
+from dmrpc_gym.transport.h2_conduct import Conduct, Watching
 from dmrpc_gym.transport.limits import ConnectionLimits, Refusals
 
 __all__ = ["StreamHandler", "GrpcProtocol"]   # StreamHandler: re-exported from h2_calls
@@ -56,7 +56,7 @@ _refusals = Refusals(log, "refusing connections: %d are open, the limit (Connect
                           "%d refused in the last minute")
 
 
-class GrpcProtocol(Requests, Replies, asyncio.Protocol):
+class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
     """One HTTP/2 connection: any number of gRPC streams, each served by its own session.
 
     ``token``: when set, a call must carry ``authorization: Bearer <token>``;
@@ -135,6 +135,8 @@ class GrpcProtocol(Requests, Replies, asyncio.Protocol):
                                                           f"SETTINGS_MAX_FRAME_SIZE of {_OUR_FRAME}")
                 end = 9 + length
                 if len(buf) < end:
+                    if self._tick is None:
+                        self._watch()          # a frame begun: its deadline applies
                     return
                 if kind == DATA and length >= _BIG_FRAME and not self._headers_in.open:   # copied once, into its message
                     with memoryview(buf) as view:
@@ -143,6 +145,8 @@ class GrpcProtocol(Requests, Replies, asyncio.Protocol):
                     self._on_frame(kind, flags, stream & 0x7FFFFFFF, bytes(buf[9:end]))
                 del buf[:end]
                 self._frames_done += 1
+            if (buf or self._headers_in.open) and self._tick is None:
+                self._watch()
         except ProtocolError as exc:
             log.info("closing an HTTP/2 connection: %s", exc)
             self._buf = bytearray()
@@ -334,6 +338,8 @@ class GrpcProtocol(Requests, Replies, asyncio.Protocol):
         if session is not None:
             session.close()
         self._streams.pop(stream.id, None)
+        if not self._streams and self._tick is None:
+            self._watch()                  # idle from now
         self._close_if_done()
 
     # -- output --------------------------------------------------------------------
@@ -347,24 +353,6 @@ class GrpcProtocol(Requests, Replies, asyncio.Protocol):
                          self._transport.get_write_buffer_size())
                 self._closed = True
                 self._transport.abort()  # what it did not read is dropped, not kept to flush
-
-    def _on_tick(self) -> None:
-        """Every ``Conduct.tick`` seconds: end the connection should it stall or idle past its limits."""
-        if self._closed or self._transport is None:
-            return
-        loop = asyncio.get_running_loop()
-        unfinished = (("header block", self._blocks_done) if self._headers_in.open
-                      else ("frame", self._frames_done) if self._buf else None)
-        why = self._conduct.overdue(loop.time(), self._preface, unfinished, len(self._streams))
-        if why is None:
-            self._tick = loop.call_later(self._conduct.tick, self._on_tick)
-            return
-        log.info("closing an HTTP/2 connection: %s", why)
-        if not self._preface:
-            self._closed = True
-            self._transport.close()
-        else:
-            self.abort(NO_ERROR if unfinished is None else PROTOCOL_ERROR, why)
 
     def _close_if_done(self) -> None:
         if self._draining and not self._streams and not self._closed and self._transport is not None:
