@@ -15,6 +15,9 @@ case RLlib's default ``sync`` mode. Cases:
 - ``dm_env_rpc embedded``: ``dmrpc/Catch-v0`` without addresses (each runner serves
   Catch in-process, so the server shares the runner's interpreter).
 
+``--world heavy`` measures ``benchmarks/heavy_catch.py:HeavyCatch`` instead, Catch whose step
+computes for ~1 ms as a simulator's would (local and served; there is no embedded case for it).
+
     python benchmarks/bench_rllib.py                  # N = 1 and 2, E = 1 and 8, 5 rounds
     python benchmarks/bench_rllib.py --rounds 2 --steps 500
     python benchmarks/bench_rllib.py --save           # also write the table to benchmarks/rllib.md
@@ -47,17 +50,24 @@ from dmrpc_gym.integrations import rllib as dmrpc_rllib  # noqa: E402
 LOCAL = "bench/LocalCatch-v0"
 
 
+WORLDS = {"catch": "dmrpc_gym.worlds:Catch", "heavy": "benchmarks/heavy_catch.py:HeavyCatch"}
+
+
 def local_catch(env_config: Any):
-    """The bundled gymnasium Catch, in the runner's process, in the same flat view."""
-    from dmrpc_gym.worlds.catch import Catch
+    """The world (``env_config["world"]``, Catch by default) in the runner's process, in the same flat view."""
     from dmrpc_gym.integrations.flat_spaces import FlatSpaces
-    return FlatSpaces(Catch(**dict(env_config)))
+    config = dict(env_config)
+    if config.pop("world", "catch") == "heavy":
+        from heavy_catch import HeavyCatch as World
+    else:
+        from dmrpc_gym.worlds.catch import Catch as World
+    return FlatSpaces(World(**config))
 
 
-def serve_catch() -> tuple[subprocess.Popen, str]:
-    """A ``dmrpc-gym serve dmrpc_gym.worlds:Catch --port 0`` process and its address."""
+def serve_catch(world: str = "catch") -> tuple[subprocess.Popen, str]:
+    """A ``dmrpc-gym serve WORLD --port 0`` process and its address."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
-    process = subprocess.Popen([sys.executable, "-m", "dmrpc_gym", "serve", "dmrpc_gym.worlds:Catch", "--port", "0"],
+    process = subprocess.Popen([sys.executable, "-m", "dmrpc_gym", "serve", WORLDS[world], "--port", "0"],
                                cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     line = process.stdout.readline()
     found = re.search(r"serving .* on (\S+:\d+)", line)
@@ -94,25 +104,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=2000, help="steps each runner samples per measure")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of measures (medians are reported)")
     parser.add_argument("--save", action="store_true", help="write the table to rllib.md beside this script")
+    parser.add_argument("--world", choices=sorted(WORLDS), default="catch",
+                        help="catch (default), or heavy: Catch whose step computes ~1 ms")
     args = parser.parse_args(argv)
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": ROOT}})
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "benchmarks")])}})
     dmrpc_rllib.register()
     register_env(LOCAL, local_catch)
     rows = []
     try:
         for n, envs in [(n, e) for e in args.envs for n in args.runners]:
-            servers = [serve_catch() for _ in range(n)]
+            servers = [serve_catch(args.world) for _ in range(n)]
             cpus = round(1.8 / (3 * n), 2)   # Ray's CPUs are a budget (2 here): every case's runners must fit at once
             mode = "vector_entry_point" if envs > 1 else "sync"
             try:
+                served = "dmrpc/Catch-v0" if args.world == "catch" else "dmrpc/Remote-v0"
                 cases = {
-                    "local": build(LOCAL, {}, n, cpus, envs),
-                    "dm_env_rpc served": build("dmrpc/Catch-v0", {"addresses": [a for _, a in servers]}, n, cpus,
+                    "local": build(LOCAL, {"world": args.world}, n, cpus, envs),
+                    "dm_env_rpc served": build(served, {"addresses": [a for _, a in servers]}, n, cpus,
                                                envs, mode),
-                    "dm_env_rpc embedded": build("dmrpc/Catch-v0", {}, n, cpus, envs, mode),
                 }
+                if args.world == "catch":
+                    cases["dm_env_rpc embedded"] = build("dmrpc/Catch-v0", {}, n, cpus, envs, mode)
                 rates: dict[str, list[float]] = {name: [] for name in cases}
                 for algo in cases.values():
                     sample_rate(algo, min(args.steps, 200))          # warm up: the first sample resets
@@ -134,8 +148,8 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         ray.shutdown()
 
-    lines = [f"Machine: {os.cpu_count()} cpus, Python {platform.python_version()}, ray {ray.__version__}; "
-             f"{datetime.date.today()}; {args.rounds} rounds of {args.steps} steps per runner. With more than "
+    lines = [f"World: {WORLDS[args.world]}. Machine: {os.cpu_count()} cpus, Python {platform.python_version()}, "
+             f"ray {ray.__version__}; {datetime.date.today()}; {args.rounds} rounds of {args.steps} steps per runner. With more than "
              "one env per runner the dm_env_rpc cases run in RLlib's `vector_entry_point` mode (one "
              "`DmRpcVectorEnv` per runner), the local case in `sync` mode.",
              "",
