@@ -20,7 +20,8 @@ from dmrpc_gym.protocol import tensors
 from dmrpc_gym.server import status
 from dmrpc_gym.protocol.wire import pb
 
-__all__ = ["SEED", "unpack_settings", "pop_seed", "check_seed", "same_settings", "describe", "world_reset_settings"]
+__all__ = ["SEED", "unpack_settings", "pop_seed", "check_seed", "same_settings", "describe", "shown",
+           "world_reset_settings"]
 
 #: The setting (and property) that seeds ``reset``.
 SEED = "seed"
@@ -43,10 +44,8 @@ def unpack_settings(settings: Mapping[str, pb.Tensor], what: str) -> dict[str, A
 def check_seed(value: Any, what: str) -> int:
     """``value`` as a seed: a non-negative integer scalar, else ``INVALID_ARGUMENT``."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
-        # an array by its shape: numpy's repr of a peer's (2**31-1, 0) array raises
-        got = (f"an array of shape {list(value.shape)} ({value.dtype})" if isinstance(value, np.ndarray)
-               else f"{value!r:.80}")
-        raise status.invalid_argument(f"{what} {SEED!r} must be a non-negative integer scalar, got {got}")
+        raise status.invalid_argument(
+            f"{what} {SEED!r} must be a non-negative integer scalar, got {shown(value, 80)}")
     return int(value)
 
 
@@ -92,7 +91,22 @@ def describe(settings: Mapping[str, Any]) -> str:
     """A short rendering of settings for error messages."""
     if not settings:
         return "no settings"
-    return ", ".join(f"{k}={v!r:.40}" for k, v in settings.items())
+    return ", ".join(f"{k}={shown(v)}" for k, v in settings.items())
+
+
+def shown(value: Any, width: int = 40) -> str:
+    """A peer's setting in a message: its repr, cut to ``width``. An array whose repr raises (numpy's
+    repr of an array of empty proto messages does) is shown by its shape and dtype.
+
+    >>> shown(np.arange(3)), shown(np.array([pb.Tensor()], dtype=object))
+    ('array([0, 1, 2])', 'an array of shape [1] (object)')
+    """
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a message must not fail on what it shows
+        return f"an array of shape {list(value.shape)} ({value.dtype})" if isinstance(value, np.ndarray) \
+            else f"a {type(value).__name__}"
+    return text[:width]
 
 
 def world_reset_settings(world: Any, settings: Mapping[str, pb.Tensor]) -> tuple[dict[str, Any] | None, int | None]:
