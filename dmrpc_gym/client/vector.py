@@ -207,20 +207,12 @@ class DmRpcVectorEnv(VectorEnv):
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every sub-env; a sub-env that finished last step starts its next episode instead."""
-        if any(obs is None for obs in self._obs):
-            raise RuntimeError("step() before reset(): call reset() first (it starts every sub-env's episode)")
-        if isinstance(actions, np.ndarray) and actions.ndim and isinstance(self.action_space, _ARRAY_SPACES):
-            items = actions                     # one row per sub-env (what iterate() yields)
-        else:
-            items = list(iterate(self.action_space, actions))
-        if len(items) != self.num_envs:
-            raise ValueError(f"{len(items)} actions given for {self.num_envs} sub-envs")
+        every = list(range(self.num_envs))
+        jobs = self._jobs("step", actions, every, "sub-envs")
         flying = list(self._batch.in_flight)
         if flying:
             raise RuntimeError(f"sub-envs {flying} have steps in flight from send(): recv() them first")
-        results = self._batch.step({i: RESTART if self._autoreset[i] else items[i]
-                                    for i in range(self.num_envs)})
-        return self._gather(list(range(self.num_envs)), results)[:5]
+        return self._gather(every, self._batch.step(jobs))[:5]
 
     def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray | None = None) -> None:
         """Step the sub-envs ``env_ids`` (default: all) without waiting; ``actions`` holds one
@@ -229,15 +221,20 @@ class DmRpcVectorEnv(VectorEnv):
         bad = [i for i in ids if not 0 <= i < self.num_envs]
         if bad or len(set(ids)) != len(ids):
             raise ValueError(f"env_ids must be distinct sub-env indices within 0..{self.num_envs - 1}, got {ids}")
+        self._batch.submit(self._jobs("send", actions, ids, "env_ids"))
+
+    def _jobs(self, call: str, actions: Any, ids: list[int], named: str) -> dict[int, Any]:
+        """Sub-env ``ids[k]`` -> ``actions``' row ``k``, or RESTART for a sub-env that finished."""
         if any(self._obs[i] is None for i in ids):
-            raise RuntimeError("send() before reset(): call reset() first (it starts every sub-env's episode)")
+            raise RuntimeError(f"{call}() before reset(): call reset() first (it starts every sub-env's episode)")
         if isinstance(actions, np.ndarray) and actions.ndim and isinstance(self.action_space, _ARRAY_SPACES):
-            items = actions
+            items = actions                     # one row per sub-env (what iterate() yields)
         else:
-            items = list(iterate(batch_space(self.single_action_space, len(ids)), actions))
+            space = self.action_space if len(ids) == self.num_envs else batch_space(self.single_action_space, len(ids))
+            items = list(iterate(space, actions))
         if len(items) != len(ids):
-            raise ValueError(f"{len(items)} actions given for {len(ids)} env_ids")
-        self._batch.submit({i: RESTART if self._autoreset[i] else items[k] for k, i in enumerate(ids)})
+            raise ValueError(f"{len(items)} actions given for {len(ids)} {named}")
+        return {i: RESTART if self._autoreset[i] else items[k] for k, i in enumerate(ids)}
 
     def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
         """The first ``batch_size`` sub-envs in flight whose answers came (all of them, when fewer
