@@ -107,10 +107,7 @@ class Watching:
         No timer runs while none can: a connection whose streams are open and whose frames
         are whole costs the event loop nothing (a timer always armed cost large transfers ~5 %)."""
         if self._tick is None and not self._closed:
-            loop = asyncio.get_running_loop()
-            if not self._streams:
-                self._conduct.idle_from(loop.time())
-            self._tick = loop.call_later(self._conduct.tick, self._on_tick)
+            self._tick = asyncio.get_running_loop().call_later(self._conduct.tick, self._on_tick)
 
     def _on_tick(self) -> None:
         """Every ``Conduct.tick`` seconds while a deadline applies: end the connection should it

@@ -338,8 +338,9 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         if session is not None:
             session.close()
         self._streams.pop(stream.id, None)
-        if not self._streams and self._tick is None:
-            self._watch()                  # idle from now
+        if not self._streams and not self._closed:     # idle from now, even while a tick already runs
+            self._conduct.idle_from(asyncio.get_running_loop().time())
+            self._watch()
         self._close_if_done()
 
     # -- output --------------------------------------------------------------------
