@@ -32,7 +32,6 @@ class _Clock:
     _timeout: float | None           # the socket's timeout now
     _per_call: float | None          # seconds a whole call may take (None: no limit)
     _deadline: float | None = None   # when the running call times out
-    _quiet_since: float = 0.0        # when the last call ended (keepalive PINGs count from it)
 
     def _begin(self) -> None:
         """A call starts: its deadline is ``_per_call`` seconds from now."""
@@ -52,7 +51,6 @@ class _Clock:
     def _end_call(self) -> None:
         """The call is over: no deadline; the socket waits ``_per_call`` again (small writes)."""
         self._deadline = None
-        self._quiet_since = time.monotonic()
         self._set_timeout(self._per_call)
 
     def _set_timeout(self, seconds: float | None) -> None:

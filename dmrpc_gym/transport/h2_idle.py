@@ -37,6 +37,8 @@ class _Idle:
 
     _ping_every: float | None = None  # keepalive interval (None: no PINGs of ours)
     _ping_out: float | None = None    # when our unanswered PING went out
+    _quiet_since: float = 0.0         # since when no call was made, nor a PING answered
+    _calls_seen = -1                  # messages_sent at the last tick (calls since: not quiet)
 
     def answer_ready(self) -> bool:
         """Whether ``read`` would return at once (an answer, or the end of the stream): what the
@@ -83,6 +85,8 @@ class _Idle:
     def _tick(self) -> bool:
         """The idle watcher's turn (lock held): PING when due; False once a PING went unanswered."""
         now = time.monotonic()
+        if self.messages_sent != self._calls_seen:   # calls since the last tick: quiet from now
+            self._calls_seen, self._quiet_since = self.messages_sent, now
         if self._ping_out is not None:
             if now - self._ping_out < PING_TIMEOUT:
                 return True
