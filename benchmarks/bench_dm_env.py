@@ -5,6 +5,13 @@
 2. What the wire adds per step (served minus local, each measured in the same round) for
    dm_control's cartpole-balance against gymnasium's CartPole-v1, both read through
    ``DmRpcEnv``: serving a dm_env should cost no more than serving a gymnasium env.
+3. The control for 2: the same dm_control cartpole written as a plain gymnasium env
+   (:class:`GymCartpole`, a flat float64[5] observation) and served as one. Against it, the
+   dm_env path is compared with the gym path for the same physics, so what a ~90 us Python
+   step costs when run in a server that sleeps between steps (its code runs on a cold core)
+   is on both sides.
+4. Why a long step costs more served: the local dm_control and CartPole-v1 steps timed back to
+   back, and each after a 0.2 ms sleep (as a server sleeps in ``epoll`` between a client's steps).
 
 Servers run as ``dmrpc-gym serve`` subprocesses. The measuring is ``bench_steps``'s: every
 case for ~0.3 s per round, all cases in turn, 7 rounds; ratios are medians of per-round ratios.
@@ -18,8 +25,10 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 import dm_env
+import gymnasium as gym
 import numpy as np
 from dm_env import specs
 
@@ -44,6 +53,29 @@ class SmallDm(dm_env.Environment):
 
     def action_spec(self):
         return specs.DiscreteArray(2, name="action")
+
+
+class GymCartpole(gym.Env):
+    """dm_control's cartpole-balance as a plain gymnasium env: a flat float64[5] observation
+    (position, velocity), a Box(-1, 1, (1,)) action, truncated where dm_control's time limit ends."""
+
+    def __init__(self):
+        from dm_control import suite
+        self.dm = suite.load("cartpole", "balance", task_kwargs={"random": 0})
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (5,), np.float64)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float64)
+
+    @staticmethod
+    def _flat(step) -> np.ndarray:
+        return np.concatenate([step.observation["position"], step.observation["velocity"]])
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._flat(self.dm.reset()), {}
+
+    def step(self, action):
+        step = self.dm.step(action)
+        return self._flat(step), float(step.reward), False, step.last(), {}
 
 
 def serve(target: str, *extra: str) -> tuple[subprocess.Popen, str]:
@@ -78,10 +110,13 @@ def _push(i: int) -> float:
 
 
 class Local(Case):
-    """An env stepped in this process: ``address`` is ``dm_control`` or ``gym``."""
+    """An env stepped in this process: ``address`` is ``dm_control``, ``gym`` or ``gym cartpole``."""
 
     def open(self):
-        if self.address == "dm_control":
+        if self.address == "gym cartpole":
+            self.env = GymCartpole()
+            self.env.reset(seed=0)
+        elif self.address == "dm_control":
             from dm_control import suite
             self.env = suite.load("cartpole", "balance", task_kwargs={"random": 0})
             self.env.reset()
@@ -99,9 +134,10 @@ class Local(Case):
                 if env.step(np.array([_push(self.i)])).last():
                     env.reset()
         else:
+            cartpole = self.address == "gym cartpole"
             for _ in range(k):
                 self.i += 1
-                _, _, terminated, truncated, _ = env.step(self.i % 2)
+                _, _, terminated, truncated, _ = env.step(np.array([_push(self.i)]) if cartpole else self.i % 2)
                 if terminated or truncated:
                     env.reset()
 
@@ -116,7 +152,7 @@ class Served(Case):
         from dmrpc_gym import DmRpcEnv
         self.env = DmRpcEnv(self.address)
         self.env.reset(seed=0)
-        self.dm = self.name.startswith("dm_control")
+        self.dm = self.name.startswith("dm_control")   # a Box action: dm_control's, or GymCartpole's
         self.i = 0
 
     def run(self, k):
@@ -132,6 +168,43 @@ class Served(Case):
         self.env.close()
 
 
+def cold_steps(n: int) -> dict[str, float]:
+    """Microseconds per local step (the step alone timed), back to back and each after a 0.2 ms sleep."""
+    import select
+    import socket
+    from dm_control import suite
+    dm = suite.load("cartpole", "balance", task_kwargs={"random": 0})
+    cart = gym.make("CartPole-v1")
+    idle, other = socket.socketpair()
+    out = {}
+    try:
+        for pause in (0.0, 0.0002):
+            dm.reset()
+            cart.reset(seed=0)
+            spent = {"dm_control cartpole": 0.0, "CartPole-v1": 0.0}
+            for i in range(n):
+                if pause:
+                    select.select([idle], [], [], pause)
+                start = time.perf_counter()
+                if dm.step(np.array([_push(i)])).last():
+                    dm.reset()
+                spent["dm_control cartpole"] += time.perf_counter() - start
+                if pause:
+                    select.select([idle], [], [], pause)
+                start = time.perf_counter()
+                _, _, terminated, truncated, _ = cart.step(i % 2)
+                spent["CartPole-v1"] += time.perf_counter() - start
+                if terminated or truncated:
+                    cart.reset()
+            for name, seconds in spent.items():
+                out[f"{name}, {'after a 0.2 ms sleep' if pause else 'back to back'}"] = seconds / n * 1e6
+    finally:
+        idle.close()
+        other.close()
+        cart.close()
+    return out
+
+
 def run(quick: bool) -> dict:
     rounds, seconds = (2, 0.05) if quick else (7, 0.3)
     procs = {}
@@ -139,14 +212,17 @@ def run(quick: bool) -> dict:
         for target in ("bench_dm_env:SmallDm", "dm_control/cartpole-balance", "CartPole-v1"):
             procs[target] = serve(target)
         procs["loop"] = serve("dm_control/cartpole-balance", "--workers", "0")
-        small, cartpole_dm, cartpole_gym, cartpole_loop = (procs[t][1] for t in procs)
+        procs["control"] = serve("bench_dm_env:GymCartpole")
+        small, cartpole_dm, cartpole_gym, cartpole_loop, control = (procs[t][1] for t in procs)
         cases = [Adaptor("DmEnvAdaptor", "small dm_env", small),
                  ConnectDmEnv("connect_dm_env", "small dm_env", small),
                  Local("dm_control cartpole local", "-", "dm_control"),
                  Served("dm_control cartpole served", "ours", cartpole_dm),
                  Served("dm_control cartpole served", "ours --workers 0", cartpole_loop),
                  Local("gym CartPole local", "-", "gym"),
-                 Served("gym CartPole served", "ours", cartpole_gym)]
+                 Served("gym CartPole served", "ours", cartpole_gym),
+                 Local("dm_control cartpole as a gym env local", "-", "gym cartpole"),
+                 Served("dm_control cartpole as a gym env served", "ours", control)]
         for case in cases:
             case.open()
         try:
@@ -163,10 +239,15 @@ def run(quick: bool) -> dict:
     wire_gym = [1 / s - 1 / l for s, l in zip(samples["gym CartPole served @ours"], samples["gym CartPole local @-"])]
     wire_loop = [1 / s - 1 / l for s, l in zip(samples["dm_control cartpole served @ours --workers 0"],
                                                  samples["dm_control cartpole local @-"])]
-    return {"wire_loop_us": statistics.median(wire_loop) * 1e6, "samples": samples, "rounds": rounds, "seconds": seconds, "machine": machine(),
+    wire_control = [1 / s - 1 / l for s, l in zip(samples["dm_control cartpole as a gym env served @ours"],
+                                                    samples["dm_control cartpole as a gym env local @-"])]
+    return {"cold": cold_steps(200 if quick else 3000),
+            "wire_loop_us": statistics.median(wire_loop) * 1e6, "samples": samples, "rounds": rounds, "seconds": seconds, "machine": machine(),
             "speedup": paired_ratio(samples, "connect_dm_env @small dm_env", "DmEnvAdaptor @small dm_env"),
             "wire_dm_us": statistics.median(wire_dm) * 1e6, "wire_gym_us": statistics.median(wire_gym) * 1e6,
-            "wire_ratio": statistics.median(d / g for d, g in zip(wire_dm, wire_gym))}
+            "wire_ratio": statistics.median(d / g for d, g in zip(wire_dm, wire_gym)),
+            "wire_control_us": statistics.median(wire_control) * 1e6,
+            "control_ratio": statistics.median(d / g for d, g in zip(wire_dm, wire_control))}
 
 
 def report(results: dict) -> str:
@@ -185,7 +266,13 @@ def report(results: dict) -> str:
               f"{results['wire_dm_us']:.0f} us, gymnasium CartPole-v1 {results['wire_gym_us']:.0f} us; "
               f"ratio **{results['wire_ratio']:.2f}** (goal: <= 1.2)",
               f"- the same for dm_control cartpole served with `--workers 0` (every env call on the "
-              f"server's event loop, no hand-off to a worker thread): {results['wire_loop_us']:.0f} us", ""]
+              f"server's event loop, no hand-off to a worker thread): {results['wire_loop_us']:.0f} us",
+              f"- the control: the same physics as a plain gymnasium env, served as one: "
+              f"{results['wire_control_us']:.0f} us; dm_env path / gym path for the same physics "
+              f"**{results['control_ratio']:.2f}**", "",
+              "## A local step, hot and cold", "", "| step | us |", "|---|---:|"]
+    lines += [f"| {name} | {us:.1f} |" for name, us in results["cold"].items()]
+    lines += [""]
     return "\n".join(lines)
 
 

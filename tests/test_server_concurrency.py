@@ -306,6 +306,34 @@ def test_quick_steps_run_on_the_loop_until_one_is_slow():
         Server(Catch, inline_below=-1)
 
 
+def test_an_env_stepping_alone_runs_its_sub_millisecond_steps_on_the_loop():
+    # 0.3 ms steps are slow for inline_below (0.1 ms) but short for ALONE_BELOW (2 ms): alone on
+    # its server, the env saves the hand-off to a thread; with a second env stepping beside it,
+    # its steps go back to the workers (where the two overlap).
+    STEPS.clear()
+    EXTRA[0] = 0.0
+    with Server(Sleepy) as server:
+        loop_thread = f"dmrpc-gym-server {server.factory.name}"
+        first = DmRpcEnv(server.address, world_settings={"delay": 0.0003})
+        second = DmRpcEnv(server.address, world_settings={"delay": 0.0003})
+        try:
+            first.reset(seed=0)
+            for _ in range(40):
+                first.step(0)
+            alone = [name for env, name, _, _ in STEPS]
+            assert loop_thread in alone[8:], alone
+            second.reset(seed=0)
+            STEPS.clear()
+            for _ in range(20):
+                first.step(0)
+                second.step(0)
+            together = [name for _, name, _, _ in STEPS]
+        finally:
+            first.close()
+            second.close()
+    assert loop_thread not in together[4:], together
+
+
 # -- processes -----------------------------------------------------------------------------
 
 def test_envs_live_in_worker_processes(tmp_path):

@@ -16,9 +16,13 @@ the pool's ``inline_below`` (default 100 us), until one is slower. The streak
 is 8 calls at first; after a slow call that ran inline, it is as many calls as
 that one blocked the loop for, in units of ``inline_below`` (a 10 ms stall:
 100, a 1 s stall: 4096, the most), so that what running inline saves pays
-for what the surprise cost the other worlds. The first calls of an env, and
-building, ``render`` and ``close``, always go to a worker; ``inline_below=0``
-sends every call to a worker.
+for what the surprise cost the other worlds. An env that steps alone (no other
+env of the pool made a quick call in the last 0.1 s) has nobody to delay, so
+for it "short" means below :data:`ALONE_BELOW` (2 ms) instead: a one-world
+server saves the hand-off on every step of a 100 us - 2 ms env; once a second
+env steps too, the first one's next slow call sends it back to the workers. The first calls
+of an env, and building, ``render`` and ``close``, always go to a worker;
+``inline_below=0`` sends every call to a worker.
 
 Worker threads are daemon threads and ``close()`` does not wait for them: a
 server can stop while an env is stuck in ``step`` (the stuck call's result is
@@ -44,10 +48,13 @@ import threading
 import time
 from typing import Any, Callable
 
-__all__ = ["WorkerPool", "Lane", "default_workers", "rendered", "INLINE_BELOW", "DEFAULT_WORKERS"]
+__all__ = ["WorkerPool", "Lane", "default_workers", "rendered", "INLINE_BELOW", "ALONE_BELOW", "DEFAULT_WORKERS"]
 
 #: Steps shorter than this (seconds), every one of a streak, run on the event loop.
 INLINE_BELOW = 100e-6
+#: The same for an env that steps alone on its pool (never below the pool's ``inline_below``).
+ALONE_BELOW = 2e-3
+_ALONE_AFTER = 0.1      # seconds without another env's quick call before an env steps alone
 _FIRST_STREAK, _LONGEST_STREAK = 8, 4096
 
 log = logging.getLogger("dmrpc_gym.server")
@@ -102,9 +109,10 @@ class Lane:
         pool = self._pool
         if pool is None:
             return fn(*args)
+        start = time.perf_counter()
+        pool._seen(self, start)
         if self._fast >= self._streak and not self._busy:
             self.inline_calls += 1
-            start = time.perf_counter()
             try:
                 return fn(*args)
             finally:
@@ -115,7 +123,7 @@ class Lane:
         return await future
 
     def _timed(self, seconds: float) -> None:
-        below = self._pool.inline_below  # type: ignore[union-attr]
+        below = self._pool._short()  # type: ignore[union-attr]
         if seconds < below:
             self._fast += 1
         else:
@@ -246,10 +254,28 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._closed = False
         self._pending = 0                  # calls posted to lanes and not yet run
+        self._last_lane: Lane | None = None   # the lane of the latest quick call, and when
+        self._last_at = float("-inf")
+        self._shared_until = 0.0           # no env steps alone before this (perf_counter)
 
     def lane(self) -> Lane:
         """A new lane (inline when the pool has no threads)."""
         return Lane(self if self.size else None)
+
+    def _seen(self, lane: Lane, now: float) -> None:
+        """Note a quick call of ``lane`` (on the event loop): a second env stepping ends "alone"."""
+        if lane is not self._last_lane:
+            if now - self._last_at < _ALONE_AFTER:
+                self._shared_until = now + _ALONE_AFTER
+            self._last_lane = lane
+        self._last_at = now
+
+    def _short(self) -> float:
+        """Seconds below which a quick call counts as short: more for an env stepping alone."""
+        below = self.inline_below
+        if below and time.perf_counter() >= self._shared_until:
+            return max(below, ALONE_BELOW)
+        return below
 
     def _ready(self, lane: Lane) -> None:
         if not self._idle.acquire(blocking=False):
