@@ -269,6 +269,26 @@ def test_interrupt_during_a_step_leaves_the_connection_usable(server):
         signal.signal(signal.SIGUSR1, previous)
 
 
+@pytest.mark.parametrize("where", ["after the request went", "after its answer was read"])
+def test_an_interrupted_exchange_never_hands_its_answer_to_the_next_request(server, monkeypatch, where):
+    # Ctrl-C can land between a request's write and the read of its answer, where no code of the
+    # read has run yet: the late answer must still be dropped, not taken for the next step's.
+    with Connection(server.address) as conn:
+        real = conn._receive
+
+        def interrupted(map_field):
+            monkeypatch.setattr(conn, "_receive", real)        # once
+            if where == "after its answer was read":
+                real(map_field)
+            raise _Interrupt()
+
+        monkeypatch.setattr(conn, "_receive", interrupted)
+        with pytest.raises(_Interrupt):
+            step(conn, np.int32(1))
+        assert tensors.unpack(step(conn, np.int32(2)).observations[1]) == 2
+        assert tensors.unpack(step(conn, np.int32(3)).observations[1]) == 3
+
+
 def test_connects_inside_a_running_event_loop(server):
     """As in Jupyter, where the caller's thread already runs an event loop."""
     import asyncio

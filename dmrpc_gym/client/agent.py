@@ -279,7 +279,13 @@ class RemoteAgent:
 
     def receive_step(self) -> tuple[Any, float, bool, bool, dict]:
         """The answer to the oldest ``submit_step``: ``(obs, reward, terminated, truncated, info)``."""
-        response, large = self.connection.receive_step()
+        return self._stepped(*self.connection.receive_step())
+
+    def step(self, action: Any = None) -> tuple[Any, float, bool, bool, dict]:
+        """Send ``action`` and return the answer, as one call (an interrupt drops its answer)."""
+        return self._stepped(*self.connection.send_step(*self.step_request(action)))
+
+    def _stepped(self, response: pb.StepResponse, large: dict) -> tuple[Any, float, bool, bool, dict]:
         state = _STATES.get(response.state) or State(response.state)
         self.state = state
         observations = response.observations
@@ -307,10 +313,6 @@ class RemoteAgent:
         carried = None if info_tensor is None else self._read_info(info_tensor)
         self.last_observations = named
         return self._result(named, state, carried)
-
-    def step(self, action: Any = None) -> tuple[Any, float, bool, bool, dict]:
-        self.submit_step(action)
-        return self.receive_step()
 
     def _read_info(self, tensor: pb.Tensor) -> dict[str, Any] | None:
         """The served env's info from the ``info`` observation (a string tensor: never one of the

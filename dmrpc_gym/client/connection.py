@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import socket
 from collections import deque
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -118,7 +118,8 @@ class Connection:
         # The requests written before the first answer: sent again if the server goes away
         # (UNAVAILABLE, reset) before answering; None once an answer has come.
         self._first: list[tuple] | None = []
-        self._pending: deque[list] = deque()  # [expected field, abandoned?]
+        self._pending: deque[list] = deque()  # [expected field, abandoned?, number]
+        self._entries = 0                     # requests written so far (the number of the latest)
         self._broken: str | None = None
         self._closed = False
 
@@ -144,27 +145,33 @@ class Connection:
         before = transport.messages_sent
         if parts is None:
             parts = pieces.envelope(_TAGS[field], body) if pieces else (_TAGS[field] + tensors.varint(len(body)), body)
+        self._entries += 1
+        entry = [field, False, self._entries]
+        pending = self._pending
         try:
             transport.write(*parts)
+            if self._first is not None:
+                self._first.append(parts)
+            pending.append(entry)
         except StreamEnded as ended:
             if not self._retry_first(ended, parts):
                 raise self._ended_error(ended, field) from None
+            pending.append(entry)
         except OSError as err:
             if not self._retry_first(err, parts):
                 self._broken = f"sending failed: {err}"
                 raise ConnectionError(f"lost the dm_env_rpc server at {self.address}: {err}") from None
+            pending.append(entry)
         except BaseException:
-            # Interrupted (Ctrl-C): a request already committed to the stream will be
-            # answered, and that answer is dropped when it comes.
+            # Interrupted (Ctrl-C), wherever after the write began: a request committed to the
+            # stream will be answered, and that answer is dropped when it comes.
             if transport.broken:
                 self._broken = "a send was interrupted half-way through a message"
             elif transport.messages_sent != before:
-                self._pending.append([field, True])
+                entry[1] = True
+                if not pending or pending[-1] is not entry:
+                    pending.append(entry)
             raise
-        else:
-            if self._first is not None:
-                self._first.append(parts)
-        self._pending.append([field, False])
 
     def answer_ready(self) -> bool:
         """Whether an answer can be read now without waiting (what arrived is taken in first;
@@ -306,13 +313,30 @@ class Connection:
 
     def send(self, request: Any) -> Any:
         """Send ``request`` and return its answer (e.g. a ``pb.StepResponse``)."""
-        self.submit(request)
-        return self.receive()
+        return self._exchange(0, self.submit, request)[0]
+
+    def send_step(self, request: pb.StepRequest, pieces: bulk.Pieces | None = None
+                  ) -> tuple[pb.StepResponse, dict[int, bulk.Decoded]]:
+        """Send a StepRequest and return its answer as :meth:`receive_step` does."""
+        return self._exchange(bulk.OBSERVATIONS, self.submit, request, pieces)
 
     def send_extension(self, payload: Any) -> Any:
         """Send an extension ``Any`` and return the ``Any`` answered."""
-        self.submit_extension(payload)
-        return self.receive()
+        return self._exchange(0, self.submit_extension, payload)[0]
+
+    def _exchange(self, map_field: int, submit: Callable[..., None], *args: Any) -> tuple[Any, dict]:
+        """``submit(*args)``, then its answer, as one call: should it be interrupted anywhere,
+        even between the two (Ctrl-C), its answer is dropped when it comes, never taken for the
+        answer to a later request."""
+        first = self._entries + 1
+        try:
+            submit(*args)
+            return self._receive(map_field)
+        except BaseException:
+            for entry in self._pending:
+                if entry[2] >= first:
+                    entry[1] = True
+            raise
 
     def shorten_timeout(self, seconds: float) -> None:
         """Wait at most ``seconds`` for each answer from now on (never lengthens the limit)."""
