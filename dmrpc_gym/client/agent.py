@@ -293,7 +293,8 @@ class RemoteAgent:
         quick = self._quick
         if quick:                          # scalar reward/discount without the general unpacking
             named, rest = {}, {}
-            for uid, tensor in observations.items():
+            for uid in observations:       # (a protobuf map's items() iterates in Python)
+                tensor = observations[uid]
                 found = quick.get(uid)
                 payload = tensor.WhichOneof("payload") if found is not None else None
                 values = getattr(tensor, payload).array if payload is not None else ()

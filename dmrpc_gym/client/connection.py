@@ -195,7 +195,8 @@ class Connection:
 
     def _receive(self, map_field: int) -> tuple[Any, dict[int, bulk.Decoded]]:
         pending = self._pending
-        current = next((entry for entry in pending if not entry[1]), None)
+        current = pending[0] if pending and not pending[0][1] else next(
+            (entry for entry in pending if not entry[1]), None)
         if current is None:
             raise RuntimeError("receive() without a submitted request")
         try:

@@ -123,7 +123,7 @@ class Lane:
         return await future
 
     def _timed(self, seconds: float) -> None:
-        below = self._pool._short()  # type: ignore[union-attr]
+        below = self._pool.short  # type: ignore[union-attr]
         if seconds < below:
             self._fast += 1
         else:
@@ -257,25 +257,23 @@ class WorkerPool:
         self._last_lane: Lane | None = None   # the lane of the latest quick call, and when
         self._last_at = float("-inf")
         self._shared_until = 0.0           # no env steps alone before this (perf_counter)
+        #: Seconds below which a quick call counts as short now (more for an env stepping alone).
+        self.short = self.inline_below
 
     def lane(self) -> Lane:
         """A new lane (inline when the pool has no threads)."""
         return Lane(self if self.size else None)
 
     def _seen(self, lane: Lane, now: float) -> None:
-        """Note a quick call of ``lane`` (on the event loop): a second env stepping ends "alone"."""
+        """Note a quick call of ``lane`` (on the event loop): a second env stepping ends "alone",
+        and :attr:`short` says what counts as a short call from now."""
         if lane is not self._last_lane:
             if now - self._last_at < _ALONE_AFTER:
                 self._shared_until = now + _ALONE_AFTER
             self._last_lane = lane
         self._last_at = now
-
-    def _short(self) -> float:
-        """Seconds below which a quick call counts as short: more for an env stepping alone."""
         below = self.inline_below
-        if below and time.perf_counter() >= self._shared_until:
-            return max(below, ALONE_BELOW)
-        return below
+        self.short = max(below, ALONE_BELOW) if below and now >= self._shared_until else below
 
     def _ready(self, lane: Lane) -> None:
         if not self._idle.acquire(blocking=False):

@@ -180,7 +180,10 @@ class GrpcStream(_LargeMessages, _Clock, _Idle):
         with self.lock:
             if timeout is not False:
                 self._per_call = timeout
-            self._begin()
+            # No limit, and the socket already blocks: nothing for the clock to do (most steps).
+            timed = self._per_call is not None or self._timeout is not None
+            if timed:
+                self._begin()
             try:
                 messages = self._messages
                 if self._unsent:
@@ -191,7 +194,8 @@ class GrpcStream(_LargeMessages, _Clock, _Idle):
                     self._read_frame()
                 return messages.popleft()
             finally:
-                self._end_call()
+                if timed:
+                    self._end_call()
 
     def close(self) -> None:
         """Half-close our side politely, then close the socket. Never blocks for long."""

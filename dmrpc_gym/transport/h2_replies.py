@@ -55,7 +55,7 @@ class Replies:
         else:
             n = len(message) + 5
         if (n <= _CHUNK and n <= stream.window and n <= self._conn_window and n <= self._peer_frame
-                and stream.compress is None and self._can_write.is_set()):
+                and stream.compress is None and self._writable):
             stream.window -= n
             self._conn_window -= n
             self._write(h2.grpc_frame(message, stream.id))
@@ -68,10 +68,10 @@ class Replies:
         # up (pause_writing / resume_writing): asyncio's write buffer then stays small,
         # where one huge write would be moved down its buffer once per partial send.
         while parts.left:
-            while min(stream.window, self._conn_window) <= 0 or not self._can_write.is_set():
+            while min(stream.window, self._conn_window) <= 0 or not self._writable:
                 if self._closed or not stream.open:
                     raise asyncio.CancelledError()
-                if self._can_write.is_set():
+                if self._writable:
                     self._window_open.clear()
                     await self._window_open.wait()
                 else:

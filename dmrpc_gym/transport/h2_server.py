@@ -92,8 +92,9 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         self._frames_done = 0              # frames and header blocks taken whole: how a stall is told
         self._blocks_done = 0
         self._window_open = asyncio.Event()
-        self._can_write = asyncio.Event()
+        self._can_write = asyncio.Event()  # set while asyncio's write buffer takes more (to wait on)
         self._can_write.set()
+        self._writable = True              # the same, read without a call on every answer
         self._closed = False
         self._lingering = False
         self._last_stream = 0
@@ -178,9 +179,11 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         return True
 
     def pause_writing(self) -> None:
+        self._writable = False
         self._can_write.clear()
 
     def resume_writing(self) -> None:
+        self._writable = True
         self._can_write.set()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -189,6 +192,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         if self._tick is not None:
             self._tick.cancel()
         self._window_open.set()
+        self._writable = True
         self._can_write.set()
         for stream in list(self._streams.values()):
             self._end_stream(stream)
@@ -349,7 +353,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         is written anyway (ACKs, refusals) is bounded: past ``_MAX_BACKLOG`` the connection is dropped."""
         if not self._closed and self._transport is not None:
             self._transport.write(data)
-            if not self._can_write.is_set() and self._transport.get_write_buffer_size() > _MAX_BACKLOG:
+            if not self._writable and self._transport.get_write_buffer_size() > _MAX_BACKLOG:
                 log.info("dropping an HTTP/2 connection: its client left %d bytes of answers unread",
                          self._transport.get_write_buffer_size())
                 self._closed = True
