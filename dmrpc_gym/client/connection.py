@@ -20,8 +20,8 @@ from google.protobuf.message import DecodeError
 from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.protocol.errors import DmRpcError, status_name
 from dmrpc_gym.protocol.wire import FEATURES_METADATA, SERVER_METADATA, pb
-from dmrpc_gym.client.lifecycle import Patience
-from dmrpc_gym.transport.base import StreamEnded, Transport, Unreachable, parse_address
+from dmrpc_gym.client.lifecycle import ConnectRetries, Patience
+from dmrpc_gym.transport.base import StreamEnded, Transport, parse_address
 from dmrpc_gym.transport.grpcio_client import GrpcioTransport
 from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
 from dmrpc_gym.transport.h2_idle import MIN_KEEPALIVE
@@ -44,7 +44,7 @@ _TAGS = {name: bytes([(pb.EnvironmentRequest.DESCRIPTOR.fields_by_name[name].num
          for name in (*_FIELDS.values(), _EXTENSION)}
 
 
-class Connection:
+class Connection(ConnectRetries):
     """A dm_env_rpc client connection (one gRPC stream).
 
     Args:
@@ -244,73 +244,6 @@ class Connection:
                     self._broken = f"the connection failed: {err}"
                     raise ConnectionError(f"lost the dm_env_rpc server at {self.address} "
                                           f"during {field}: {err}") from None
-
-    # -- waiting for a server that is starting ---------------------------------------
-    def _connect(self) -> Transport:
-        """A transport to the server, retrying a refused or reset connection within ``connect_timeout``."""
-        patience = self._patience
-        while True:
-            try:
-                return self._open(patience.remaining())
-            except Unreachable as err:
-                if not patience.pause(err):
-                    if patience.attempts == 1:
-                        raise
-                    raise patience.gave_up(self.address) from None
-
-    def _ask_again(self, first: list[tuple], field: str, error: Any) -> None:
-        """The first request was answered UNAVAILABLE (an error answer; the stream stays open): send
-        it again after a pause, within ``connect_timeout``. Raises that answer when no time was given,
-        ``ConnectionError`` with the cause when the time is up."""
-        patience = self._patience
-        if patience.deadline is None or not patience.pause(f"UNAVAILABLE: {error.message}"):
-            if patience.attempts == 1:
-                raise DmRpcError.from_status(error, request=field)
-            raise patience.gave_up(self.address)
-        self._write(field, b"", None, first[0])
-        self._first = first
-
-    def _retry_first(self, err: Exception, parts: tuple | None = None) -> bool:
-        """The server went away before its first answer (UNAVAILABLE, or the connection reset):
-        connect again and resend what was sent (and ``parts``, the request being sent), within
-        ``connect_timeout``. False when this is not such a case; ``ConnectionError`` when time is up."""
-        first = self._first
-        if first is None or len(first) != len(self._pending) or self._patience.deadline is None:
-            return False
-        if isinstance(err, StreamEnded):
-            if err.status != _UNAVAILABLE:
-                return False
-            cause = f"UNAVAILABLE: {err.message}"
-        elif isinstance(err, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
-            cause = str(err)
-        else:
-            return False
-        if parts is not None:
-            first.append(parts)
-        patience = self._patience
-        while True:
-            if not patience.pause(cause):
-                if parts is not None:
-                    first.pop()
-                self._broken = cause
-                raise patience.gave_up(self.address)
-            self._transport.close()
-            try:
-                self._transport = self._open(patience.remaining())
-            except Unreachable as again:
-                cause = str(again)
-                continue
-            except BaseException as fatal:   # e.g. TLS refused now: no point in retrying
-                self._broken = str(fatal)
-                raise
-            try:
-                for sent in first:
-                    self._transport.write(*sent)
-                return True
-            except StreamEnded as ended:
-                cause = f"UNAVAILABLE: {ended.message}" if ended.status == _UNAVAILABLE else ended.message
-            except OSError as again:
-                cause = str(again)
 
     def send(self, request: Any) -> Any:
         """Send ``request`` and return its answer (e.g. a ``pb.StepResponse``)."""

@@ -1,5 +1,5 @@
-"""How the remote envs start, end and travel: waiting for a server, closing when collected,
-pickling as their arguments."""
+"""How the remote envs start, end and travel: waiting for a server (and sending again what it
+missed while starting), closing when collected, pickling as their arguments."""
 from __future__ import annotations
 
 import random
@@ -7,9 +7,15 @@ import time
 import warnings
 from typing import Any, Callable, TypeVar
 
-__all__ = ["RemoteResource", "Patience", "reset_reconnecting", "warn_reconnected"]
+import grpc
+
+from dmrpc_gym.protocol.errors import DmRpcError
+from dmrpc_gym.transport.base import StreamEnded, Transport, Unreachable
+
+__all__ = ["RemoteResource", "Patience", "ConnectRetries", "reset_reconnecting", "warn_reconnected"]
 
 T = TypeVar("T")
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
 
 
 def reset_reconnecting(lost: Callable[[], bool], restore: Callable[[str | None], None],
@@ -89,6 +95,88 @@ class Patience:
         return ConnectionError(f"gave up on the dm_env_rpc server at {address} after {self.attempts} "
                                f"attempt{'s' if self.attempts > 1 else ''} in {self.seconds} s "
                                f"(connect_timeout); the last error: {self.last}")
+
+
+class ConnectRetries:
+    """What a :class:`~dmrpc_gym.client.connection.Connection` does while its server is starting:
+    connecting again within ``connect_timeout``, and sending again what it sent before the
+    server's first answer (a mixin: it uses the connection's transport, pending answers and
+    :class:`Patience`)."""
+
+    address: str
+    _open: Callable[[float | None], Transport]
+    _patience: Patience
+    _transport: Transport
+    _first: list[tuple] | None
+    _pending: Any
+    _broken: str | None
+    _write: Callable[..., None]
+
+    def _connect(self) -> Transport:
+        """A transport to the server, retrying a refused or reset connection within ``connect_timeout``."""
+        patience = self._patience
+        while True:
+            try:
+                return self._open(patience.remaining())
+            except Unreachable as err:
+                if not patience.pause(err):
+                    if patience.attempts == 1:
+                        raise
+                    raise patience.gave_up(self.address) from None
+
+    def _ask_again(self, first: list[tuple], field: str, error: Any) -> None:
+        """The first request was answered UNAVAILABLE (an error answer; the stream stays open): send
+        it again after a pause, within ``connect_timeout``. Raises that answer when no time was given,
+        ``ConnectionError`` with the cause when the time is up."""
+        patience = self._patience
+        if patience.deadline is None or not patience.pause(f"UNAVAILABLE: {error.message}"):
+            if patience.attempts == 1:
+                raise DmRpcError.from_status(error, request=field)
+            raise patience.gave_up(self.address)
+        self._write(field, b"", None, first[0])
+        self._first = first
+
+    def _retry_first(self, err: Exception, parts: tuple | None = None) -> bool:
+        """The server went away before its first answer (UNAVAILABLE, or the connection reset):
+        connect again and resend what was sent (and ``parts``, the request being sent), within
+        ``connect_timeout``. False when this is not such a case; ``ConnectionError`` when time is up."""
+        first = self._first
+        if first is None or len(first) != len(self._pending) or self._patience.deadline is None:
+            return False
+        if isinstance(err, StreamEnded):
+            if err.status != _UNAVAILABLE:
+                return False
+            cause = f"UNAVAILABLE: {err.message}"
+        elif isinstance(err, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+            cause = str(err)
+        else:
+            return False
+        if parts is not None:
+            first.append(parts)
+        patience = self._patience
+        while True:
+            if not patience.pause(cause):
+                if parts is not None:
+                    first.pop()
+                self._broken = cause
+                raise patience.gave_up(self.address)
+            self._transport.close()
+            try:
+                self._transport = self._open(patience.remaining())
+            except Unreachable as again:
+                cause = str(again)
+                continue
+            except BaseException as fatal:   # e.g. TLS refused now: no point in retrying
+                self._broken = str(fatal)
+                raise
+            try:
+                for sent in first:
+                    self._transport.write(*sent)
+                return True
+            except StreamEnded as ended:
+                cause = f"UNAVAILABLE: {ended.message}" if ended.status == _UNAVAILABLE else ended.message
+            except OSError as again:
+                cause = str(again)
 
 
 class RemoteResource:
