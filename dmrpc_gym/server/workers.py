@@ -20,9 +20,9 @@ for what the surprise cost the other worlds. An env that steps alone (no other
 env of the pool made a quick call in the last 0.1 s) has nobody to delay, so
 for it "short" means below :data:`ALONE_BELOW` (2 ms) instead: a one-world
 server saves the hand-off on every step of a 100 us - 2 ms env; once a second
-env steps too, the first one's next slow call sends it back to the workers. The first calls
-of an env, and building, ``render`` and ``close``, always go to a worker;
-``inline_below=0`` sends every call to a worker.
+env steps too, the first one's next slow call sends it back to the workers.
+The first calls of an env, and building, ``render`` and ``close``, always go to
+a worker; ``inline_below=0`` sends every call to a worker.
 
 Worker threads are daemon threads and ``close()`` does not wait for them: a
 server can stop while an env is stuck in ``step`` (the stuck call's result is
