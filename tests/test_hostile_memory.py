@@ -46,15 +46,21 @@ def test_declared_message_sizes_cost_only_the_bytes_that_arrive(catch_server):
     assert grown < BOUND, f"{grown / MB:+.0f} MB for 24 KB of declared-but-unsent messages"
 
 
+def started(client: OfficialClient, kind: str) -> int:
+    """Create and join a world and take its first step: the UID of its first ``kind`` spec
+    (``"actions"`` or ``"observations"``)."""
+    world = client.send(dpb.CreateWorldRequest()).world_name
+    specs = client.send(dpb.JoinWorldRequest(world_name=world)).specs
+    client.send(dpb.StepRequest())
+    return next(iter(getattr(specs, kind)))
+
+
 def test_one_element_actions_and_settings_cannot_broadcast_past_their_spec(catch_server):
     """A one-element tensor claiming a huge shape is refused before it is allocated (finding 2:
     a 19-byte Step +1 GB, a 59-byte CreateWorld +1.2 GB before)."""
     before = resident()
     with OfficialClient(catch_server.address) as client:
-        world = client.send(dpb.CreateWorldRequest()).world_name
-        specs = client.send(dpb.JoinWorldRequest(world_name=world)).specs
-        uid = next(iter(specs.actions))
-        client.send(dpb.StepRequest())
+        uid = started(client, "actions")
         huge_action = dpb.Tensor(int8s=dpb.Tensor.Int8Array(array=b"\x00"), shape=[1 << 30])
         with pytest.raises(dm_error.DmEnvRpcError, match="broadcast"):
             client.send(dpb.StepRequest(actions={uid: huge_action}))
@@ -92,10 +98,7 @@ def test_long_requested_observation_lists_are_not_kept(catch_server):
     filled the plan cache with 64 tuples of a million entries (finding 10: +530 MB before)."""
     before = resident()
     with OfficialClient(catch_server.address) as client:
-        world = client.send(dpb.CreateWorldRequest()).world_name
-        specs = client.send(dpb.JoinWorldRequest(world_name=world)).specs
-        uid = next(iter(specs.observations))
-        client.send(dpb.StepRequest())
+        uid = started(client, "observations")
         for k in range(64):
             answer = client.send(dpb.StepRequest(requested_observations=[uid] * ((1 << 20) + k)))
             assert list(answer.observations) == [uid]
