@@ -193,7 +193,7 @@ class Batch:
         finally:          # received, failed or abandoned (interrupt): no longer in flight
             for i in plan:
                 self._flying.pop(i, None)
-            self._unsettled = any(owed for i, owed in enumerate(self._owed) if i not in self._flying)
+            self._unsettled = self._stray_answers()
         for i, result in results.items():
             if plan[i]:
                 self._elapsed[i] = 0
@@ -285,7 +285,12 @@ class Batch:
                         owed.clear()
                         raise _with_index(err, i) from None
         finally:
-            self._unsettled = any(owed for i, owed in enumerate(self._owed) if i not in self._flying)
+            self._unsettled = self._stray_answers()
+
+    def _stray_answers(self) -> bool:
+        """Whether answers are owed that no exchange will read (left by a failed or interrupted
+        one): the sub-envs in flight are owed theirs on purpose."""
+        return any(owed for i, owed in enumerate(self._owed) if i not in self._flying)
 
     def _check_open(self) -> None:
         if self.closed:
