@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces as gs
-from hypothesis import given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from dmrpc_gym.protocol import tensors
@@ -306,8 +306,8 @@ def numeric_spaces(draw):
     bottom = int(info.min)
     if kind == "box_i" and info.bits == 64:
         # gymnasium's Box.sample draws integers through float64: past 2**53 it fails
-        # ("high - low < 0"), and near it a sample may round out of the box (Box(2**53-1,
-        # 2**53-1).sample() is 2**53), so 64-bit Boxes are drawn where it samples exactly.
+        # ("high - low < 0"), so 64-bit Boxes stay within 2**52; near there a sample may still
+        # round out of its box, and the test skips such a sample (see assume() there).
         bottom, top = max(bottom, -2**52), min(top, 2**52)
     lo = draw(st.integers(bottom, top))
     hi = draw(st.integers(lo, min(top, lo + 1000)))
@@ -321,6 +321,7 @@ def numeric_spaces(draw):
 
 @settings(max_examples=150, deadline=None)
 @given(numeric_spaces(), st.integers(0, 2**32 - 1))
+@example(gs.Box(2**52, 2**52, (), np.uint64), 0)     # its samples leave the box half the time
 def test_round_trip_admits_the_same_values(served, seed):
     (spec,) = specs_from_space(served, "v").values()
     back = space_from_spec(spec)
@@ -329,6 +330,10 @@ def test_round_trip_admits_the_same_values(served, seed):
     back.seed(seed)
     for space, other in ((served, back), (back, served)):
         value = space.sample()
+        # gymnasium samples an integer Box through float64: at 2**52 (spacing 1) about half its
+        # samples round one past the box (Box(2**52, 2**52).sample() is often 2**52 + 1). A value
+        # outside the space is not one of its values to carry.
+        assume(space.contains(value))
         arrays = flatten_value(space, value, "v")
         wire = {"v": tensors.unpack(tensors.pack(arrays["v"], spec.dtype))}
         assert other.contains(unflatten_value(other, wire, "v"))
