@@ -10,7 +10,8 @@ run are compared)::
 
 Cases: ``small``: ``DmRpcEnv.step`` with a 4-float observation and a Discrete action;
 ``vector N``: the same world stepped by a ``DmRpcVectorEnv`` of N envs (``--envs``, default 8;
-steps/s and CPU are per env step);
+steps/s and CPU are per env step), on one shared connection (this tree's default) or a connection
+each, and with a baseline's client against this tree's server;
 ``small + info + seeds``: the same world returning a 3-key ``info`` each step, and a seeded
 ``reset`` every 100 steps (this tree carries the info and sends the seed; a baseline drops both);
 ``obs 16 MiB``: a 16 MiB uint8 observation each step; ``action 16 MiB``: a 16 MiB uint8
@@ -76,9 +77,10 @@ def serve(obs_bytes: int, action_bytes: int, tls: str | None, info: bool = False
 
 
 def client(impl: str, address: str, tls: str | None, action_bytes: int, watcher: bool, envs: int,
-           reset_every: int = 0) -> None:
+           reset_every: int = 0, separate: bool = False) -> None:
     """Step an env on command: each stdin line ``SECONDS`` answers ``STEPS ELAPSED CPU`` (env steps);
-    ``reset_every``: a seeded reset every that many steps (counted as a step)."""
+    ``reset_every``: a seeded reset every that many steps (counted as a step); ``separate``: a
+    vector env's sub-envs each on a connection of its own."""
     action = np.full(action_bytes, 7, np.uint8) if action_bytes else np.int64(1)
     if envs:
         import gymnasium as gym
@@ -86,7 +88,7 @@ def client(impl: str, address: str, tls: str | None, action_bytes: int, watcher:
         import dmrpc_gym  # noqa: F401 - registers dmrpc/Remote-v0
 
         env = gym.make_vec("dmrpc/Remote-v0", num_envs=envs, vectorization_mode="vector_entry_point",
-                           address=address)
+                           address=address, **({"share_connections": False} if separate else {}))
         env.reset()
         step, arg = env.step, np.ones(envs, np.int64)
     elif impl == "official":
@@ -105,7 +107,7 @@ def client(impl: str, address: str, tls: str | None, action_bytes: int, watcher:
         env = DmRpcEnv(address, **({"tls": tls} if tls else {}))
         env.reset()
         if not watcher:
-            env.connection._transport._stream._watcher.stop()
+            env.connection._transport._stream._conn._watcher.stop()
         step, arg = env.step, action
         if reset_every:
             count = [0]
@@ -210,12 +212,13 @@ def main() -> None:
     parser.add_argument("--info", action="store_true", help="(serve role) a 3-key info every step")
     parser.add_argument("--unix", help="(serve role) listen on this Unix socket too")
     parser.add_argument("--reset-every", type=int, default=0, help="(client role) a seeded reset every N steps")
+    parser.add_argument("--separate", action="store_true", help="(client role) --vector on a connection per env")
     args = parser.parse_args()
     if args.role == "serve":
         return serve(args.obs_bytes, args.action_bytes, args.tls, args.info, args.unix)
     if args.role == "client":
         return client(args.impl, args.address, args.tls, args.action_bytes, not args.no_watcher, args.vector,
-                      args.reset_every)
+                      args.reset_every, args.separate)
 
     rounds = args.rounds or (2 if args.quick else 7)
     seconds = args.seconds or (0.2 if args.quick else 0.5)
@@ -249,6 +252,11 @@ def main() -> None:
                 if args.envs:
                     cases[f"{vector}, this tree"] = (start(TREE, "client", "--address", address(plain),
                                                            "--vector", str(args.envs)), plain)
+                    cases[f"{vector}, this tree, a connection each"] = (
+                        start(TREE, "client", "--address", address(plain), "--vector", str(args.envs), "--separate"),
+                        plain)
+                    pairs.append((f"{vector}: one connection / a connection each", f"{vector}, this tree",
+                                  f"{vector}, this tree, a connection each"))
                 if args.base:
                     base = start(args.base, "serve")
                     cases["small, baseline"] = (start(args.base, "client", "--address", address(base)), base)
@@ -261,11 +269,11 @@ def main() -> None:
                         start(args.base, "client", "--address", address(base_info), *chatty), base_info)
                     pairs.insert(1, ("info + seeds: this tree / baseline", "small + info + seeds, this tree",
                                      "small + info + seeds, baseline"))
-                    if args.envs:
-                        cases[f"{vector}, baseline"] = (start(args.base, "client", "--address", address(base),
-                                                              "--vector", str(args.envs)), base)
-                        pairs.insert(1, (f"{vector}: this tree / baseline", f"{vector}, this tree",
-                                         f"{vector}, baseline"))
+                    if args.envs:      # both clients against this tree's server
+                        cases[f"{vector}, baseline client"] = (start(args.base, "client", "--address", address(plain),
+                                                                     "--vector", str(args.envs)), plain)
+                        pairs.insert(1, (f"{vector}: this tree / baseline client (one server)",
+                                         f"{vector}, this tree", f"{vector}, baseline client"))
                 table("(c) small steps (DmRpcEnv, our server)", measure(cases, rounds, seconds), pairs)
             if not args.skip_large:
                 obs = start(TREE, "serve", "--obs-bytes", str(MIB16))

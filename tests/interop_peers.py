@@ -16,6 +16,7 @@ import subprocess
 import threading
 from typing import Any
 
+import numpy as np
 import pytest
 
 from dmrpc_gym.protocol.wire import METHOD_PATH, pb
@@ -59,6 +60,23 @@ def answer(request: pb.EnvironmentRequest, obs_size: int = 4) -> pb.EnvironmentR
     else:
         response.error.code, response.error.message = 12, f"{kind} is not served here"
     return response
+
+
+def echo_on_one_connection(address: str, envs: int = 3) -> None:
+    """A vector env of ``envs`` sub-envs on the echo world at ``address``: they share one
+    connection, and each stream gets its own answers (its own action echoed), step after step."""
+    from dmrpc_gym.client.vector import DmRpcVectorEnv
+
+    env = DmRpcVectorEnv(envs, address, seed_setting=None, step_timeout=10.0)
+    try:
+        assert len({sub.connection.fileno() for sub in env.envs}) == 1
+        env.reset()
+        for t in range(6):
+            actions = (np.arange(envs, dtype=np.int32) * 3 + t) % 10
+            obs, *_ = env.step(actions)
+            assert (obs == actions[:, None]).all()
+    finally:
+        env.close()
 
 
 # -- grpclib server -------------------------------------------------------------------------

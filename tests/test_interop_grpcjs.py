@@ -16,7 +16,7 @@ import time
 
 import pytest
 import servers
-from interop_peers import self_signed
+from interop_peers import echo_on_one_connection, self_signed
 
 from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.protocol.wire import pb
@@ -93,6 +93,11 @@ def test_our_client_survives_an_idle_gap_under_grpcjs_keepalive(keepalive_ms):
             assert bytes(conn.send(step(7)).observations[1].uint8s.array) == bytes([7]) * 4
             time.sleep(IDLE)
             assert conn.send(step(2)).state == pb.RUNNING
+
+
+def test_grpcjs_server_takes_every_sub_env_on_one_connection():
+    with GrpcjsServer() as server:
+        echo_on_one_connection(server.address)
 
 
 def test_our_client_sends_32kb_of_metadata_to_grpcjs():

@@ -178,9 +178,13 @@ def test_local_names_map_to_server_agents(official):
     env.close()
 
 
-def test_joins_are_sent_concurrently(official):
-    # This world answers a JoinWorld only once both agents have joined.
-    env = ab_env(official, world_settings={"hold_joins": True}, connect_timeout=TIMEOUT)
+@pytest.mark.parametrize("share", [True, False])
+def test_joins_are_sent_concurrently(official, share):
+    # This world answers a JoinWorld only once both agents have joined. On one shared HTTP/2
+    # connection (a grpcio server), agent a's join waits for its answer while agent b's is sent.
+    env = ab_env(official, world_settings={"hold_joins": True}, connect_timeout=TIMEOUT, share_connections=share)
+    sockets = {conn.fileno() for conn in env.connections.values()}
+    assert len(sockets) == (1 if share else 2)
     obs, _ = env.reset()
     assert set(obs) == {"a", "b"}
     env.close()

@@ -25,6 +25,7 @@ from dmrpc_gym.transport.base import StreamEnded, Transport, parse_address
 from dmrpc_gym.transport.grpcio_client import GrpcioTransport
 from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
 from dmrpc_gym.transport.h2_idle import MIN_KEEPALIVE
+from dmrpc_gym.transport.h2_pool import SharedConnections
 from dmrpc_gym.transport.h2_transport import H2Transport
 from dmrpc_gym.transport.security import TOKEN_ENV, token_metadata
 
@@ -67,6 +68,8 @@ class Connection(ConnectRetries):
             server, so a dead peer is found before the next step (``ConnectionError`` naming
             the unanswered PING); None: no PINGs. grpc servers by default allow one PING per
             5 minutes on a connection that carries no data: give them at least 300.
+        shared: a :class:`~dmrpc_gym.transport.h2_pool.SharedConnections`: the stream goes on
+            the HTTP/2 connection it keeps for this server, with every other given the same.
 
     >>> from dmrpc_gym.server import Server
     >>> from dmrpc_gym.worlds.catch import Catch
@@ -82,7 +85,8 @@ class Connection(ConnectRetries):
                  metadata: Iterable[tuple[str, str]] | None = None,
                  connect_timeout: float | None = 10.0, timeout: float | None = None,
                  tls: Any = None, token: str | None = None, compression: str | None = None,
-                 max_message_size: int = DEFAULT_MAX_MESSAGE, keepalive: float | None = None):
+                 max_message_size: int = DEFAULT_MAX_MESSAGE, keepalive: float | None = None,
+                 shared: SharedConnections | None = None):
         if (address is None) == (channel is None):
             raise ValueError("give exactly one of address= or channel=")
         if tls not in (None, False) and (channel is not None or credentials is not None):
@@ -97,7 +101,7 @@ class Connection(ConnectRetries):
         if channel is None and credentials is None:
             def open_transport(seconds: float | None) -> Transport:
                 return H2Transport(address, metadata, seconds, tls=tls, compression=compression,
-                                   max_message_size=max_message_size, ping_every=keepalive)
+                                   max_message_size=max_message_size, ping_every=keepalive, shared=shared)
         else:
             if channel is None:
                 options = [("grpc.keepalive_time_ms", int(keepalive * 1000))] if keepalive else []
@@ -360,8 +364,9 @@ def check_keepalive(keepalive: float | None, channel: Any = None) -> None:
 
 
 def transport_options(tls: Any = None, token: str | None = None, compression: str | None = None,
-                      max_message_size: int | None = None, keepalive: float | None = None) -> dict[str, Any]:
+                      max_message_size: int | None = None, keepalive: float | None = None,
+                      shared: SharedConnections | None = None) -> dict[str, Any]:
     """The :class:`Connection` keywords an env passes on (those left at None keep their defaults)."""
     options = dict(tls=tls, token=token, compression=compression, max_message_size=max_message_size,
-                   keepalive=keepalive)
+                   keepalive=keepalive, shared=shared)
     return {k: v for k, v in options.items() if v is not None}

@@ -16,6 +16,7 @@ from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_
 from dmrpc_gym.client.properties import server_instance
 from dmrpc_gym.client.seeding import AUTO, SeedRoute
 from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.transport.h2_pool import SharedConnections
 
 __all__ = ["DmRpcEnv", "State", "open_world", "close_world", "check_alone", "RESET_OPTIONS"]
 
@@ -148,6 +149,9 @@ class DmRpcEnv(RemoteResource, gym.Env):
         keepalive: seconds (>= 10) of quiet after which the idle connection PINGs the server,
             so that a dead server is found before the next step; None: no PINGs.
         reconnect: make a lost connection again on the next ``reset()`` (below).
+        connections: a :class:`~dmrpc_gym.transport.h2_pool.SharedConnections` to put this
+            env's stream on the HTTP/2 connection it keeps for the server (a vector env's
+            sub-envs share one); None: a connection of its own.
 
     With ``reconnect=True``, a connection lost between episodes is made again
     by the next ``reset()`` (within ``connect_timeout``, so a restarting server
@@ -179,7 +183,8 @@ class DmRpcEnv(RemoteResource, gym.Env):
                  step_timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
                  metadata: Sequence[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
                  compression: str | None = None, max_message_size: int | None = None,
-                 keepalive: float | None = None, reconnect: bool = False):
+                 keepalive: float | None = None, reconnect: bool = False,
+                 connections: SharedConnections | None = None):
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.reconnects = 0
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -221,7 +226,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
         return Connection(k["address"], channel=k["channel"], credentials=k["credentials"], metadata=k["metadata"],
                           connect_timeout=k["connect_timeout"], timeout=k["connect_timeout"],
                           **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"],
-                                             k["keepalive"]))
+                                             k["keepalive"], k["connections"]))
 
     def restore(self, why: str | None = None) -> None:
         """Connect again after the connection was lost and join the world again: the same world

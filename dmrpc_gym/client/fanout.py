@@ -8,6 +8,7 @@ them at once. Both vector envs (gymnasium's and SB3's) stand on it.
 """
 from __future__ import annotations
 
+import contextlib
 import select
 import threading
 import time
@@ -19,6 +20,7 @@ import numpy as np
 from dmrpc_gym.client.env import DmRpcEnv
 from dmrpc_gym.client.exchanges import receive_all, submit_all
 from dmrpc_gym.protocol.errors import DmRpcError
+from dmrpc_gym.transport.h2_pool import SharedConnections
 
 __all__ = ["Batch", "Restart", "RESTART", "StepResult"]
 
@@ -43,6 +45,9 @@ class Batch:
         address: the server every sub-env connects to, or
         addresses: a list of servers, used in turn (sub-env ``i`` uses ``addresses[i % len]``).
         max_episode_steps: truncate an episode on the client after this many steps.
+        share_connections: sub-envs of one server share one HTTP/2 connection, a stream each
+            (:mod:`~dmrpc_gym.transport.h2_pool`): a step of all of them is one ``send``. False:
+            a connection per sub-env. (A grpcio ``channel=`` shares its own connection either way.)
         **env_kwargs: :class:`~dmrpc_gym.client.env.DmRpcEnv` arguments, the same for every sub-env.
 
     Requests are pipelined: :meth:`submit` sends every sub-env's request, and
@@ -59,7 +64,7 @@ class Batch:
 
     def __init__(self, num_envs: int | None = None, address: str | None = None, *,
                  addresses: Sequence[str] | None = None, max_episode_steps: int | None = None,
-                 **env_kwargs: Any):
+                 share_connections: bool = True, **env_kwargs: Any):
         if address is not None and addresses is not None:
             raise ValueError("give address= or addresses=, not both")
         if addresses is not None:
@@ -77,6 +82,8 @@ class Batch:
         self.num_envs = int(num_envs)
         self.max_episode_steps = max_episode_steps
         self.env_kwargs = dict(env_kwargs)
+        if share_connections and env_kwargs.get("channel") is None and env_kwargs.get("credentials") is None:
+            self.env_kwargs.setdefault("connections", SharedConnections())
         self.envs: list[DmRpcEnv] = []
         self.closed = False
         # Per sub-env: the kinds ("reset"/"step") of submitted requests not yet read.
@@ -87,7 +94,7 @@ class Batch:
         self._unsettled = False     # answers may be left unread: read them before the next exchange
         try:
             for i in range(self.num_envs):
-                self.envs.append(DmRpcEnv(targets[i % len(targets)], **env_kwargs))
+                self.envs.append(DmRpcEnv(targets[i % len(targets)], **self.env_kwargs))
         except BaseException:
             self.close()
             raise
@@ -173,7 +180,9 @@ class Batch:
             owed.append("step")
             return True
 
-        owed, failures = submit_all(requests, send)
+        shared = self.env_kwargs.get("connections")
+        with shared.corked() if shared is not None else contextlib.nullcontext():
+            owed, failures = submit_all(requests, send)
         self._raise_failures(failures, lost)   # raised: what was sent is settled before the next exchange
         plan = {i: isinstance(jobs[i], Restart) for i in owed}
         self._flying.update(plan)
@@ -306,30 +315,39 @@ class Batch:
         they came, waiting until that many have. A sub-env whose answer cannot be watched (a grpcio
         channel) is taken in turn; past ``step_timeout`` the rest are taken in turn (their reads raise)."""
         waiting, ready = list(indices), []
-        poller, fd_of = select.poll(), {}
+        poller, on_fd = select.poll(), {}              # socket -> the sub-envs waiting on it (streams share one)
         for i in waiting:
             fd = self.envs[i].connection.fileno()
             if fd is None:
                 return (ready + waiting)[:n]
-            fd_of[i] = fd
-            poller.register(fd, select.POLLIN)
-        sub_env = {fd: i for i, fd in fd_of.items()}
+            if fd not in on_fd:
+                on_fd[fd] = []
+                poller.register(fd, select.POLLIN)
+            on_fd[fd].append(i)
         timeout = self.envs[waiting[0]].connection.timeout if waiting else None
         deadline = None if timeout is None else time.monotonic() + timeout
         candidates = list(waiting)                  # what to look at: first everything, then what woke up
         while True:
-            for i in candidates:
-                if i in waiting and self.envs[i].connection.answer_ready():
-                    waiting.remove(i)
-                    ready.append(i)
-                    poller.unregister(fd_of[i])
+            # Every sub-env on a socket that woke up is looked at, again while any was found ready:
+            # one sub-env's read may take in the answers of those looked at before it.
+            found = True
+            while found and len(ready) < n:
+                found = False
+                for i in candidates:
+                    if i in waiting and self.envs[i].connection.answer_ready():
+                        waiting.remove(i)
+                        ready.append(i)
+                        found = True
+            for fd in [fd for fd, subs in on_fd.items() if not any(i in waiting for i in subs)]:
+                poller.unregister(fd)
+                del on_fd[fd]
             if len(ready) >= n or not waiting:
                 return ready[:n]
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return (ready + waiting)[:n]
             events = poller.poll(1000 if left is None else max(1, min(1000, int(left * 1000))))
-            candidates = [sub_env[fd] for fd, _ in events] if events else list(waiting)
+            candidates = [i for fd, _ in events for i in on_fd[fd]] if events else list(waiting)
 
     # -- the rest ------------------------------------------------------------------
     def render(self) -> tuple:

@@ -41,6 +41,7 @@ copy gets its own connections and its own world); close the original.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Sequence
 
@@ -58,6 +59,7 @@ from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_
 from dmrpc_gym.client.properties import same_run, server_instance
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.transport.h2_pool import SharedConnections
 
 __all__ = ["DmRpcParallelEnv", "join_settings", "world_agents", "AgentsArg"]
 
@@ -92,6 +94,8 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
             :class:`~dmrpc_gym.client.connection.Connection`.
         reconnect: a connection lost between episodes is made again by the next ``reset()``
             (:meth:`restore`); a loss mid-episode still raises from that step.
+        share_connections: the agents' streams share one HTTP/2 connection (a step is one
+            ``send``, :mod:`~dmrpc_gym.transport.h2_pool`); False: a connection each.
 
     Once an agent fails (its connection dies, or the server answers with an
     error), the others' answers are awaited at most ``abandon_timeout`` seconds,
@@ -126,9 +130,10 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
                  step_timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
                  metadata: Iterable[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
                  compression: str | None = None, max_message_size: int | None = None,
-                 keepalive: float | None = None, reconnect: bool = False):
+                 keepalive: float | None = None, reconnect: bool = False, share_connections: bool = True):
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.reconnects = getattr(self, "reconnects", 0)        # kept by restore()
+        self._shared = SharedConnections() if share_connections and credentials is None else None
         self._closed = False
         self._created = False
         self._failure: str | None = None
@@ -236,7 +241,8 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         its agent; the env is then unusable (the world's agents are out of step).
         """
         try:
-            owed, failures = submit_all(calls, lambda name: calls[name][0]())
+            with self._shared.corked() if self._shared is not None else contextlib.nullcontext():
+                owed, failures = submit_all(calls, lambda name: calls[name][0]())
         except BaseException:            # interrupted between agents: some answers are owed, some never come
             self._failure = f"an interrupt during {what} left the agents out of step"
             raise
@@ -291,7 +297,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         return Connection(k["address"], credentials=k["credentials"], metadata=k["metadata"],
                           connect_timeout=k["connect_timeout"], timeout=k["step_timeout"],
                           **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"],
-                                             k["keepalive"]))
+                                             k["keepalive"], self._shared))
 
     def restore(self, why: str | None = None) -> None:
         """Connect every agent again after a connection was lost, as the constructor does: leave

@@ -33,6 +33,11 @@ MIN_FRAME, MAX_FRAME = 16384, 2**24 - 1
 DEFAULT_MAX_MESSAGE = MAX_TENSOR_BYTES   # one figure: no tensor grows past what a message may carry
 _BIG = 1 << 16                     # messages at least this large are assembled in place
 MAX_WINDOW = 2**31 - 1
+#: Seconds small writes of one batch (a vector env's steps, the answers to them) are gathered
+#: before they go out together: fewer syscalls on both ends, while the peer can still start
+#: on the first messages as the rest are made (2 vCPUs: one send per batch made the two
+#: ends take turns, 0.79x the steps/s of a connection per sub-env).
+GATHER_SECONDS = 60e-6
 HEADER = struct.Struct(">BHBBL")  # length (24 bits as 8+16), type, flags, stream id
 U32 = struct.Struct(">L")          # a big-endian 32-bit field
 

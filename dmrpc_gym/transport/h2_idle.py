@@ -1,7 +1,7 @@
 """What the client stream does between calls: the idle watcher's reads, keepalive PINGs, and
 looking for an answer without blocking.
 
-A mixin of :class:`~dmrpc_gym.transport.h2_client.GrpcStream`; every method runs
+A mixin of :class:`~dmrpc_gym.transport.h2_client.GrpcConnection`; every method runs
 with the stream's ``lock`` held. The idle watcher
 (:mod:`~dmrpc_gym.transport.keepalive`) calls :meth:`_Idle._pump` when the socket
 is readable and no call runs, and, with keepalive on (``ping_every`` seconds,
@@ -14,6 +14,7 @@ answers first, on the sockets that :meth:`_Idle.fileno` gives.
 """
 from __future__ import annotations
 
+import select
 import socket
 import ssl
 import time
@@ -30,27 +31,72 @@ MIN_KEEPALIVE = 10.0
 PING_TIMEOUT = 20.0
 _PING = b"dmrpc-ka"
 RECV_CHUNK = 1 << 18          # the most one recv takes (into a buffer kept for it)
+_SLICE = 0.02                 # seconds a read of a shared connection waits before it looks again
 
 
 class _Idle:
-    """The stream between calls (see the module doc)."""
+    """The connection between calls (see the module doc)."""
 
     _ping_every: float | None = None  # keepalive interval (None: no PINGs of ours)
     _ping_out: float | None = None    # when our unanswered PING went out
     _quiet_since: float = 0.0         # since when no call was made, nor a PING answered
     _calls_seen = -1                  # messages_sent at the last tick (calls since: not quiet)
 
-    def answer_ready(self) -> bool:
-        """Whether ``read`` would return at once (an answer, or the end of the stream): what the
-        socket holds now is taken in first, without blocking."""
+    def answer_ready(self, stream) -> bool:
+        """Whether ``stream.read`` would return at once (an answer, or the end of the stream): what
+        the socket holds now is taken in first, without blocking."""
         with self.lock:
-            if not self._messages and self._ended is None and self._dead is None:
+            if not stream.messages and stream.ended is None and self._dead is None:
                 self._pump()
-            return bool(self._messages) or self._ended is not None or self._dead is not None
+            return bool(stream.messages) or stream.ended is not None or self._dead is not None
 
     def fileno(self) -> int:
         """The socket's descriptor, to wait on with ``select``."""
         return self._sock.fileno()
+
+    def _await_bytes(self) -> None:
+        """(A read on a connection of several streams, nothing buffered.) Wait for the socket with
+        the lock let go, so that other threads' calls on the other streams go on (a server may
+        hold this answer until another agent's JoinWorld comes), then take in what came.
+
+        Another thread may take in this stream's answer while we wait: the wait is cut into
+        :data:`_SLICE` pieces, after each of which the read looks at its answers again.
+        """
+        sock, lock = self._sock, self.lock
+        if not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+            left = _SLICE if self._deadline is None else min(_SLICE, self._deadline - time.monotonic())
+            if left <= 0:
+                raise socket.timeout("timed out")
+            poller = select.poll()           # one per wait: threads may wait at once
+            poller.register(sock, select.POLLIN)
+            deadline = self._deadline
+            try:
+                lock.release()     # inside the try: an interrupt right after it still takes the lock back
+                events = poller.poll(left * 1000)
+            finally:
+                lock.acquire()
+                # Another thread's call may have moved the clock meanwhile: this call's again.
+                self._deadline = deadline
+                if deadline is None:
+                    self._set_timeout(None)
+            if not events:
+                return
+        try:              # without blocking: another thread may have taken these bytes in meanwhile
+            if self._timeout is None and not isinstance(sock, ssl.SSLSocket):
+                got = sock.recv_into(self._rbuf, 0, socket.MSG_DONTWAIT)
+            else:         # (a socket with a timeout waits for bytes whatever the flags say)
+                sock.settimeout(0.0)
+                try:
+                    got = sock.recv_into(self._rbuf)
+                finally:
+                    sock.settimeout(self._timeout)
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return
+        if not got:
+            self._dead = ConnectionResetError("the server closed the connection"
+                                              + (f" after GOAWAY ({self._goaway})" if self._goaway else ""))
+            raise self._dead
+        self._buf += self._rview[:got]
 
     def _pump(self) -> bool:
         """The idle watcher's turn (lock held): read what is there, handle whole frames."""
@@ -72,11 +118,11 @@ class _Idle:
                 sock.settimeout(self._timeout)
             while len(self._buf) >= 9 and len(self._buf) >= 9 + int.from_bytes(self._buf[:3], "big"):
                 self._read_frame()
-            if self._ended is not None and self._goaway is not None:
-                sock.close()     # drained by GOAWAY, our stream over: nothing can use it (the next call says why)
+            if self._goaway is not None and all(s.ended is not None for s in list(self.streams.values())):
+                sock.close()     # drained by GOAWAY, our streams over: nothing can use it (the next call says why)
                 return False
             if self._unsent:
-                self._send(b"")
+                self.send(b"")
             return True
         except Exception as exc:  # noqa: BLE001 - the next call reports it
             self._dead = exc if isinstance(exc, OSError) else ConnectionError(str(exc))
@@ -98,7 +144,7 @@ class _Idle:
                 pass
             return False
         if now - self._quiet_since >= self._ping_every:
-            self._send(frame(PING, 0, 0, _PING))
+            self.send(frame(PING, 0, 0, _PING))
             self._ping_out = now
         return True
 

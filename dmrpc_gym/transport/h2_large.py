@@ -13,39 +13,38 @@ import ssl
 from dmrpc_gym.transport.frames import DATA, HEADER, MessageParts, StreamError
 from dmrpc_gym.transport.h2_idle import RECV_CHUNK
 
-__all__: list[str] = []          # a part of GrpcStream, not an interface of its own
-
-_STREAM = 1
+__all__: list[str] = []          # a part of GrpcConnection, not an interface of its own
 
 
 class _LargeMessages:
-    """The large-message paths of :class:`~dmrpc_gym.transport.h2_client.GrpcStream` (a mixin)."""
+    """The large-message paths of :class:`~dmrpc_gym.transport.h2_client.GrpcConnection` (a mixin)."""
 
-    def _write_large(self, parts: tuple) -> None:
-        """Send the message ``parts`` in DATA frames, as the peer's windows allow."""
-        if self._compress:
-            message = MessageParts([self._compress(b"".join(parts))], b"\x01")
+    def _write_large(self, stream, parts: tuple) -> None:
+        """Send the message ``parts`` on ``stream`` in DATA frames, as the peer's windows allow."""
+        if stream.compress:
+            message = MessageParts([stream.compress(b"".join(parts))], b"\x01")
         else:
             message = MessageParts(parts)
-        self.broken = True               # until the last frame of this message is committed
+        stream.broken = True               # until the last frame of this message is committed
+        stream.messages_sent += 1
         self.messages_sent += 1
         while message.left:
-            while min(self._send_stream, self._send_conn) <= 0:
+            while min(stream.send_window, self._send_conn) <= 0:
                 self._read_frame()
-                if self._ended is not None:
-                    raise self._ended
-            n = min(message.left, self._send_stream, self._send_conn, self._peer_frame)
+                if stream.ended is not None:
+                    raise stream.ended
+            n = min(message.left, stream.send_window, self._send_conn, self._peer_frame)
             if self._deadline is not None:
                 self._arm()
-            self._send_stream -= n
+            stream.send_window -= n
             self._send_conn -= n
-            self._send_parts([HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, _STREAM), *message.take(n)])
-        self.broken = False
+            self._send_parts([HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id), *message.take(n)])
+        stream.broken = False
 
     def _send_parts(self, parts: list) -> None:
         """Send ``parts`` back to back without joining them (one ``sendmsg`` per frame on plain TCP)."""
         if self._unsent:
-            self._send(b"")
+            self.send(b"")
         parts = [memoryview(p) for p in parts]
         try:
             while parts:
@@ -61,31 +60,30 @@ class _LargeMessages:
             if parts:
                 self._unsent = b"".join(parts)
 
-    def _read_data_direct(self, flags: int, length: int, left: int | None = None) -> None:
-        """A large DATA frame straight from the socket into the message it carries (one copy).
-
-        Resumable: a timeout or an interrupt leaves ``_partial`` saying what is left to read.
+    def _read_data_direct(self, stream, flags: int, length: int, left: int | None = None) -> None:
+        """A large DATA frame of ``stream`` straight from the socket into the message it carries
+        (one copy). Resumable: a timeout or an interrupt leaves ``_partial`` saying what is left to read.
         """
-        splitter, messages = self._splitter, self._messages
+        splitter, messages = stream.splitter, stream.messages
         if left is None:                      # its header (and maybe a first part) is buffered
             buf = self._buf
             got = len(buf) - 9
-            self._partial = (flags, length, length - got)
+            self._partial = (stream, flags, length, length - got)
             del buf[:9]
             if got:
-                self._feed(bytes(buf))
+                stream.feed(bytes(buf))
             del buf[:]
             left = length - got
         while left:
-            self._partial = (flags, length, left)
-            room = splitter.room() if self._ended is None else None
+            self._partial = (stream, flags, length, left)
+            room = splitter.room() if stream.ended is None else None
             if self._deadline is not None:
                 self._arm()
             if room is None:
                 chunk = self._sock.recv(min(left, RECV_CHUNK))
                 n = len(chunk)
-                if n and self._ended is None:
-                    self._feed(chunk)
+                if n and stream.ended is None:
+                    stream.feed(chunk)
             else:
                 n = self._sock.recv_into(room, min(left, len(room)))
                 del room
@@ -93,10 +91,10 @@ class _LargeMessages:
                     try:
                         splitter.advance(n, messages)
                     except StreamError as err:     # too large, or does not decompress: refuse it
-                        self._reset(err)
+                        stream.refuse(err)
             if not n:
                 self._dead = ConnectionResetError("the server closed the connection in the middle of a frame")
                 raise self._dead
             left -= n
         self._partial = None
-        self._data_done(flags, length)
+        stream.data_done(flags, length)

@@ -1,13 +1,14 @@
 """What the server sends on a stream: response headers, messages (large ones in chunks), trailers, resets.
 
 A mixin of :class:`~dmrpc_gym.transport.h2_server.GrpcProtocol`: it writes
-through the protocol's ``_write`` and honours the peer's flow-control windows
+(``_write``, which also gathers the small writes of one turn) and honours the peer's flow-control windows
 and the socket's back-pressure (``_can_write``).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import urllib.parse
 
 from dmrpc_gym._version import __version__
@@ -15,7 +16,8 @@ from dmrpc_gym.protocol.info import INFO_FEATURE
 from dmrpc_gym.protocol.wire import FEATURES_METADATA, SERVER_METADATA
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport import frames as h2
-from dmrpc_gym.transport.frames import DATA, END_STREAM, HEADER, NO_ERROR, RST_STREAM, U32, StreamError, frame
+from dmrpc_gym.transport.frames import (DATA, END_STREAM, GATHER_SECONDS, HEADER, NO_ERROR, RST_STREAM, U32, StreamError,
+                                        frame)
 from dmrpc_gym.transport.h2_calls import Stream
 
 __all__ = ["Replies"]
@@ -23,6 +25,9 @@ __all__ = ["Replies"]
 log = logging.getLogger("dmrpc_gym.server")
 
 _CHUNK = 1 << 18                 # largest DATA frame we write in one go
+#: Bytes of answers to control frames and refusals that may wait in the write buffer while the
+#: client reads nothing; past it, the connection is dropped (a GOAWAY would not be read either).
+_MAX_BACKLOG = 4 << 20
 #: The longest ``grpc-message`` we send, in characters: it may echo a peer's text (an unknown
 #: ``:path``), so an echo never costs more than this, and it is written without Huffman coding
 #: (hpack's encoder is quadratic in a value's length: a 60 KB path cost 246 ms of CPU).
@@ -33,6 +38,41 @@ _FEATURES = (FEATURES_METADATA, INFO_FEATURE)
 
 class Replies:
     """The sending half of the server's HTTP/2 protocol."""
+
+    def _write(self, data: bytes) -> None:
+        """Write ``data``. Answers wait while the write buffer is full (see :meth:`_send`); what
+        is written anyway (ACKs, refusals) is bounded: past ``_MAX_BACKLOG`` the connection is dropped.
+
+        Inside ``data_received`` (``_held`` is a list) small writes are gathered, and go out
+        together every :data:`~dmrpc_gym.transport.frames.GATHER_SECONDS`, and when it returns.
+        """
+        held = self._held
+        if held is not None:
+            if len(data) < _CHUNK:
+                held.append(data)
+                if time.perf_counter() - self._held_since < GATHER_SECONDS:
+                    return
+                data = b""
+            self._flush_held()
+            self._hold()
+            if not data:
+                return
+        if not self._closed and self._transport is not None:
+            self._transport.write(data)
+            if not self._writable and self._transport.get_write_buffer_size() > _MAX_BACKLOG:
+                log.info("dropping an HTTP/2 connection: its client left %d bytes of answers unread",
+                         self._transport.get_write_buffer_size())
+                self._closed = True
+                self._transport.abort()  # what it did not read is dropped, not kept to flush
+
+    def _hold(self) -> None:
+        """Gather small writes from now until :meth:`_flush_held`."""
+        self._held, self._held_since = [], time.perf_counter()
+
+    def _flush_held(self) -> None:
+        held, self._held = self._held, None
+        if held:
+            self._write(held[0] if len(held) == 1 else b"".join(held))
 
     def _headers(self, stream: Stream) -> list[tuple[str, str]]:
         stream.replied = True

@@ -48,9 +48,6 @@ _CHUNK = 1 << 18                 # largest DATA frame we write in one go
 _BIG_FRAME = 1 << 16             # DATA frames at least this large are not copied out of the read buffer
 _INTERNAL = 13
 _LINGER = 1.0                    # seconds a connection that broke the protocol is read and dropped
-#: Bytes of answers to control frames and refusals that may wait in the write buffer while the
-#: client reads nothing; past it, the connection is dropped (a GOAWAY would not be read either).
-_MAX_BACKLOG = 4 << 20
 _UNAVAILABLE = 14
 _refusals = Refusals(log, "refusing connections: %d are open, the limit (ConnectionLimits.max_connections); "
                           "%d refused in the last minute")
@@ -99,6 +96,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         self._lingering = False
         self._last_stream = 0
         self._draining = False           # a GOAWAY went either way: close once the streams are done
+        self._held: list[bytes] | None = None   # small writes of one data_received, sent together
 
     # -- asyncio.Protocol --------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:
@@ -125,6 +123,8 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
             return                         # after a protocol error: read and dropped (see abort)
         buf = self._buf
         buf += data
+        if len(self._streams) > 1:    # answers of several streams made on this turn are gathered
+            self._hold()
         try:
             if not self._preface and not self._check_preface(buf):
                 return
@@ -156,6 +156,9 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
             log.info("closing an HTTP/2 connection: %s", exc)
             self._buf = bytearray()
             self.abort(PROTOCOL_ERROR, f"{type(exc).__name__}: {exc}")
+        finally:
+            if self._held is not None:
+                self._flush_held()
 
     def _check_preface(self, buf: bytearray) -> bool:
         """Whether the client preface is complete; an HTTP/1.x request is answered and closed at once."""
@@ -348,17 +351,6 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         self._close_if_done()
 
     # -- output --------------------------------------------------------------------
-    def _write(self, data: bytes) -> None:
-        """Write ``data``. Answers wait while the write buffer is full (see ``Replies._send``); what
-        is written anyway (ACKs, refusals) is bounded: past ``_MAX_BACKLOG`` the connection is dropped."""
-        if not self._closed and self._transport is not None:
-            self._transport.write(data)
-            if not self._writable and self._transport.get_write_buffer_size() > _MAX_BACKLOG:
-                log.info("dropping an HTTP/2 connection: its client left %d bytes of answers unread",
-                         self._transport.get_write_buffer_size())
-                self._closed = True
-                self._transport.abort()  # what it did not read is dropped, not kept to flush
-
     def _close_if_done(self) -> None:
         if self._draining and not self._streams and not self._closed and self._transport is not None:
             self._closed = True
@@ -386,6 +378,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         still sends for a moment before closing. Closing with its bytes unread would make
         the kernel reset the connection, and the peer could lose the GOAWAY that says why.
         """
+        self._flush_held()
         if self._closed or self._transport is None:
             return
         transport = self._transport

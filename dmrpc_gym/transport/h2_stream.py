@@ -1,0 +1,151 @@
+"""One gRPC bidi stream of a client's HTTP/2 connection: what the stream holds, and its frames.
+
+A :class:`GrpcStream` is a :class:`~dmrpc_gym.transport.base.Transport` for one
+dm_env_rpc connection (one agent). The socket, the connection's windows, HPACK
+state and the reading of frames belong to its
+:class:`~dmrpc_gym.transport.h2_client.GrpcConnection`, which may carry many
+streams (the sub-envs of a vector env, see :mod:`~dmrpc_gym.transport.h2_pool`);
+each stream keeps its own answers, window, response headers and end.
+"""
+from __future__ import annotations
+
+import urllib.parse
+from collections import deque
+from typing import Any
+
+from dmrpc_gym.transport import compression as encodings
+from dmrpc_gym.transport.base import StreamEnded
+from dmrpc_gym.transport.frames import (CANCEL, END_STREAM, MAX_WINDOW, PADDED, RST_STREAM, U32, WINDOW_UPDATE,
+                                        MessageSplitter, StreamError, frame, grpc_status, unpad)
+
+__all__ = ["GrpcStream"]
+
+_HALF = MAX_WINDOW // 2          # received bytes that earn the peer a WINDOW_UPDATE
+
+
+class GrpcStream:
+    """A client-side gRPC bidi stream: ``write`` messages, ``read`` answers in order.
+
+    Made by :meth:`GrpcConnection.open_stream
+    <dmrpc_gym.transport.h2_client.GrpcConnection.open_stream>`, which sends its
+    request headers. Every call holds the connection's ``lock``; while one
+    stream reads, the answers of the others are put aside for them.
+
+    >>> from dmrpc_gym.transport.h2_transport import open_connection
+    >>> from dmrpc_gym.worlds.embedded import embedded_server
+    >>> conn = open_connection(embedded_server("catch").address, 5.0)
+    >>> a, b = conn.open_stream(), conn.open_stream()
+    >>> (a.id, b.id), len(conn.streams)
+    ((1, 3), 2)
+    >>> a.close(); b.close(); conn.closed
+    True
+    """
+
+    def __init__(self, conn: Any, stream_id: int, compression: str | None, max_message_size: int,
+                 send_window: int):
+        self.id = stream_id
+        #: The :class:`~dmrpc_gym.transport.h2_client.GrpcConnection` that carries this stream
+        #: (not imported here: that module imports this one).
+        self.connection = conn
+        self._conn = conn
+        self.lock = conn.lock
+        self.splitter = MessageSplitter(max_message_size)
+        self.max_message = max_message_size
+        self.messages: deque[bytes] = deque()
+        self.ended: StreamEnded | None = None
+        #: The server's response headers (initial metadata), once they have come.
+        self.initial_metadata: dict[str, str] = {}
+        self.compress = compression and encodings.compressor(compression)
+        self.send_window = send_window
+        self.received = 0                # bytes received since this stream's last WINDOW_UPDATE
+        #: Messages committed to the stream (see :meth:`GrpcConnection.write`).
+        self.messages_sent = 0
+        #: An interrupt fell between the frames of a message too large for one frame.
+        self.broken = False
+
+    # -- the Transport interface -------------------------------------------------------
+    def write(self, *parts: bytes | memoryview) -> None:
+        """Send the concatenation of ``parts`` as one gRPC message (see :meth:`GrpcConnection.write`)."""
+        self._conn.write(self, *parts)
+
+    def read(self, timeout: float | None | bool = False) -> bytes:
+        """The next gRPC message; ``StreamEnded`` once the server has ended the stream.
+
+        ``timeout`` (seconds, None: no limit) bounds the whole read, however the
+        answer trickles in (``socket.timeout`` past it); False keeps the last one given.
+        """
+        return self._conn.read(self, timeout)
+
+    def answer_ready(self) -> bool:
+        """Whether ``read`` would return at once (see :meth:`GrpcConnection.answer_ready`)."""
+        return self._conn.answer_ready(self)
+
+    def fileno(self) -> int:
+        """The connection's socket, to wait on with ``select`` (streams of one connection share it)."""
+        return self._conn.fileno()
+
+    def close(self) -> None:
+        """End this stream; the connection closes with its last stream. Never blocks for long."""
+        self._conn.close_stream(self)
+
+    # -- frames for this stream (the connection's lock is held) ------------------------------
+    def on_data(self, flags: int, payload) -> None:
+        try:
+            if self.ended is None:          # after a refused answer the rest of it is dropped
+                self.splitter.feed(unpad(payload) if flags & PADDED else payload, self.messages)
+        except StreamError as err:
+            self.refuse(err)
+        n = len(payload)
+        self.received += n
+        conn = self._conn
+        conn.received += n
+        if self.received > _HALF or conn.received > _HALF or flags & END_STREAM:
+            self.data_done(flags, 0)
+
+    def feed(self, payload) -> None:
+        try:
+            self.splitter.feed(payload, self.messages)
+        except StreamError as err:
+            self.refuse(err)
+
+    def data_done(self, flags: int, length: int) -> None:
+        """A DATA frame of ``length`` more bytes is through: credit the windows, end on END_STREAM."""
+        conn = self._conn
+        self.received += length
+        conn.received += length
+        update = b""
+        if conn.received > _HALF:
+            update, conn.received = frame(WINDOW_UPDATE, 0, 0, U32.pack(conn.received)), 0
+        if self.received > _HALF:
+            update += frame(WINDOW_UPDATE, 0, self.id, U32.pack(self.received))
+            self.received = 0
+        if update:
+            conn.send(update)
+        if flags & END_STREAM:
+            self.end(None, "the server ended the stream without trailers")
+
+    def on_headers(self, headers: dict[str, str], end_stream: bool) -> None:
+        if not self.initial_metadata and not end_stream:
+            self.initial_metadata = headers
+        if headers.get(":status", "200") != "200":
+            self.end(None, f"the server answered HTTP status {headers[':status']}")
+        elif end_stream:
+            status = grpc_status(headers)
+            message = urllib.parse.unquote(headers.get("grpc-message", ""))
+            self.end(status, message or f"the server ended the stream with gRPC status {status}")
+        elif headers.get("grpc-encoding", "identity") != "identity":
+            try:
+                self.splitter.decompress = encodings.decompressor(headers["grpc-encoding"], self.max_message)
+            except KeyError:
+                self.refuse(StreamError(12, f"the server answers in grpc-encoding {headers['grpc-encoding']!r}, "
+                                            f"which we did not offer"))
+
+    def refuse(self, err: StreamError) -> None:
+        """End this stream over an answer we refuse (too large, badly encoded): RST_STREAM CANCEL."""
+        self.end(err.status, f"refused an answer from the server: {err}")
+        self.splitter.limit = -1            # drop whatever else arrives
+        self._conn.send(frame(RST_STREAM, 0, self.id, U32.pack(CANCEL)))
+
+    def end(self, status: int | None, message: str) -> None:
+        if self.ended is None:
+            self.ended = StreamEnded(status, message)
