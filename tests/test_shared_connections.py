@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import servers
-from interop_peers import GrpclibServer, echo_on_one_connection
+from interop_peers import GrpclibServer, echo_on_one_connection, self_signed
 from official_servers import OfficialServer
 
 from dmrpc_gym.client.fanout import Batch
@@ -117,13 +117,18 @@ def test_a_failing_sub_env_is_named_and_the_others_go_on():
             batch.close()
 
 
-def test_threads_on_streams_of_one_connection_do_not_wait_for_each_other():
+@pytest.mark.parametrize("tls", [False, True])
+def test_threads_on_streams_of_one_connection_do_not_wait_for_each_other(tmp_path, tls):
     """A read that waits for its answer lets the connection go: another thread's request on
-    another stream is sent (and answered) meanwhile."""
+    another stream is sent (and answered) meanwhile; over plain TCP and over TLS."""
     from dmrpc_gym.protocol.wire import pb
 
-    with servers.start(Catch) as server:
-        batch = Batch(2, server.address, step_timeout=TIMEOUT)
+    served, used = {}, {}
+    if tls:
+        cert, key = self_signed(tmp_path)
+        served, used = {"tls": (cert, key)}, {"tls": cert}
+    with servers.start(Catch, **served) as server:
+        batch = Batch(2, server.address, step_timeout=TIMEOUT, **used)
         try:
             a, b = (env.connection for env in batch.envs)
             assert a.fileno() == b.fileno()
@@ -136,8 +141,66 @@ def test_threads_on_streams_of_one_connection_do_not_wait_for_each_other():
             assert time.monotonic() - started < 1.0
             stuck.join(5)
             assert not stuck.is_alive()
+            batch.reset([0, 1], seeds=[5, 5])
+            for _ in range(20):             # each read waits for its socket with the lock let go
+                results = batch.step({0: np.int8(1), 1: np.int8(1)})
+                assert np.array_equal(results[0][0], results[1][0])
         finally:
             batch.close()
+
+
+class Slow(gym.Env):
+    """Counts its steps; each takes 0.5 s while ``Slow.slow`` is set."""
+    slow = threading.Event()
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(0, 1000, (1,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        if Slow.slow.is_set():
+            time.sleep(0.5)
+        self.t += 1
+        return np.full(1, self.t, np.float32), 0.0, False, False, {}
+
+
+class _Interrupt(BaseException):
+    """Stands in for KeyboardInterrupt, without risking pytest's own handling of it."""
+
+
+def test_an_interrupt_while_a_read_waits_for_the_shared_socket_leaves_every_sub_env_in_step():
+    import os
+    import signal
+
+    def raise_interrupt(signum, frame):
+        raise _Interrupt()
+
+    previous = signal.signal(signal.SIGUSR1, raise_interrupt)
+    try:
+        with servers.start(Slow, kind="gym") as server:
+            batch = Batch(2, server.address, step_timeout=TIMEOUT)
+            try:
+                batch.reset([0, 1], seeds=[None, None])
+                Slow.slow.set()
+                timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1))
+                timer.start()
+                with pytest.raises(_Interrupt):
+                    batch.step({0: 0, 1: 0})       # waiting for the socket, the lock let go
+                timer.join()
+                Slow.slow.clear()
+                for t in (2, 3):                    # the late answers of step 1 are dropped, not taken
+                    results = batch.step({0: 0, 1: 0})
+                    assert [results[i][0][0] for i in (0, 1)] == [t, t]
+            finally:
+                Slow.slow.clear()
+                batch.close()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
 
 
 def test_a_sub_env_pickles_without_its_siblings_connection():

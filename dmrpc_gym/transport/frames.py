@@ -36,7 +36,7 @@ MAX_WINDOW = 2**31 - 1
 #: Seconds small writes of one batch (a vector env's steps, the answers to them) are gathered
 #: before they go out together: fewer syscalls on both ends, while the peer can still start
 #: on the first messages as the rest are made (2 vCPUs: one send per batch made the two
-#: ends take turns, 0.79x the steps/s of a connection per sub-env).
+#: ends take turns, 0.83x the steps/s of a connection per sub-env).
 GATHER_SECONDS = 60e-6
 HEADER = struct.Struct(">BHBBL")  # length (24 bits as 8+16), type, flags, stream id
 U32 = struct.Struct(">L")          # a big-endian 32-bit field
