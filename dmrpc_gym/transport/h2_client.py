@@ -115,10 +115,13 @@ class GrpcConnection(_LargeMessages, _Clock, _Idle):
                 headers.append(("grpc-encoding", compression))
             headers += [(k.lower(), v) for k, v in metadata]
             stream = GrpcStream(self, self._next_id, compression, max_message_size, self._peer_window)
-            self.streams[stream.id] = stream
             self._next_id += 2
-            # Before the server's SETTINGS arrive its frame limit is the default 16384.
-            self.send(header_frames(stream.id, 0, self._encoder.encode(headers), self._peer_frame))
+            try:     # before the server's SETTINGS arrive its frame limit is the default 16384
+                self.send(header_frames(stream.id, 0, self._encoder.encode(headers), self._peer_frame))
+            except OSError as err:
+                self._dead = err
+                raise ConnectionError(f"the connection was lost as a stream opened: {err}") from None
+            self.streams[stream.id] = stream
             return stream
 
     @property
@@ -250,8 +253,11 @@ class GrpcConnection(_LargeMessages, _Clock, _Idle):
         if self.lock.acquire(blocking=False):
             try:
                 if stream.id in self.streams and self._dead is None and not self.closed:
-                    self._set_timeout(0.0)
-                    self.send(frame(DATA, END_STREAM, stream.id))
+                    self._set_timeout(0.0)      # never blocks: what a full socket does not take waits in _unsent
+                    try:
+                        self.send(frame(DATA, END_STREAM, stream.id))
+                    finally:
+                        self._set_timeout(self._per_call)
             except OSError:
                 pass
             finally:
