@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -16,6 +18,7 @@ from dmrpc_gym.protocol import tensors
 from dmrpc_gym.client.connection import Connection, parse_address
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import METHOD, SERVICE, pb
+from dmrpc_gym.transport import interrupts
 
 
 class ScriptedServer:
@@ -287,6 +290,56 @@ def test_an_interrupted_exchange_never_hands_its_answer_to_the_next_request(serv
             step(conn, np.int32(1))
         assert tensors.unpack(step(conn, np.int32(2)).observations[1]) == 2
         assert tensors.unpack(step(conn, np.int32(3)).observations[1]) == 3
+
+
+class _CtrlCAfter:
+    """A socket whose first ``recv_into`` (or ``send``) moves just 3 bytes (a piece of a frame) and
+    is followed at once by a SIGINT, which Python handles before the call's result reaches its caller."""
+
+    def __init__(self, sock, method: str):
+        self._sock, self.armed = sock, method
+
+    def recv_into(self, buffer, nbytes=0, *flags):
+        if self.armed != "recv_into":
+            return self._sock.recv_into(buffer, nbytes, *flags)
+        self.armed = None
+        n = self._sock.recv_into(buffer, 3, *flags)
+        os.kill(os.getpid(), signal.SIGINT)
+        return n
+
+    def send(self, data, *flags):
+        if self.armed != "send":
+            return self._sock.send(data, *flags)
+        self.armed = None
+        n = self._sock.send(bytes(data[:3]), *flags)
+        os.kill(os.getpid(), signal.SIGINT)
+        return n
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+
+@pytest.mark.parametrize("method", ["recv_into", "send"])
+def test_a_ctrl_c_just_after_a_read_or_send_loses_or_repeats_no_byte_in_a_kernel(server, monkeypatch, method):
+    # In a Jupyter kernel (which lives on after Ctrl-C) a read or send holds SIGINT back until what
+    # it moved is accounted for: without that, the next step waited for an answer already read,
+    # or the server got a piece of a frame twice.
+    def raise_interrupt(signum, frame):
+        raise _Interrupt()
+
+    monkeypatch.setattr(interrupts, "in_kernel", lambda: True)
+    previous = signal.signal(signal.SIGINT, raise_interrupt)
+    try:
+        with Connection(server.address, timeout=5.0) as conn:
+            carrier = conn._transport._stream.connection
+            carrier._sock = _CtrlCAfter(carrier._sock, method)
+            with pytest.raises(_Interrupt):
+                step(conn, np.int32(1))
+            assert carrier._sock.armed is None
+            assert tensors.unpack(step(conn, np.int32(2)).observations[1]) == 2
+            assert tensors.unpack(step(conn, np.int32(3)).observations[1]) == 3
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_connects_inside_a_running_event_loop(server):

@@ -21,7 +21,9 @@ trailers (``grpc-status``), RST_STREAM and GOAWAY, over TCP, TLS (ALPN
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -30,12 +32,14 @@ from typing import Iterator
 import hpack
 
 from dmrpc_gym.transport import compression as encodings
-from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, END_STREAM, FLOW_CONTROL_ERROR,
-                                        GATHER_SECONDS, GOAWAY, HEADER, HEADERS, MAX_WINDOW, PADDED, PING, PREFACE, PROTOCOL_ERROR,
-                                        PUSH_PROMISE, RST_STREAM, SETTING_FRAME, SETTING_PUSH, SETTING_STREAMS,
-                                        SETTING_WINDOW, SETTINGS, U32, WINDOW_UPDATE, HeaderBlock, ProtocolError,
-                                        check_frame, frame, grpc_frame, header_frames, parse_settings)
+from dmrpc_gym.transport import interrupts
+from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, END_STREAM, GATHER_SECONDS,
+                                        GOAWAY, HEADER, HEADERS, MAX_WINDOW, PADDED, PING, PREFACE, PROTOCOL_ERROR,
+                                        PUSH_PROMISE, RST_STREAM, SETTING_FRAME, SETTING_PUSH, SETTING_WINDOW, SETTINGS,
+                                        U32, WINDOW_UPDATE, HeaderBlock, ProtocolError, check_frame, frame, grpc_frame,
+                                        header_frames)
 from dmrpc_gym.transport.h2_clock import _Clock
+from dmrpc_gym.transport.h2_control import _Control
 from dmrpc_gym.transport.h2_idle import RECV_CHUNK, _Idle
 from dmrpc_gym.transport.h2_large import _LargeMessages
 from dmrpc_gym.transport.h2_stream import GrpcStream
@@ -47,7 +51,7 @@ _OUR_FRAME = 2**24 - 1           # largest frame we accept
 _DIRECT = 1 << 16                # DATA frames at least this large are read straight into their message
 
 
-class GrpcConnection(_LargeMessages, _Clock, _Idle):
+class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
     """A client's HTTP/2 connection: :meth:`open_stream` gives the gRPC streams it carries.
 
     Args:
@@ -79,6 +83,7 @@ class GrpcConnection(_LargeMessages, _Clock, _Idle):
         self.closed = False
         self._dead: Exception | None = None
         self._settled, self._unsent, self._corked = False, b"", 0.0
+        self._kernel = interrupts.in_kernel()     # reads hold Ctrl-C back (see interrupts)
         self._timeout = sock.gettimeout()        # the socket's timeout now
         self._per_call = self._timeout           # seconds a whole call may take (see h2_clock)
         self._watcher: IdleWatcher | None = None
@@ -195,12 +200,36 @@ class GrpcConnection(_LargeMessages, _Clock, _Idle):
             if time.perf_counter() < self._corked:
                 return
             self._corked = time.perf_counter() + GATHER_SECONDS
+        if self._kernel and interrupts.guarded():
+            return self._send_held()
         sent = 0
         try:
             while sent < len(pending):
                 sent += self._sock.send(pending[sent:])
         finally:
             self._unsent = pending[sent:]
+
+    def _send_held(self) -> None:
+        """``send`` where a Ctrl-C must not send bytes twice (see interrupts): each piece leaves
+        with SIGINT held until ``_unsent`` has let it go; the waits between pieces can be interrupted."""
+        sock, quick = self._sock, self._timeout is None and not isinstance(self._sock, ssl.SSLSocket)
+        while self._unsent:
+            try:
+                interrupts.hold()
+                if not quick:
+                    sock.settimeout(0.0)      # (a socket with a timeout waits whatever the flags say)
+                try:
+                    n = sock.send(self._unsent, socket.MSG_DONTWAIT) if quick else sock.send(self._unsent)
+                except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                    n = 0
+                finally:
+                    if not quick:
+                        sock.settimeout(self._timeout)
+                self._unsent = self._unsent[n:]
+            finally:
+                interrupts.release()
+            if self._unsent:
+                interrupts.wait_ready(sock, self._timeout, select.POLLOUT)
 
     @contextlib.contextmanager
     def corked(self) -> Iterator[None]:
@@ -291,13 +320,21 @@ class GrpcConnection(_LargeMessages, _Clock, _Idle):
                 raise self._dead
             if self._deadline is not None:
                 self._arm()
-            # Into a buffer kept for the purpose: recv(n) would allocate n bytes every call.
-            got = self._sock.recv_into(self._rbuf)
+            if self._kernel and interrupts.guarded():    # a Ctrl-C must not lose what was read
+                interrupts.wait_ready(self._sock, self._timeout)
+                try:
+                    interrupts.hold()
+                    got = self._sock.recv_into(self._rbuf)
+                    buf += self._rview[:got]
+                finally:
+                    interrupts.release()
+            else:      # into a buffer kept for the purpose: recv(n) would allocate n bytes every call
+                got = self._sock.recv_into(self._rbuf)
+                buf += self._rview[:got]
             if not got:
                 why = f" after GOAWAY ({self._goaway})" if self._goaway else ""
                 self._dead = ConnectionResetError(f"the server closed the connection{why}")
                 raise self._dead
-            buf += self._rview[:got]
 
     def _read_frame(self) -> None:
         if self._partial:
@@ -364,53 +401,3 @@ class GrpcConnection(_LargeMessages, _Clock, _Idle):
         except ProtocolError as err:
             self._fail(err)
         # PRIORITY and unknown frame types are ignored, as HTTP/2 requires.
-
-    def _fail(self, err: ProtocolError) -> None:
-        """A connection error: tell the server with GOAWAY, then raise a ``ConnectionError``."""
-        try:
-            self._sock.send(frame(GOAWAY, 0, 0, struct.pack(">LL", 0, err.code) + str(err).encode()[:200]))
-        except OSError:
-            pass
-        self._dead = ConnectionError(f"HTTP/2 protocol error from the server (error code {err.code}): {err}")
-        raise self._dead
-
-    def _on_goaway(self, payload: bytes) -> None:
-        last, code = struct.unpack_from(">LL", payload)
-        debug = payload[8:].decode("utf-8", "replace")
-        self._goaway = f"HTTP/2 error code {code}{': ' + debug if debug else ''}"
-        if debug == "too_many_pings" and self._ping_every:
-            self._goaway += f"; keepalive={self._ping_every:g} s pings more often than this server allows"
-        for stream in list(self.streams.values()):
-            if stream.id > (last & 0x7FFFFFFF):     # never to be answered
-                stream.end(None, f"the server is going away ({self._goaway})")
-
-    def _on_window_update(self, sid: int, increment: int) -> None:
-        if not increment:
-            raise ProtocolError(PROTOCOL_ERROR, "a WINDOW_UPDATE of 0")
-        if sid == 0:
-            self._send_conn += increment
-            if self._send_conn > MAX_WINDOW:
-                raise ProtocolError(3, "a WINDOW_UPDATE took the connection window past 2**31-1")
-        else:
-            stream = self.streams.get(sid)
-            if stream is not None:
-                stream.send_window += increment
-
-    def _on_settings(self, payload: bytes) -> None:
-        for key, value in parse_settings(payload):
-            if key == SETTING_WINDOW:
-                for stream in list(self.streams.values()):
-                    stream.send_window += value - self._peer_window
-                    if stream.send_window > MAX_WINDOW:          # RFC 9113 6.9.2: a connection error
-                        raise ProtocolError(FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {value} took a "
-                                            "stream's window past 2**31-1")
-                self._peer_window = value
-            elif key == SETTING_FRAME:
-                self._peer_frame = value
-            elif key == SETTING_STREAMS:
-                self.max_streams = value
-                if value == 0:     # our streams are over the peer's limit
-                    for stream in list(self.streams.values()):
-                        stream.end(14, "the server allows no streams now (SETTINGS_MAX_CONCURRENT_STREAMS 0)")
-        self.send(frame(SETTINGS, ACK, 0))
-        self._settled = True

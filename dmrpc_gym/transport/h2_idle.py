@@ -19,6 +19,7 @@ import socket
 import ssl
 import time
 
+from dmrpc_gym.transport import interrupts
 from dmrpc_gym.transport.frames import PING, frame
 
 __all__ = ["MIN_KEEPALIVE", "PING_TIMEOUT", "RECV_CHUNK"]
@@ -81,7 +82,19 @@ class _Idle:
                     self._set_timeout(None)
             if not events:
                 return
-        try:              # without blocking: another thread may have taken these bytes in meanwhile
+        if self._take_in() == 0:   # (without blocking: another thread may have taken these bytes in)
+            self._dead = ConnectionResetError("the server closed the connection"
+                                              + (f" after GOAWAY ({self._goaway})" if self._goaway else ""))
+            raise self._dead
+
+    def _take_in(self) -> int | None:
+        """Add what the socket holds now to the buffer, without blocking: how many bytes (0: the
+        server closed the connection; None: nothing there). A Ctrl-C loses none (see interrupts)."""
+        sock = self._sock
+        guard = self._kernel and interrupts.guarded()
+        try:
+            if guard:
+                interrupts.hold()
             if self._timeout is None and not isinstance(sock, ssl.SSLSocket):
                 got = sock.recv_into(self._rbuf, 0, socket.MSG_DONTWAIT)
             else:         # (a socket with a timeout waits for bytes whatever the flags say)
@@ -90,32 +103,25 @@ class _Idle:
                     got = sock.recv_into(self._rbuf)
                 finally:
                     sock.settimeout(self._timeout)
+            self._buf += self._rview[:got]
+            return got
         except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-            return
-        if not got:
-            self._dead = ConnectionResetError("the server closed the connection"
-                                              + (f" after GOAWAY ({self._goaway})" if self._goaway else ""))
-            raise self._dead
-        self._buf += self._rview[:got]
+            return None
+        finally:
+            if guard:
+                interrupts.release()
 
     def _pump(self) -> bool:
-        """The idle watcher's turn (lock held): read what is there, handle whole frames."""
+        """The idle watcher's turn, or a look for an answer (lock held): read what is there,
+        handle whole frames."""
         sock = self._sock
         if self._partial:
             return True                      # a call stopped inside a frame: it finishes that frame
         try:
-            sock.settimeout(0.0)
-            try:
-                chunk = sock.recv(RECV_CHUNK)
-                if not chunk:
-                    self._dead = ConnectionResetError("the server closed the connection while it was idle"
-                                                      + (f" (GOAWAY: {self._goaway})" if self._goaway else ""))
-                    return False
-                self._buf += chunk
-            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                pass
-            finally:
-                sock.settimeout(self._timeout)
+            if self._take_in() == 0:
+                self._dead = ConnectionResetError("the server closed the connection while it was idle"
+                                                  + (f" (GOAWAY: {self._goaway})" if self._goaway else ""))
+                return False
             while len(self._buf) >= 9 and len(self._buf) >= 9 + int.from_bytes(self._buf[:3], "big"):
                 self._read_frame()
             if self._goaway is not None and all(s.ended is not None for s in list(self.streams.values())):

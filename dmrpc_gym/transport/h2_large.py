@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ssl
 
+from dmrpc_gym.transport import interrupts
 from dmrpc_gym.transport.frames import DATA, HEADER, MessageParts, StreamError
 from dmrpc_gym.transport.h2_idle import RECV_CHUNK
 
@@ -43,6 +44,8 @@ class _LargeMessages:
 
     def _send_parts(self, parts: list) -> None:
         """Send ``parts`` back to back without joining them (one ``sendmsg`` per frame on plain TCP)."""
+        if self._kernel and interrupts.guarded():     # where a Ctrl-C must not send bytes twice
+            return self.send(b"".join(parts))
         if self._unsent:
             self.send(b"")
         parts = [memoryview(p) for p in parts]
@@ -74,27 +77,37 @@ class _LargeMessages:
                 stream.feed(bytes(buf))
             del buf[:]
             left = length - got
+        self._partial = (stream, flags, length, left)
         while left:
-            self._partial = (stream, flags, length, left)
             room = splitter.room() if stream.ended is None else None
             if self._deadline is not None:
                 self._arm()
-            if room is None:
-                chunk = self._sock.recv(min(left, RECV_CHUNK))
-                n = len(chunk)
-                if n and stream.ended is None:
-                    stream.feed(chunk)
-            else:
-                n = self._sock.recv_into(room, min(left, len(room)))
-                del room
-                if n:
-                    try:
-                        splitter.advance(n, messages)
-                    except StreamError as err:     # too large, or does not decompress: refuse it
-                        stream.refuse(err)
-            if not n:
-                self._dead = ConnectionResetError("the server closed the connection in the middle of a frame")
-                raise self._dead
-            left -= n
+            guard = self._kernel and interrupts.guarded()    # a Ctrl-C must not lose what was read
+            if guard:
+                interrupts.wait_ready(self._sock, self._timeout)
+            try:
+                if guard:
+                    interrupts.hold()
+                if room is None:
+                    chunk = self._sock.recv(min(left, RECV_CHUNK))
+                    n = len(chunk)
+                    if n and stream.ended is None:
+                        stream.feed(chunk)
+                else:
+                    n = self._sock.recv_into(room, min(left, len(room)))
+                    del room
+                    if n:
+                        try:
+                            splitter.advance(n, messages)
+                        except StreamError as err:     # too large, or does not decompress: refuse it
+                            stream.refuse(err)
+                if not n:
+                    self._dead = ConnectionResetError("the server closed the connection in the middle of a frame")
+                    raise self._dead
+                left -= n
+                self._partial = (stream, flags, length, left)
+            finally:
+                if guard:
+                    interrupts.release()
         self._partial = None
         stream.data_done(flags, length)

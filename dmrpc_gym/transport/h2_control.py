@@ -1,0 +1,69 @@
+"""What a client's HTTP/2 connection does with the server's control frames: SETTINGS,
+WINDOW_UPDATE and GOAWAY, and the GOAWAY it sends on a protocol error.
+
+A mixin of :class:`~dmrpc_gym.transport.h2_client.GrpcConnection`; every method
+runs with the connection's ``lock`` held, from its frame reader.
+"""
+from __future__ import annotations
+
+import struct
+
+from dmrpc_gym.transport.frames import (ACK, FLOW_CONTROL_ERROR, GOAWAY, MAX_WINDOW, PROTOCOL_ERROR, SETTING_FRAME,
+                                        SETTING_STREAMS, SETTING_WINDOW, SETTINGS, ProtocolError, frame,
+                                        parse_settings)
+
+__all__: list[str] = []          # a part of GrpcConnection, not an interface of its own
+
+
+class _Control:
+    """The control frames of :class:`~dmrpc_gym.transport.h2_client.GrpcConnection` (a mixin)."""
+
+    def _fail(self, err: ProtocolError) -> None:
+        """A connection error: tell the server with GOAWAY, then raise a ``ConnectionError``."""
+        try:
+            self._sock.send(frame(GOAWAY, 0, 0, struct.pack(">LL", 0, err.code) + str(err).encode()[:200]))
+        except OSError:
+            pass
+        self._dead = ConnectionError(f"HTTP/2 protocol error from the server (error code {err.code}): {err}")
+        raise self._dead
+
+    def _on_goaway(self, payload: bytes) -> None:
+        last, code = struct.unpack_from(">LL", payload)
+        debug = payload[8:].decode("utf-8", "replace")
+        self._goaway = f"HTTP/2 error code {code}{': ' + debug if debug else ''}"
+        if debug == "too_many_pings" and self._ping_every:
+            self._goaway += f"; keepalive={self._ping_every:g} s pings more often than this server allows"
+        for stream in list(self.streams.values()):
+            if stream.id > (last & 0x7FFFFFFF):     # never to be answered
+                stream.end(None, f"the server is going away ({self._goaway})")
+
+    def _on_window_update(self, sid: int, increment: int) -> None:
+        if not increment:
+            raise ProtocolError(PROTOCOL_ERROR, "a WINDOW_UPDATE of 0")
+        if sid == 0:
+            self._send_conn += increment
+            if self._send_conn > MAX_WINDOW:
+                raise ProtocolError(3, "a WINDOW_UPDATE took the connection window past 2**31-1")
+        else:
+            stream = self.streams.get(sid)
+            if stream is not None:
+                stream.send_window += increment
+
+    def _on_settings(self, payload: bytes) -> None:
+        for key, value in parse_settings(payload):
+            if key == SETTING_WINDOW:
+                for stream in list(self.streams.values()):
+                    stream.send_window += value - self._peer_window
+                    if stream.send_window > MAX_WINDOW:          # RFC 9113 6.9.2: a connection error
+                        raise ProtocolError(FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {value} took a "
+                                            "stream's window past 2**31-1")
+                self._peer_window = value
+            elif key == SETTING_FRAME:
+                self._peer_frame = value
+            elif key == SETTING_STREAMS:
+                self.max_streams = value
+                if value == 0:     # our streams are over the peer's limit
+                    for stream in list(self.streams.values()):
+                        stream.end(14, "the server allows no streams now (SETTINGS_MAX_CONCURRENT_STREAMS 0)")
+        self.send(frame(SETTINGS, ACK, 0))
+        self._settled = True
