@@ -46,8 +46,9 @@ class Batch:
         addresses: a list of servers, used in turn (sub-env ``i`` uses ``addresses[i % len]``).
         max_episode_steps: truncate an episode on the client after this many steps.
         share_connections: sub-envs of one server share one HTTP/2 connection, a stream each
-            (:mod:`~dmrpc_gym.transport.h2_pool`): a step of all of them is one ``send``. False:
-            a connection per sub-env. (A grpcio ``channel=`` shares its own connection either way.)
+            (:mod:`~dmrpc_gym.transport.h2_pool`): a step's requests leave together, in a few
+            ``send`` calls. False: a connection per sub-env. (A grpcio ``channel=`` shares its own
+            connection either way.)
         **env_kwargs: :class:`~dmrpc_gym.client.env.DmRpcEnv` arguments, the same for every sub-env.
 
     Requests are pipelined: :meth:`submit` sends every sub-env's request, and

@@ -130,6 +130,8 @@ class DmRpcVectorEnv(VectorEnv):
         addresses: several servers, used in turn.
         max_episode_steps: truncate episodes on the client after this many steps.
         batch_size: how many sub-envs :meth:`recv` returns (default: all of them).
+        share_connections: the sub-envs of one server share one HTTP/2 connection, a stream
+            each (default); False: a connection per sub-env.
         **env_kwargs: :class:`~dmrpc_gym.client.env.DmRpcEnv` arguments (``world_settings``,
             ``join_settings``, ``reset_settings``, ``observations``, ``actions``, ``nested``,
             ``reward``, ``discount``, ``seed_setting``, ``render_mode``, ``render_observation``,

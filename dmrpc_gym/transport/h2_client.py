@@ -233,7 +233,8 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
 
     @contextlib.contextmanager
     def corked(self) -> Iterator[None]:
-        """Small messages written inside go out together, in one ``send``, when it ends."""
+        """Small messages written inside are gathered and go out together: every
+        :data:`~dmrpc_gym.transport.frames.GATHER_SECONDS`, and when it ends."""
         with self.lock:
             self._corked = time.perf_counter() + GATHER_SECONDS
         try:

@@ -2,10 +2,10 @@
 
 dm_env_rpc's connection is a gRPC stream, and HTTP/2 carries many streams on
 one connection. The sub-envs of a vector env (and the agents of a parallel
-env) that talk to one server share one socket: a step of N sub-envs is then
-one ``send`` of N requests (:meth:`SharedConnections.corked`) and the answers
-come in as few ``recv`` calls as the kernel allows, instead of N of each on
-both ends.
+env) that talk to one server share one socket: the N requests of a step
+leave together in a few ``send`` calls (:meth:`SharedConnections.corked`), and
+the answers come in as few ``recv`` calls as the kernel allows, instead of N
+of each on both ends.
 
 A connection is shared while it is usable: once lost, closed, told GOAWAY or
 at the server's SETTINGS_MAX_CONCURRENT_STREAMS, the next stream gets a new
@@ -68,7 +68,8 @@ class SharedConnections:
 
     @contextlib.contextmanager
     def corked(self) -> Iterator[None]:
-        """Small messages written inside go out per connection in one ``send`` when it ends."""
+        """Small messages written inside are gathered per connection (see
+        :meth:`GrpcConnection.corked <dmrpc_gym.transport.h2_client.GrpcConnection.corked>`)."""
         with self._lock:
             connections = [conn for kept in self._connections.values() for conn in kept if not conn.closed]
         with contextlib.ExitStack() as stack:
