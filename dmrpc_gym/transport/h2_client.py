@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
-import ssl
 import struct
 import threading
 import time
@@ -212,24 +211,15 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
     def _send_held(self) -> None:
         """``send`` where a Ctrl-C must not send bytes twice (see interrupts): each piece leaves
         with SIGINT held until ``_unsent`` has let it go; the waits between pieces can be interrupted."""
-        sock, quick = self._sock, self._timeout is None and not isinstance(self._sock, ssl.SSLSocket)
         while self._unsent:
             try:
                 interrupts.hold()
-                if not quick:
-                    sock.settimeout(0.0)      # (a socket with a timeout waits whatever the flags say)
-                try:
-                    n = sock.send(self._unsent, socket.MSG_DONTWAIT) if quick else sock.send(self._unsent)
-                except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
-                    n = 0
-                finally:
-                    if not quick:
-                        sock.settimeout(self._timeout)
-                self._unsent = self._unsent[n:]
+                n = self._at_once(lambda flags: self._sock.send(self._unsent, flags))
+                self._unsent = self._unsent[n or 0:]
             finally:
                 interrupts.release()
             if self._unsent:
-                interrupts.wait_ready(sock, self._timeout, select.POLLOUT)
+                interrupts.wait_ready(self._sock, self._timeout, select.POLLOUT)
 
     @contextlib.contextmanager
     def corked(self) -> Iterator[None]:

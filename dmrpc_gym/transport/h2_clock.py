@@ -20,7 +20,9 @@ True
 from __future__ import annotations
 
 import socket
+import ssl
 import time
+from typing import Callable
 
 __all__: list[str] = []
 
@@ -52,6 +54,22 @@ class _Clock:
         """The call is over: no deadline; the socket waits ``_per_call`` again (small writes)."""
         self._deadline = None
         self._set_timeout(self._per_call)
+
+    def _at_once(self, call: Callable[[int], int]) -> int | None:
+        """``call(flags)`` (a ``recv_into`` or ``send`` of the socket) without blocking: its result,
+        or None when it would have had to wait. A plain socket with no timeout is asked with
+        ``MSG_DONTWAIT``; any other is made non-blocking for the call (a socket with a timeout
+        waits whatever the flags say, and TLS takes no flags)."""
+        try:
+            if self._timeout is None and not isinstance(self._sock, ssl.SSLSocket):
+                return call(socket.MSG_DONTWAIT)
+            self._sock.settimeout(0.0)
+            try:
+                return call(0)
+            finally:
+                self._sock.settimeout(self._timeout)
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return None
 
     def _set_timeout(self, seconds: float | None) -> None:
         if seconds != self._timeout:

@@ -90,23 +90,14 @@ class _Idle:
     def _take_in(self) -> int | None:
         """Add what the socket holds now to the buffer, without blocking: how many bytes (0: the
         server closed the connection; None: nothing there). A Ctrl-C loses none (see interrupts)."""
-        sock = self._sock
         guard = self._kernel and interrupts.guarded()
         try:
             if guard:
                 interrupts.hold()
-            if self._timeout is None and not isinstance(sock, ssl.SSLSocket):
-                got = sock.recv_into(self._rbuf, 0, socket.MSG_DONTWAIT)
-            else:         # (a socket with a timeout waits for bytes whatever the flags say)
-                sock.settimeout(0.0)
-                try:
-                    got = sock.recv_into(self._rbuf)
-                finally:
-                    sock.settimeout(self._timeout)
-            self._buf += self._rview[:got]
+            got = self._at_once(lambda flags: self._sock.recv_into(self._rbuf, 0, flags))
+            if got:
+                self._buf += self._rview[:got]
             return got
-        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-            return None
         finally:
             if guard:
                 interrupts.release()
