@@ -14,9 +14,7 @@ answers first, on the sockets that :meth:`_Idle.fileno` gives.
 """
 from __future__ import annotations
 
-import select
 import socket
-import ssl
 import time
 
 from dmrpc_gym.transport import interrupts
@@ -63,25 +61,21 @@ class _Idle:
         Another thread may take in this stream's answer while we wait: the wait is cut into
         :data:`_SLICE` pieces, after each of which the read looks at its answers again.
         """
-        sock, lock = self._sock, self.lock
-        if not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
-            left = _SLICE if self._deadline is None else min(_SLICE, self._deadline - time.monotonic())
-            if left <= 0:
-                raise socket.timeout("timed out")
-            poller = select.poll()           # one per wait: threads may wait at once
-            poller.register(sock, select.POLLIN)
-            deadline = self._deadline
-            try:
-                lock.release()     # inside the try: an interrupt right after it still takes the lock back
-                events = poller.poll(left * 1000)
-            finally:
-                lock.acquire()
-                # Another thread's call may have moved the clock meanwhile: this call's again.
-                self._deadline = deadline
-                if deadline is None:
-                    self._set_timeout(None)
-            if not events:
-                return
+        lock, deadline = self.lock, self._deadline
+        left = _SLICE if deadline is None else min(_SLICE, deadline - time.monotonic())
+        if left <= 0:
+            raise socket.timeout("timed out")
+        try:
+            lock.release()     # inside the try: an interrupt right after it still takes the lock back
+            interrupts.wait_ready(self._sock, left)
+        except socket.timeout:
+            return             # this slice passed: the read looks at its answers again
+        finally:
+            lock.acquire()
+            # Another thread's call may have moved the clock meanwhile: this call's again.
+            self._deadline = deadline
+            if deadline is None:
+                self._set_timeout(None)
         if self._take_in() == 0:   # (without blocking: another thread may have taken these bytes in)
             self._dead = ConnectionResetError("the server closed the connection"
                                               + (f" after GOAWAY ({self._goaway})" if self._goaway else ""))

@@ -77,7 +77,6 @@ class _LargeMessages:
                 stream.feed(bytes(buf))
             del buf[:]
             left = length - got
-        self._partial = (stream, flags, length, left)
         while left:
             room = splitter.room() if stream.ended is None else None
             if self._deadline is not None:

@@ -47,7 +47,6 @@ class GrpcStream:
         #: The :class:`~dmrpc_gym.transport.h2_client.GrpcConnection` that carries this stream
         #: (not imported here: that module imports this one).
         self.connection = conn
-        self._conn = conn
         self.lock = conn.lock
         self.splitter = MessageSplitter(max_message_size)
         self.max_message = max_message_size
@@ -66,7 +65,7 @@ class GrpcStream:
     # -- the Transport interface -------------------------------------------------------
     def write(self, *parts: bytes | memoryview) -> None:
         """Send the concatenation of ``parts`` as one gRPC message (see :meth:`GrpcConnection.write`)."""
-        self._conn.write(self, *parts)
+        self.connection.write(self, *parts)
 
     def read(self, timeout: float | None | bool = False) -> bytes:
         """The next gRPC message; ``StreamEnded`` once the server has ended the stream.
@@ -74,19 +73,19 @@ class GrpcStream:
         ``timeout`` (seconds, None: no limit) bounds the whole read, however the
         answer trickles in (``socket.timeout`` past it); False keeps the last one given.
         """
-        return self._conn.read(self, timeout)
+        return self.connection.read(self, timeout)
 
     def answer_ready(self) -> bool:
         """Whether ``read`` would return at once (see :meth:`GrpcConnection.answer_ready`)."""
-        return self._conn.answer_ready(self)
+        return self.connection.answer_ready(self)
 
     def fileno(self) -> int:
         """The connection's socket, to wait on with ``select`` (streams of one connection share it)."""
-        return self._conn.fileno()
+        return self.connection.fileno()
 
     def close(self) -> None:
         """End this stream; the connection closes with its last stream. Never blocks for long."""
-        self._conn.close_stream(self)
+        self.connection.close_stream(self)
 
     # -- frames for this stream (the connection's lock is held) ------------------------------
     def on_data(self, flags: int, payload) -> None:
@@ -97,7 +96,7 @@ class GrpcStream:
             self.refuse(err)
         n = len(payload)
         self.received += n
-        conn = self._conn
+        conn = self.connection
         conn.received += n
         if self.received > _HALF or conn.received > _HALF or flags & END_STREAM:
             self.data_done(flags, 0)
@@ -110,7 +109,7 @@ class GrpcStream:
 
     def data_done(self, flags: int, length: int) -> None:
         """A DATA frame of ``length`` more bytes is through: credit the windows, end on END_STREAM."""
-        conn = self._conn
+        conn = self.connection
         self.received += length
         conn.received += length
         update = b""
@@ -144,7 +143,7 @@ class GrpcStream:
         """End this stream over an answer we refuse (too large, badly encoded): RST_STREAM CANCEL."""
         self.end(err.status, f"refused an answer from the server: {err}")
         self.splitter.limit = -1            # drop whatever else arrives
-        self._conn.send(frame(RST_STREAM, 0, self.id, U32.pack(CANCEL)))
+        self.connection.send(frame(RST_STREAM, 0, self.id, U32.pack(CANCEL)))
 
     def end(self, status: int | None, message: str) -> None:
         if self.ended is None:
