@@ -1,4 +1,4 @@
-"""Reading a socket so that a Ctrl-C never loses bytes that were already read.
+"""Reading a socket so that a Ctrl-C (almost) never loses bytes that were already read.
 
 Python runs a signal's handler between bytecodes. A KeyboardInterrupt raised
 just after ``recv_into`` returned, before its bytes were added to the
@@ -12,6 +12,14 @@ is raised then, with nothing lost. A send is held the same way until what it
 sent is no longer counted as unsent (else the next call sent those bytes
 twice). That costs two or three system calls a read or send, so a plain
 script, whose Ctrl-C ends it, goes without them.
+
+The hold is the main thread's signal mask, so it is whole for a SIGINT sent
+to the main thread. A SIGINT sent to the process while the main thread holds
+it goes to another thread that does not block it (a kernel has several), and
+Python raises it in the main thread at the next bytecode it checks. That is
+lost only if the other thread wakes and takes the signal within the few
+bytecodes of the held stretch: far less likely than the unguarded gap, not
+impossible. No pure-Python means closes it.
 
 >>> import socket
 >>> a, b = socket.socketpair()
