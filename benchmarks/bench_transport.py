@@ -107,7 +107,7 @@ def client(impl: str, address: str, tls: str | None, action_bytes: int, watcher:
         env = DmRpcEnv(address, **({"tls": tls} if tls else {}))
         env.reset()
         if not watcher:
-            env.connection._transport._stream._conn._watcher.stop()
+            env.connection._transport._stream.connection._watcher.stop()
         step, arg = env.step, action
         if reset_every:
             count = [0]
