@@ -16,7 +16,7 @@ import servers
 from dmrpc_gym import DmRpcEnv
 from dmrpc_gym.client import connection as client_connection
 from dmrpc_gym.server import ConnectionLimits
-from dmrpc_gym.transport import h2_idle
+from dmrpc_gym.transport import h2_conduct, h2_idle
 from dmrpc_gym.transport.frames import ACK, HEADER, PING, SETTINGS, frame
 from dmrpc_gym.transport.h2_transport import H2Transport
 from dmrpc_gym.protocol.wire import pb
@@ -109,6 +109,20 @@ def test_pings_the_server_allows_keep_the_connection(quick_pings):
         try:
             env.reset(seed=0)
             time.sleep(3.0)
+            env.step(env.action_space.sample())
+        finally:
+            env.close()
+
+
+def test_our_keepalive_at_its_floor_is_permitted_by_our_servers_default_policy(quick_pings, monkeypatch):
+    """Issue 30: the default policy is gRPC's (5 minutes between PINGs), yet our own client's
+    keepalive, at the floor it may use (MIN_KEEPALIVE, lowered here on both ends), is no strike."""
+    monkeypatch.setattr(h2_conduct, "MIN_KEEPALIVE", 0.1, raising=False)
+    with servers.start(Catch) as server:
+        env = DmRpcEnv(server.address, keepalive=0.1)
+        try:
+            env.reset(seed=0)
+            time.sleep(4.5)                               # ~1 PING a second: 4 of them
             env.step(env.action_space.sample())
         finally:
             env.close()

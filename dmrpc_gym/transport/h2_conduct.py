@@ -9,9 +9,13 @@ connection is to end, and why.
 
 >>> from dmrpc_gym.transport.limits import ConnectionLimits
 >>> conduct = Conduct(ConnectionLimits(min_ping_interval=1, max_ping_strikes=1), now=0.0)
->>> conduct.ping(0.0); conduct.ping(0.5)       # the second PING is a strike
+>>> conduct.ping(0.0, streams=1); conduct.ping(0.5, streams=1)      # the second PING is a strike
+>>> conduct.answered = True                      # DATA went out: the next PING is free
+>>> conduct.ping(0.6, streams=1); conduct.strikes
+0
+>>> conduct.ping(0.7, streams=1)
 >>> try:
-...     conduct.ping(0.7)
+...     conduct.ping(0.8, streams=1)
 ... except ProtocolError as err:
 ...     print(err)
 too_many_pings
@@ -22,7 +26,7 @@ import asyncio
 import logging
 
 from dmrpc_gym.transport.frames import ENHANCE_YOUR_CALM, NO_ERROR, PROTOCOL_ERROR, ProtocolError
-from dmrpc_gym.transport.limits import ConnectionLimits
+from dmrpc_gym.transport.limits import IDLE_PING_INTERVAL, MIN_KEEPALIVE, ConnectionLimits
 
 __all__ = ["Conduct", "Watching"]
 
@@ -32,17 +36,21 @@ log = logging.getLogger("dmrpc_gym.server")
 class Conduct:
     """One connection's PINGs, resets and stalls, held against its ``limits`` (times from ``loop.time()``).
 
-    ``strikes`` is set back to 0 by the connection whenever it answers a request,
-    as grpc servers forgive pings that come with real traffic.
+    ``answered`` is set by the connection whenever it sends HEADERS or DATA: the
+    next PING is then no strike, and clears the strikes and the last PING's time,
+    as grpc-go's ``resetPingStrikes`` and C-core's ``ResetPingStrikes`` do. So the
+    PINGs a gRPC client sends as data arrives (BDP probes) are never strikes.
     """
 
-    __slots__ = ("limits", "tick", "strikes", "_last_ping", "_resets", "_reset_second", "_since", "_stall")
+    __slots__ = ("limits", "tick", "strikes", "answered", "_last_ping", "_resets", "_reset_second", "_since",
+                 "_stall")
 
     def __init__(self, limits: ConnectionLimits, now: float):
         self.limits = limits
         #: How often (seconds) :meth:`overdue` should be asked: a quarter of the shortest timeout, at most 1 s.
         self.tick = min(1.0, limits.handshake_timeout / 4, limits.frame_timeout / 4, limits.idle_timeout / 4)
         self.strikes = 0
+        self.answered = False             # HEADERS or DATA went out since the last PING
         self._last_ping: float | None = None
         self._resets, self._reset_second = 0, 0.0
         self._since = now                 # since when the connection is idle (or waits for its preface)
@@ -52,13 +60,25 @@ class Conduct:
         """The connection's last stream has ended: it is idle from ``now``."""
         self._since = now
 
-    def ping(self, now: float) -> None:
-        """A PING came: ``ProtocolError`` ("too_many_pings") past ``max_ping_strikes`` too close together."""
-        if self._last_ping is not None and now - self._last_ping < self.limits.min_ping_interval:
+    def ping(self, now: float, streams: int, keepalive: bool = False) -> None:
+        """A PING came, with ``streams`` open (``keepalive``: our client's keepalive PING):
+        ``ProtocolError`` ("too_many_pings") past ``max_ping_strikes`` PINGs too close together.
+
+        Too close: within ``min_ping_interval`` of the last PING while a stream is open, within
+        :data:`~dmrpc_gym.transport.limits.IDLE_PING_INTERVAL` while none is (gRPC's rules);
+        our client's keepalive is held to its own floor, ``MIN_KEEPALIVE``, when that is shorter.
+        """
+        last, self._last_ping = self._last_ping, now
+        if self.answered or last is None:
+            self.answered, self.strikes = False, 0
+            return
+        interval = self.limits.min_ping_interval if streams else IDLE_PING_INTERVAL
+        if keepalive:
+            interval = min(interval, MIN_KEEPALIVE)
+        if now - last < interval:
             self.strikes += 1
             if self.strikes > self.limits.max_ping_strikes:
                 raise ProtocolError(ENHANCE_YOUR_CALM, "too_many_pings")
-        self._last_ping = now
 
     def reset(self, now: float) -> None:
         """The client reset a stream: ``ProtocolError`` past ``max_resets`` in one second (Rapid Reset)."""

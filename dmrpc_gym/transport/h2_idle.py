@@ -19,16 +19,16 @@ import time
 
 from dmrpc_gym.transport import interrupts
 from dmrpc_gym.transport.frames import PING, frame
+from dmrpc_gym.transport.limits import KEEPALIVE_PING, MIN_KEEPALIVE
 
 __all__ = ["MIN_KEEPALIVE", "PING_TIMEOUT", "RECV_CHUNK"]
 
-#: The shortest keepalive interval a client may ask for: grpc clients' floor too. Servers refuse
-#: more frequent pings (ours: ``ConnectionLimits.min_ping_interval``; grpc servers by default
-#: allow one per 5 minutes on a connection that carries no data) with GOAWAY too_many_pings.
-MIN_KEEPALIVE = 10.0
+# MIN_KEEPALIVE (from limits): the shortest keepalive interval a client may ask for, grpc clients'
+# floor too. Our server permits our keepalive PINGs at that rate; grpc servers by default allow
+# one PING per 5 minutes on a connection that carries no data, and answer more with GOAWAY
+# too_many_pings.
 #: Seconds a keepalive PING may wait for its ACK before the connection counts as dead.
 PING_TIMEOUT = 20.0
-_PING = b"dmrpc-ka"
 RECV_CHUNK = 1 << 18          # the most one recv takes (into a buffer kept for it)
 _SLICE = 0.02                 # seconds a read of a shared connection waits before it looks again
 
@@ -135,7 +135,7 @@ class _Idle:
                 pass
             return False
         if now - self._quiet_since >= self._ping_every:
-            self.send(frame(PING, 0, 0, _PING))
+            self.send(frame(PING, 0, 0, KEEPALIVE_PING))
             self._ping_out = now
         return True
 

@@ -84,7 +84,7 @@ class Replies:
 
     async def _send(self, stream: Stream, message: bytes | list) -> None:
         """Send one message: bytes, or a list of pieces (:class:`~dmrpc_gym.protocol.bulk.Pieces`) not joined."""
-        self._conduct.strikes = 0        # pings that come with real traffic are forgiven
+        self._conduct.answered = True    # HEADERS or DATA out: the next PING is no strike (gRPC's rule)
         if not stream.replied:
             self._write(h2.header_frames(stream.id, 0, self._encoder.encode(self._headers(stream)),
                                          self._peer_frame))
@@ -119,6 +119,7 @@ class Replies:
             n = min(parts.left, stream.window, self._conn_window, self._peer_frame, _CHUNK)
             stream.window -= n
             self._conn_window -= n
+            self._conduct.answered = True
             # Joined into bytes: asyncio may keep what it could not send yet (Python 3.12+ keeps
             # memoryviews as they are), and the pieces may be an env's own array, which its next
             # step is free to change.
@@ -128,6 +129,7 @@ class Replies:
         if not stream.open or self._closed:
             return
         stream.open = False
+        self._conduct.answered = True
         fields = [] if stream.replied else self._headers(stream)
         fields.append(("grpc-status", str(code)))
         if message:

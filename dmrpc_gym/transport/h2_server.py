@@ -37,7 +37,7 @@ from dmrpc_gym.transport.h2_calls import HTTP1_ANSWER, Stream, StreamHandler, re
 from dmrpc_gym.transport.h2_replies import Replies
 from dmrpc_gym.transport.h2_requests import Requests, receive_window
 from dmrpc_gym.transport.h2_conduct import Conduct, Watching
-from dmrpc_gym.transport.limits import ConnectionLimits, Refusals
+from dmrpc_gym.transport.limits import KEEPALIVE_PING, ConnectionLimits, Refusals
 
 __all__ = ["StreamHandler", "GrpcProtocol"]   # StreamHandler: re-exported from h2_calls
 
@@ -215,7 +215,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
                 self._on_settings(payload)
         elif kind == PING:
             if not flags & ACK:
-                self._conduct.ping(asyncio.get_running_loop().time())
+                self._conduct.ping(asyncio.get_running_loop().time(), len(self._streams), payload == KEEPALIVE_PING)
                 self._write(frame(PING, ACK, 0, payload))
         elif kind == WINDOW_UPDATE:
             self._on_window_update(sid, U32.unpack(payload)[0] & 0x7FFFFFFF)
