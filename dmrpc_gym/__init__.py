@@ -26,6 +26,8 @@ _LAZY = {
     "Connection": "dmrpc_gym.client.connection",
     "tag_env": "dmrpc_gym.worlds.embedded",
     "connect_dm_env": "dmrpc_gym.client.dm_env_client",
+    "DmRpcAECEnv": "dmrpc_gym.client.aec",
+    "aec_env": "dmrpc_gym.client.aec",
 }
 
 

@@ -403,11 +403,11 @@ def test_a_pettingzoo_env_module_is_served_through_its_parallel_env(monkeypatch)
 
 def test_an_aec_env_is_served_through_aec_to_parallel(caplog):
     """``serve module:env`` where env() is an AEC env (PettingZoo's usual form) plays, and the
-    server says once how it serves it; one that is not parallelizable is refused by name."""
+    server says once how it serves it; one that is not parallelizable is served turn by turn
+    (tests/test_aec.py), and parallel_env says so instead of waiting for turns."""
     import logging
 
     import dmrpc_gym
-    from dmrpc_gym import DmRpcError
     from servers import serve_like_cli
     with caplog.at_level(logging.INFO, logger="dmrpc_gym.server"):
         with serve_like_cli("aec_worlds:env") as server:
@@ -423,9 +423,16 @@ def test_an_aec_env_is_served_through_aec_to_parallel(caplog):
                     env.close()
     assert sum("aec_to_parallel" in r.getMessage() for r in caplog.records) == 1
     with serve_like_cli("aec_worlds:tangled_env") as server:
-        with pytest.raises(DmRpcError, match=r"aec_worlds:tangled_env returns a PettingZoo AEC env.*"
-                                             r"is_parallelizable.*serve its parallel_env\(\) instead"):
+        with pytest.raises(ValueError, match=r"is turn-based .* read it with dmrpc_gym.aec_env\(\)"):
             dmrpc_gym.parallel_env(server.address, agents=["red", "blue"])
+        env = dmrpc_gym.aec_env(server.address)
+        try:
+            env.reset(seed=0)
+            for agent in env.agent_iter():
+                env.step(None if env.terminations[agent] else 2)
+            assert env.agents == [] and env.agent_selection in ("red", "blue")
+        finally:
+            env.close()
 
 
 def test_a_pettingzoo_env_module_is_served_by_its_parallel_env():

@@ -102,9 +102,10 @@ def connect_line(server: Any, *, token: str | None = None, tls_ca: str | None = 
             imports, extra = "import os; ", extra + f", token=os.environ[{quote(TOKEN_ENV)}]"
         else:
             extra += f", token={quote(token)}"
-    if kind == "pettingzoo":
+    if kind in ("pettingzoo", "aec"):
         agents_arg = f", agents={quote(agents)}" if agents else ""
-        return f'{imports}import dmrpc_gym; env = dmrpc_gym.parallel_env("{address}"{agents_arg}{extra})'
+        reader = "aec_env" if kind == "aec" else "parallel_env"      # turn by turn, or in rounds
+        return f'{imports}import dmrpc_gym; env = dmrpc_gym.{reader}("{address}"{agents_arg}{extra})'
     return (f'{imports}import gymnasium as gym, dmrpc_gym; '
             f'env = gym.make("dmrpc/Remote-v0", address="{address}"{extra})')
 

@@ -1,18 +1,20 @@
 """Exchanges over several connections at once: every request sent before any answer is read.
 
 The two halves that the vector envs (:mod:`~dmrpc_gym.client.fanout`) and the
-multi-agent env (:mod:`~dmrpc_gym.client.parallel`) share: :func:`submit_all`
-sends, :func:`receive_all` reads, each going on past a failure so that every
-connection stays in step; :func:`named_failure` says which agent an error
-came from.
+multi-agent envs (:mod:`~dmrpc_gym.client.parallel`, :mod:`~dmrpc_gym.client.aec`)
+share: :func:`submit_all` sends, :func:`receive_all` reads, each going on past a
+failure so that every connection stays in step; :func:`first_ready` says whose
+answers have come; :func:`named_failure` says which agent an error came from.
 """
 from __future__ import annotations
 
-from typing import Callable, Hashable, Iterable, TypeVar
+import select
+import time
+from typing import Any, Callable, Hashable, Iterable, Mapping, TypeVar
 
 from dmrpc_gym.protocol.errors import DmRpcError
 
-__all__ = ["submit_all", "receive_all", "named_failure"]
+__all__ = ["submit_all", "receive_all", "first_ready", "named_failure"]
 
 K = TypeVar("K", bound=Hashable)
 R = TypeVar("R")
@@ -73,6 +75,50 @@ def receive_all(owed: Iterable[K], receive: Callable[[K], R], failures: dict[K, 
             if undo is not None:
                 undo()
     return results
+
+
+def first_ready(connections: Mapping[K, Any], n: int, timeout: float | None) -> list[K]:
+    """The first ``n`` keys of ``connections`` (each with a request in flight) whose answers have
+    come, in the order they came, waiting until that many have. A connection whose answers cannot
+    be watched (a grpcio channel: no ``fileno``) ends the wait: the rest are taken in turn, as they
+    are past ``timeout`` seconds (their reads then raise).
+
+    >>> first_ready({}, 1, None)
+    []
+    """
+    waiting, ready = list(connections), []
+    poller, on_fd = select.poll(), {}              # socket -> the keys waiting on it (streams share one)
+    for key in waiting:
+        fd = connections[key].fileno()
+        if fd is None:
+            return (ready + waiting)[:n]
+        if fd not in on_fd:
+            on_fd[fd] = []
+            poller.register(fd, select.POLLIN)
+        on_fd[fd].append(key)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    candidates = list(waiting)                  # what to look at: first everything, then what woke up
+    while True:
+        # Every key on a socket that woke up is looked at, again while any was found ready:
+        # one connection's read may take in the answers of those looked at before it.
+        found = True
+        while found and len(ready) < n:
+            found = False
+            for key in candidates:
+                if key in waiting and connections[key].answer_ready():
+                    waiting.remove(key)
+                    ready.append(key)
+                    found = True
+        for fd in [fd for fd, keys in on_fd.items() if not any(k in waiting for k in keys)]:
+            poller.unregister(fd)
+            del on_fd[fd]
+        if len(ready) >= n or not waiting:
+            return ready[:n]
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return (ready + waiting)[:n]
+        events = poller.poll(1000 if left is None else max(1, min(1000, int(left * 1000))))
+        candidates = [k for fd, _ in events for k in on_fd[fd]] if events else list(waiting)
 
 
 def named_failure(err: BaseException, agent: str, what: str, note: str = "") -> BaseException:

@@ -9,16 +9,14 @@ them at once. Both vector envs (gymnasium's and SB3's) stand on it.
 from __future__ import annotations
 
 import contextlib
-import select
 import threading
-import time
 from collections import deque
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from dmrpc_gym.client.env import DmRpcEnv
-from dmrpc_gym.client.exchanges import receive_all, submit_all
+from dmrpc_gym.client.exchanges import first_ready, receive_all, submit_all
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.transport.h2_pool import SharedConnections
 
@@ -313,42 +311,9 @@ class Batch:
 
     def first_ready(self, indices: Sequence[int], n: int) -> list[int]:
         """The first ``n`` of ``indices`` (sub-envs in flight) whose answers have come, in the order
-        they came, waiting until that many have. A sub-env whose answer cannot be watched (a grpcio
-        channel) is taken in turn; past ``step_timeout`` the rest are taken in turn (their reads raise)."""
-        waiting, ready = list(indices), []
-        poller, on_fd = select.poll(), {}              # socket -> the sub-envs waiting on it (streams share one)
-        for i in waiting:
-            fd = self.envs[i].connection.fileno()
-            if fd is None:
-                return (ready + waiting)[:n]
-            if fd not in on_fd:
-                on_fd[fd] = []
-                poller.register(fd, select.POLLIN)
-            on_fd[fd].append(i)
-        timeout = self.envs[waiting[0]].connection.timeout if waiting else None
-        deadline = None if timeout is None else time.monotonic() + timeout
-        candidates = list(waiting)                  # what to look at: first everything, then what woke up
-        while True:
-            # Every sub-env on a socket that woke up is looked at, again while any was found ready:
-            # one sub-env's read may take in the answers of those looked at before it.
-            found = True
-            while found and len(ready) < n:
-                found = False
-                for i in candidates:
-                    if i in waiting and self.envs[i].connection.answer_ready():
-                        waiting.remove(i)
-                        ready.append(i)
-                        found = True
-            for fd in [fd for fd, subs in on_fd.items() if not any(i in waiting for i in subs)]:
-                poller.unregister(fd)
-                del on_fd[fd]
-            if len(ready) >= n or not waiting:
-                return ready[:n]
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return (ready + waiting)[:n]
-            events = poller.poll(1000 if left is None else max(1, min(1000, int(left * 1000))))
-            candidates = [i for fd, _ in events for i in on_fd[fd]] if events else list(waiting)
+        they came, waiting until that many have (:func:`~dmrpc_gym.client.exchanges.first_ready`)."""
+        timeout = self.envs[indices[0]].connection.timeout if indices else None
+        return first_ready({i: self.envs[i].connection for i in indices}, n, timeout)
 
     # -- the rest ------------------------------------------------------------------
     def render(self) -> tuple:

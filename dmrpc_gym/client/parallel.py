@@ -56,7 +56,7 @@ from dmrpc_gym.client.connection import Connection, settings_tensors, transport_
 from dmrpc_gym.client.env import close_world, open_world
 from dmrpc_gym.client.exchanges import named_failure, receive_all, submit_all
 from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_reconnected
-from dmrpc_gym.client.properties import same_run, server_instance
+from dmrpc_gym.client.properties import Properties, same_run, server_instance
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport.h2_pool import SharedConnections
@@ -117,6 +117,8 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
                 "is_parallelizable": True}
     #: Seconds the other agents' answers are still awaited once one agent has failed.
     abandon_timeout: float = 2.0
+    #: What each agent's joined connection is (a subclass's hook).
+    agent_class = RemoteAgent
 
     def __init__(self, address: str | None = None, *, world_settings: Mapping[str, Any] | None = None,
                  world_name: str | None = None, agents: AgentsArg | None = None,
@@ -173,6 +175,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
             options = dict(reward=reward, discount=discount, observations=observations, actions=actions)
             self._join_all(join, options, nested, render_observation, connect_timeout)
             first = self.connections[self.possible_agents[0]]
+            self._check_turns(first, address)
             self._seeds = SeedRoute(seed_setting, ours=first.server_software is not None, where=address)
             self._instance = server_instance(first) if reconnect and self._created else None
             if render_mode is not None and self.remote[render_agent].render_name is None:
@@ -199,10 +202,10 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
                     if isinstance(options[key], Mapping) and name not in options[key]:
                         mine[key] = default
                 renders = name == self.render_agent
-                return RemoteAgent(connection, self.world_name, join[name], nested=nested,
-                                   render_observation=render_observation if renders else None,
-                                   render=self.render_mode is not None and renders,
-                                   agent=name, **mine)
+                return self.agent_class(connection, self.world_name, join[name], nested=nested,
+                                        render_observation=render_observation if renders else None,
+                                        render=self.render_mode is not None and renders,
+                                        agent=name, **mine)
             finally:
                 connection.timeout = self.step_timeout
 
@@ -218,6 +221,13 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
                 first = (name, err)
         if first is not None:
             raise named_failure(first[1], first[0], "join_world") from first[1]
+
+    def _check_turns(self, connection: Connection, address: str) -> None:
+        """``ValueError`` for a turn-based world (a PettingZoo AEC game, whose agents' steps are
+        answered in turn, :mod:`~dmrpc_gym.server.aec_world`): ``dmrpc_gym.aec_env`` reads those."""
+        if connection.server_software is not None and "agent_selection" in Properties(connection):
+            raise ValueError(f"world {self.world_name!r} at {address} is turn-based (a PettingZoo AEC game "
+                             "served turn by turn): read it with dmrpc_gym.aec_env()")
 
     def _refresh_spaces(self) -> None:
         self.observation_spaces = {name: agent.observation_space for name, agent in self.remote.items()}

@@ -14,8 +14,10 @@ of being silently dropped or crashing the factory:
   importing the module (gymnasium's ``"module:EnvId-v0"`` form);
 - ``"module"`` that is no env id: a PettingZoo env module (its ``parallel_env``).
 
-A PettingZoo AEC env (what a module's ``env()`` returns) is served through
-PettingZoo's own ``aec_to_parallel``, said once in the server's log.
+A PettingZoo AEC env (what a module's ``env()`` returns) that declares itself
+parallelizable (``metadata["is_parallelizable"]``) is served through PettingZoo's
+own ``aec_to_parallel``; any other (the ``classic`` games) turn by turn
+(:mod:`~dmrpc_gym.server.aec_world`). Either is said once in the server's log.
 
 ``render_mode`` is the server's: envs that can render ``rgb_array`` are built
 with it so that clients can request the ``RGB`` observation.
@@ -68,7 +70,8 @@ def _is_aec(env: Any) -> bool:
 
 def env_kind(env: Any) -> str | None:
     """``"gym"`` for a gymnasium Env, ``"pettingzoo"`` for a PettingZoo ParallelEnv, ``"aec"`` for
-    a PettingZoo AEC env (served converted), ``"dm_env"`` for a ``dm_env.Environment``, else None."""
+    a PettingZoo AEC env (converted when parallelizable, else served turn by turn), ``"dm_env"`` for
+    a ``dm_env.Environment``, else None."""
     if isinstance(env, gym.Env):
         return "gym"
     if is_dm_env(env):
@@ -223,6 +226,7 @@ class Factory:
                 elif isinstance(module, types.ModuleType) and getattr(module, "raw_env", None) is not None \
                         and attribute in ("env", "parallel_env"):
                     described = module.raw_env
+                    self.kind = None                  # learned from the first env (an AEC env() may be either)
                 elif not callable(obj):
                     raise ValueError(f"{target!r} is a {type(obj).__name__}, not an env factory")
                 else:
@@ -300,7 +304,7 @@ class Factory:
                 f"{type(exc).__name__}: {exc}") from None
         kind = env_kind(env)
         if kind == "aec":
-            env, kind = self._parallel(env), "pettingzoo"
+            env, kind = self._parallel(env)
         elif kind == "dm_env":
             env = self._dm_env(env)
         if kind is None or (self.kind is not None and kind != self.kind):
@@ -319,15 +323,21 @@ class Factory:
             close_quietly(env)
             raise status.failed_precondition(f"{self.name} cannot be served: {exc}") from None
 
-    def _parallel(self, env: Any) -> Any:
-        """An AEC env as a ParallelEnv, through PettingZoo's ``aec_to_parallel`` (said once)."""
+    def _parallel(self, env: Any) -> tuple[Any, str]:
+        """A parallelizable AEC env as a ParallelEnv, through PettingZoo's ``aec_to_parallel``; any
+        other as it is, to be served turn by turn: ``(env, kind)``, said once."""
         from pettingzoo.utils.conversions import aec_to_parallel
+        parallel = bool((getattr(env, "metadata", None) or {}).get("is_parallelizable", False))
         if not self._said_aec:
             self._said_aec = True
-            log.info("%s returns a PettingZoo AEC env: serving it through pettingzoo's aec_to_parallel "
-                     "(every agent acts in each round)", self.name)
+            log.info("%s returns a PettingZoo AEC env: %s", self.name,
+                     "serving it through pettingzoo's aec_to_parallel (every agent acts in each round)"
+                     if parallel else "not parallelizable, so served turn by turn (each agent's step is "
+                     "answered at its turn)")
+        if not parallel:
+            return env, "aec"
         try:
-            return aec_to_parallel(env)
+            return aec_to_parallel(env), "pettingzoo"
         except Exception as exc:  # noqa: BLE001 - PettingZoo's reason is the answer
             close_quietly(env)
             raise status.failed_precondition(

@@ -84,6 +84,9 @@ class ParallelWorld:
     """
 
     kind = "pettingzoo"
+    #: The class of a joined agent, and what resets the env (on the lane): subclasses' hooks.
+    agent_class = ParallelAgent
+    env_reset = staticmethod(_reset)
 
     def __init__(self, name: str, factory: Factory, kwargs: dict[str, Any], seed: int | None,
                  env: Any, timeout: float, lane: Lane | None = None):
@@ -156,7 +159,7 @@ class ParallelWorld:
         generation = self.generation
         self.resetting = True
         try:
-            obs, infos, agents = await self.lane.quick(_reset, self.env, seed)
+            obs, infos, agents = await self.lane.quick(self.env_reset, self.env, seed)
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
             raise status.internal(f"{self.factory.name}: reset raised {type(exc).__name__}: {exc}") from None
         finally:
@@ -275,7 +278,7 @@ class ParallelWorld:
             if name in self.agents:
                 raise status.failed_precondition(
                     f"agent {name!r} of world {self.name!r} is taken (free: {names_text(free)})")
-        agent = ParallelAgent(self, name, self.interfaces[name])
+        agent = self.agent_class(self, name, self.interfaces[name])
         self.agents[name] = agent
         self._notify()
         return agent

@@ -83,10 +83,11 @@ def _agents(env: Any, kind: str) -> list | None:
 def _answer(factory: Factory, envs: dict, op: str, key: int, args: tuple) -> Any:
     if op == "make":
         env, kind = factory.make(args[0])
-        if kind == "dm_env":   # its discount and specs do not cross to the server process (yet)
-            close_quietly(env)
+        if kind in ("dm_env", "aec"):   # a dm_env's discount and specs, a turn-based game's turns,
+            close_quietly(env)          # do not cross to the server process (yet)
+            what = "dm_env envs" if kind == "dm_env" else "turn-based PettingZoo AEC games"
             raise status.failed_precondition(
-                f"{factory.name} makes dm_env envs, which are served in the server's own process "
+                f"{factory.name} makes {what}, which are served in the server's own process "
                 f"only: serve it without processes= (--processes)")
         envs[key] = (env, kind)
         return _describe(env, kind)

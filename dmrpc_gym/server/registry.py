@@ -26,6 +26,7 @@ from typing import Any, Mapping
 
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import status
+from dmrpc_gym.server.aec_world import AECWorld
 from dmrpc_gym.server.factories import Factory, close_quietly
 from dmrpc_gym.server.dm_env_world import DmEnvWorld
 from dmrpc_gym.server.gym_world import GymWorld
@@ -98,7 +99,8 @@ class WorldRegistry:
         try:
             if kind in ("gym", "dm_env"):
                 return (GymWorld if kind == "gym" else DmEnvWorld)(name, self.factory, kwargs, seed, env, lane, self.pool)
-            return ParallelWorld(name, self.factory, kwargs, seed, env, self.timeout, lane)
+            world = AECWorld if kind == "aec" else ParallelWorld     # turn-based, or in rounds
+            return world(name, self.factory, kwargs, seed, env, self.timeout, lane)
         except BaseException:
             close_quietly(env)
             raise
