@@ -92,13 +92,14 @@ def _move(env: Any, action: Any) -> tuple[str, list]:
     return env.agent_selection, list(env.agents)
 
 
-def _table(env: Any, turn: int, observations: bool) -> dict[str, Any]:
-    """The game as a PettingZoo user sees it (:mod:`dmrpc_gym.protocol.turns`)."""
+def _table(env: Any, turn: int, observed: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The game as a PettingZoo user sees it (:mod:`dmrpc_gym.protocol.turns`); with every agent's
+    observation when ``observed`` (those already made) is given."""
     table: dict[str, Any] = {"turn": turn, "agent_selection": env.agent_selection, "agents": list(env.agents)}
     for key, attribute in TABLE_KEYS.items():
         table[key] = dict(getattr(env, attribute))
-    if observations:
-        table["observations"] = {agent: env.observe(agent) for agent in env.agents}
+    if observed is not None:
+        table["observations"] = {a: observed[a] if a in observed else env.observe(a) for a in env.agents}
     return table
 
 
@@ -106,12 +107,12 @@ def _answer(env: Any, turn: int, table: bool, first: bool) -> tuple[tuple, bool,
     """``env.last()`` for the agent whose turn it is (and the table); a finished agent's dead
     step after, unless this answer starts its sequence."""
     obs, reward, terminated, truncated, info = env.last()
-    record = _table(env, turn, True) if table else None
+    record = _table(env, turn, {env.agent_selection: obs}) if table else None
     ends = bool(terminated or truncated) and not first
     if ends:
         env.step(None)
         if record is not None:
-            record["after"] = _table(env, turn + 1, False)
+            record["after"] = _table(env, turn + 1, None)
     result = (obs, float(reward), bool(terminated), bool(truncated), info, record)
     return result, ends, env.agent_selection, list(env.agents)
 

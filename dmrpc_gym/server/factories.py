@@ -12,7 +12,8 @@ of being silently dropped or crashing the factory:
 - ``"module:attribute"``: the attribute (a callable, or a PettingZoo env module,
   whose ``parallel_env`` is used); if there is none, an env id registered by
   importing the module (gymnasium's ``"module:EnvId-v0"`` form);
-- ``"module"`` that is no env id: a PettingZoo env module (its ``parallel_env``).
+- ``"module"`` that is no env id: a PettingZoo env module (its ``parallel_env``; a
+  turn-based game's module, which has none, its ``env``).
 
 A PettingZoo AEC env (what a module's ``env()`` returns) that declares itself
 parallelizable (``metadata["is_parallelizable"]``) is served through PettingZoo's
@@ -90,10 +91,10 @@ def env_kind(env: Any) -> str | None:
     return None
 
 
-def _is_env_module(name: str) -> bool:
-    """Whether ``name`` imports as a module with a ``parallel_env`` (a PettingZoo env module)."""
+def _is_env_module(name: str, maker: str = "parallel_env") -> bool:
+    """Whether ``name`` imports as a module with a ``parallel_env`` (or ``maker``: a PettingZoo env module)."""
     try:
-        return callable(getattr(importlib.import_module(name), "parallel_env", None))
+        return callable(getattr(importlib.import_module(name), maker, None))
     except Exception:  # noqa: BLE001 - not such a module: the name is then an env id (or an error)
         return False
 
@@ -198,8 +199,8 @@ class Factory:
             self.kind, self._rgb = "dm_env", True
             return
         module_name, sep, attribute = target.partition(":")
-        if not sep and target not in gym.registry and _is_env_module(target):
-            module_name, sep, attribute = target, ":", ""      # a PettingZoo env module
+        if not sep and target not in gym.registry and (_is_env_module(target) or _is_env_module(target, "env")):
+            module_name, sep, attribute = target, ":", ""      # a PettingZoo env module (classic ones: env() only)
         if sep:
             try:
                 module = importlib.import_module(module_name)
@@ -217,9 +218,12 @@ class Factory:
                                  f"{type(exc).__name__}: {exc}") from None
             if obj is not None:
                 described = obj
-                if isinstance(obj, types.ModuleType):
+                if isinstance(obj, types.ModuleType) and not callable(getattr(obj, "parallel_env", None)) \
+                        and callable(getattr(obj, "env", None)):       # a turn-based game's module: its env()
+                    described, obj, self.kind = getattr(obj, "raw_env", obj.env), obj.env, None
+                elif isinstance(obj, types.ModuleType):
                     if not callable(getattr(obj, "parallel_env", None)):
-                        raise ValueError(f"{target!r} is a module without a parallel_env() function")
+                        raise ValueError(f"{target!r} is a module without a parallel_env() or env() function")
                     described = getattr(obj, "raw_env", obj.parallel_env)   # PettingZoo's metadata holder
                     obj = obj.parallel_env
                     self.kind = "pettingzoo"
