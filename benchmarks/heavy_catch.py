@@ -5,7 +5,7 @@ runners alike, so the two cases differ only in the dm_env_rpc round trip.
 
 >>> env = HeavyCatch()
 >>> obs, info = env.reset(seed=0)
->>> obs["board"].shape
+>>> obs.shape
 (10, 10)
 """
 from __future__ import annotations

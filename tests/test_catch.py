@@ -14,10 +14,10 @@ from dmrpc_gym.worlds import Catch, make_catch
 def _play(env, seed, moves):
     """One episode with a fixed move list (cycled); returns (boards, rewards, flags)."""
     obs, _ = env.reset(seed=seed)
-    boards, rewards, flags = [obs["board"]], [], []
+    boards, rewards, flags = [obs], [], []
     for i in range(100):
-        obs, reward, terminated, truncated, _ = env.step({"paddle": np.int8(moves[i % len(moves)])})
-        boards.append(obs["board"])
+        obs, reward, terminated, truncated, _ = env.step(np.int8(moves[i % len(moves)]))
+        boards.append(obs)
         rewards.append(reward)
         flags.append((terminated, truncated))
         if terminated:

@@ -137,7 +137,7 @@ def test_the_gymnasium_view_says_terminated_and_truncated_as_dm_env_meant():
             assert flags == [(False, False), (False, False), (False, True)]     # LAST, discount 0.5
             env.reset()
             _, _, terminated, truncated, info = env.step({**still, "move": np.int32(2)})
-            assert (terminated, truncated, info["discount"]) == (True, False, 0.0)   # LAST, discount 0
+            assert (terminated, truncated, env.last_discount) == (True, False, 0.0)   # LAST, discount 0
         finally:
             env.close()
 

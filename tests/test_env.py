@@ -75,7 +75,7 @@ def test_spaces_state_mapping_and_types(server):
             "pos": spaces.Box(-10.0, 10.0, (2,), np.float32), "steps": spaces.Discrete(100)})
         assert env.action_space["turbo"] == spaces.Discrete(3, start=-1)
         obs, info = env.reset(seed=3)
-        assert obs in env.observation_space and info["state"] == State.RUNNING
+        assert obs in env.observation_space and env.unwrapped.state == State.RUNNING and "state" not in info
         for t in range(1, 4):
             obs, reward, terminated, truncated, info = env.step(
                 {"move": np.ones(2, np.float32), "turbo": np.int64(0)})
@@ -83,7 +83,7 @@ def test_spaces_state_mapping_and_types(server):
             assert type(terminated) is bool and type(truncated) is bool
             assert obs["steps"] == t
         assert terminated and not truncated
-        assert info["state"] == State.TERMINATED and info["discount"] == 0.0
+        assert env.unwrapped.state == State.TERMINATED and env.unwrapped.last_discount == 0.0
     finally:
         env.close()
 
@@ -94,7 +94,7 @@ def test_interrupted_is_truncated(server):
         env.reset(seed=0)
         env.step({"move": np.zeros(2, np.float32)})
         _, _, terminated, truncated, info = env.step({"move": np.zeros(2, np.float32)})
-        assert truncated and not terminated and info["state"] == State.INTERRUPTED
+        assert truncated and not terminated and env.unwrapped.state == State.INTERRUPTED
     finally:
         env.close()
 
@@ -142,7 +142,7 @@ def test_reward_and_discount_callables_and_none(server):
     try:
         env.reset(seed=0)
         _, r, _, _, info = env.step({"move": np.zeros(2, np.float32)})
-        assert r == 10.0 and info["discount"] == 0.5
+        assert r == 10.0 and env.unwrapped.last_discount == 0.5
         assert "pos" in seen[-1][0] and seen[-1][1] == State.RUNNING
     finally:
         env.close()
@@ -150,7 +150,7 @@ def test_reward_and_discount_callables_and_none(server):
     try:
         env.reset(seed=0)
         _, r, _, _, info = env.step({"move": np.zeros(2, np.float32)})
-        assert r == 0.0 and info["discount"] == 1.0
+        assert r == 0.0 and env.unwrapped.last_discount == 1.0
     finally:
         env.close()
 
@@ -368,11 +368,17 @@ def test_megabyte_payloads_both_ways():
             env.close()
 
 
-def test_render_observation_chosen_as_an_observation(server):
-    env = make(server, observations=["pos", "RGB"], render_observation="RGB")
+def test_frames_as_observations_through_gymnasiums_wrapper(server):
+    """Our server offers our client no RGB observation (frames are made when render() asks):
+    gymnasium's AddRenderObservation gives pixel observations, as it does locally."""
+    env = gym.wrappers.AddRenderObservation(make(server, render_mode="rgb_array"), render_only=False)
     try:
+        assert "RGB" not in env.unwrapped.agent.specs.observations.specs or \
+            "RGB" not in env.unwrapped.observation_space.spaces
         obs, _ = env.reset(seed=0)
-        assert obs["RGB"].shape == (4, 6, 3) and obs["RGB"].dtype == np.uint8
+        assert obs["pixels"].shape == (4, 6, 3) and obs["pixels"].dtype == np.uint8
+        obs, *_ = env.step({"move": np.zeros(2, np.float32)})
+        assert np.array_equal(obs["pixels"], env.unwrapped.render())
     finally:
         env.close()
 
@@ -407,6 +413,6 @@ def test_observation_space_is_independent_of_reward_and_discount(observations, r
             obs, r, terminated, _, info = env.step(np.int8(0))
             assert obs in env.observation_space
         assert r in {"default": (-1.0, 1.0), "callable": (99.0, 101.0), "none": (0.0,)}[reward]
-        assert info["discount"] == {"default": 0.0, "callable": 0.25, "none": 1.0}[discount]
+        assert env.unwrapped.last_discount == {"default": 0.0, "callable": 0.25, "none": 1.0}[discount]
     finally:
         env.close()

@@ -111,9 +111,10 @@ def test_episode_states_and_rewards(unusual):
     try:
         env.reset()
         results = [env.step({"paddle": np.int32(0)}) for _ in range(3)]
+        state, discount = env.unwrapped.state, env.unwrapped.last_discount
         assert [r[1] for r in results] == [1.0, 2.0, 3.0]
         assert [r[2] for r in results] == [False, False, True]
-        assert results[-1][4]["state"] == State.TERMINATED and results[-1][4]["discount"] == 0.0
+        assert state == State.TERMINATED and discount == 0.0
     finally:
         env.close()
     with start_official_server(UNUSUAL_SPECS, episode_length=2, end_with="interrupted") as server:
@@ -122,7 +123,7 @@ def test_episode_states_and_rewards(unusual):
             env.reset()
             env.step({})
             _, _, terminated, truncated, info = env.step({})
-            assert truncated and not terminated and info["state"] == State.INTERRUPTED
+            assert truncated and not terminated and env.unwrapped.state == State.INTERRUPTED
         finally:
             env.close()
 

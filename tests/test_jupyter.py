@@ -132,7 +132,7 @@ def test_catch_in_a_running_event_loop():
             obs, info = env.reset(seed=0)
             obs, reward, terminated, truncated, info = env.step(np.int8(1))
             await asyncio.sleep(0)   # the loop keeps turning between steps
-            return running, (obs.shape, type(reward), info["state"].name)
+            return running, (obs.shape, type(reward), env.unwrapped.state.name)
         finally:
             env.close()
     running, result = asyncio.run(cell())
@@ -154,7 +154,7 @@ def test_catch_in_a_notebook_cell(tmp_path):
         "    total += reward\n"
         "    if terminated or truncated:\n"
         "        break\n"
-        "print('episode over:', info['state'].name, total in (-1.0, 1.0))\n"
+        "print('episode over:', env.unwrapped.state.name, total in (-1.0, 1.0))\n"
         "env.close()\n")]
     notebook_client(nb, tmp_path, timeout=60).execute()
     out = stream_text(nb.cells[0])
@@ -175,7 +175,7 @@ def test_making_catch_twice_without_close():
         for env in (first, second):
             obs, info = env.reset(seed=4)
             obs, reward, terminated, truncated, info = env.step(np.int8(0))
-            assert obs.shape == (10, 10) and info["state"].name == "RUNNING"
+            assert obs.shape == (10, 10) and env.unwrapped.state.name == "RUNNING"
     finally:
         first.close()
         second.close()
@@ -188,7 +188,7 @@ made.append(env)                      # keep every env alive: none is closed
 obs, info = env.reset(seed=len(made))
 obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
 servers = [t.name for t in threading.enumerate() if t.name.startswith("dmrpc-gym-server")]
-print(len(made), env.unwrapped.connection.address, info["state"].name, len(servers))
+print(len(made), env.unwrapped.connection.address, env.unwrapped.state.name, len(servers))
 """
 
 
@@ -263,7 +263,7 @@ def test_interrupting_a_step_in_a_kernel(tmp_path, kernel, wait):
         content, out = kernel.run(
             "try:\n"
             "    obs, reward, terminated, truncated, info = env.step(0)\n"
-            "    print('usable', int(obs[0]), info['state'].name)\n"
+            "    print('usable', int(obs[0]), env.unwrapped.state.name)\n"
             "except (ConnectionError, RuntimeError) as err:\n"
             "    print('unusable', type(err).__name__, err)\n", timeout=15.0)
         assert content["status"] == "ok", f"{content.get('ename')}: {content.get('evalue')}"

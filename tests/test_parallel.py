@@ -99,7 +99,7 @@ def test_each_agent_gets_the_spaces_of_its_own_specs(official):
 def test_agents_finish_independently(official):
     env = ab_env(official)
     obs, infos = env.reset()
-    assert env.agents == ["a", "b"] and infos["a"]["state"] == State.RUNNING
+    assert env.agents == ["a", "b"] and env.states["a"] == State.RUNNING and infos["a"] == {}
     for tick in (1, 2):
         obs, rew, term, trunc, _ = env.step(ab_actions(move=2, force=(0.5, 0.25)))
         assert not any(term.values()) and not any(trunc.values())
@@ -108,12 +108,12 @@ def test_agents_finish_independently(official):
     assert obs["b"][0, 0] == 2 and obs["b"][0, 1] == 105 and obs["b"][3, 3] == 2
     obs, rew, term, trunc, info = env.step(ab_actions(move=1))
     assert term == {"a": True, "b": False} and trunc == {"a": False, "b": False}
-    assert info["a"]["discount"] == 0.0 and rew["a"] == 1.0
+    assert env.last_discounts["a"] == 0.0 and rew["a"] == 1.0
     assert env.agents == ["b"]
     obs, rew, term, trunc, _ = env.step({"b": np.array([1.0, 1.0], np.float32)})
     assert set(obs) == {"b"} and env.agents == ["b"] and rew == {"b": 2.0}
     obs, rew, term, trunc, info = env.step({"b": np.array([0.0, 0.0], np.float32), "a": None})
-    assert trunc == {"b": True} and term == {"b": False} and info["b"]["discount"] == 1.0
+    assert trunc == {"b": True} and term == {"b": False} and env.last_discounts["b"] == 1.0
     assert obs["b"][3, 3] == 5 and env.agents == []
     with pytest.raises(RuntimeError, match="reset"):
         env.step({})
@@ -133,7 +133,7 @@ def test_reward_and_discount_callables_get_the_agent_name(official):
     env.reset()
     _, rew, _, _, info = env.step(ab_actions(move=2, force=(0.5, 0.25)))
     assert rew == {"a": 12.0, "b": 20.75}
-    assert info["a"]["discount"] == info["b"]["discount"] == 0.5
+    assert env.last_discounts == {"a": 0.5, "b": 0.5}
     assert sorted(calls[-2:]) == [("a", State.RUNNING), ("b", State.RUNNING)]
     env.close()
     # A dict gives each agent its own: "b" keeps the server's reward observation.
@@ -362,7 +362,6 @@ def test_unreachable_server_names_the_address():
 
 def test_render_shows_the_render_agents_frame():
     env = tag_env(size=4, render_mode="rgb_array", render_agent="evader_0")
-    assert env.render() is None                  # nothing observed yet
     env.reset(seed=2)
     local = Tag(size=4, render_mode="rgb_array")
     local.reset(seed=2)
@@ -381,8 +380,12 @@ def test_render_shows_the_render_agents_frame():
 
 
 def test_render_needs_a_render_observation(own_official):
+    """A foreign server without a render observation: asking for rgb_array is no error until render()."""
+    env = ab_env(own_official, render_mode="rgb_array")
+    env.reset()
     with pytest.raises(ValueError, match="render observation"):
-        ab_env(own_official, render_mode="rgb_array")
+        env.render()
+    env.close()
     assert own_official.worlds == {}
 
 

@@ -453,7 +453,8 @@ def test_properties_list_read_write(catch_server):
         conn.send(dpb.JoinWorldRequest(world_name=world))
         specs = props.specs()
         assert set(specs) == {"env_id", "worlds", "server_instance", "render_failure", "world_name", "seed", "episode_step",
-                              "episode_return"}
+                              "episode_return", "spaces", "frame"}
+        assert not specs["frame"].writable and specs["spaces"].readable
         assert specs["seed"].writable and specs["seed"].readable and not specs["episode_step"].writable
         assert props["seed"] == 4 and props["world_name"] == world
         conn.send(_step_request())

@@ -35,7 +35,7 @@ def test_our_client_and_server_over_a_unix_socket(sock_path):
         try:
             obs, _ = env.reset(seed=3)
             obs, reward, terminated, truncated, info = env.step(np.int8(0))
-            assert obs.shape == (10, 10) and info["state"].name == "RUNNING"
+            assert obs.shape == (10, 10) and env.state.name == "RUNNING"
         finally:
             env.close()
         with pytest.raises(RuntimeError, match="no TCP port"):

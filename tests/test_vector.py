@@ -100,8 +100,8 @@ def test_spaces_and_metadata(countdown):
         assert envs.action_space == spaces.MultiDiscrete([3, 3, 3])
         obs, infos = envs.reset()
         assert obs.shape == (3, 2) and obs.dtype == np.float32 and envs.observation_space.contains(obs)
-        assert infos["discount"].tolist() == [1.0] * 3 and infos["_discount"].all()
-        assert list(infos["state"]) == [State.RUNNING] * 3
+        assert envs.get_attr("last_discount") == (1.0,) * 3 and "discount" not in infos
+        assert envs.get_attr("state") == (State.RUNNING,) * 3
     finally:
         envs.close()
 
@@ -157,16 +157,16 @@ def test_next_step_autoreset_ignores_the_action_of_a_finished_env(countdown):
         assert obs.tolist() == [[1, 1], [1, 2]] and rew.tolist() == [10, 11]
         # Offset env 1 by one step: it alone starts over.
         obs, infos = envs.reset(options={"reset_mask": np.array([False, True])})
-        assert obs.tolist() == [[1, 1], [0, 0]] and infos["_discount"].tolist() == [False, True]
+        assert obs.tolist() == [[1, 1], [0, 0]] and infos == {}      # the served env's own (empty) info
         obs, rew, term, trunc, infos = envs.step(np.array([1, 1]))
         assert obs.tolist() == [[2, 2], [1, 2]] and term.tolist() == [True, False]
         assert rew.tolist() == [21, 11] and not trunc.any()
-        assert infos["discount"].tolist() == [0.0, 1.0]
+        assert envs.get_attr("last_discount") == (0.0, 1.0)
         # Env 0 finished: action 2 would make the server raise, but it is ignored.
         obs, rew, term, trunc, infos = envs.step(np.array([2, 0]))
         assert obs.tolist() == [[0, 0], [2, 1]]
         assert rew.tolist() == [0.0, 20.0] and term.tolist() == [False, True] and not trunc.any()
-        assert infos["state"][0] == State.RUNNING and infos["discount"][0] == 1.0
+        assert envs.get_attr("state")[0] == State.RUNNING and envs.get_attr("last_discount")[0] == 1.0
         obs, rew, term, trunc, _ = envs.step(np.array([1, 2]))
         assert obs.tolist() == [[1, 2], [0, 0]] and rew.tolist() == [11, 0] and not term.any()
     finally:
@@ -245,7 +245,7 @@ def test_partial_reset_with_reset_mask(catch_address):
         other.close()
         assert np.array_equal(obs[[0, 2]], fresh[[0, 2]])
         assert np.array_equal(obs[1], before[1])
-        assert infos["_discount"].tolist() == [True, False, True]
+        assert infos["_ball"].tolist() == [True, False, True]
         with pytest.raises(TypeError, match="reset_mask"):
             envs.reset(options={"reset_mask": [True, False, True]})
         with pytest.raises(ValueError, match="shape"):
@@ -450,7 +450,7 @@ def test_sb3_vec_env_resets_within_the_step_with_terminal_observation(countdown)
         assert infos[0]["terminal_observation"].tolist() == [2, 2]
         assert infos[1]["terminal_observation"].tolist() == [2, 1]
         assert infos[0]["TimeLimit.truncated"] is False
-        assert venv.reset_infos[0]["state"] == State.RUNNING
+        assert venv.reset_infos[0] == {} and venv.get_attr("state")[0] == State.RUNNING
         obs, rew, dones, infos = venv.step(np.array([1, 1]))         # a normal step follows
         assert obs.tolist() == [[1, 2], [1, 2]] and rew.tolist() == [11, 11]
     finally:

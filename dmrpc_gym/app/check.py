@@ -81,9 +81,12 @@ def gym_checks(env: Any, make: Callable[[], Any]) -> list[tuple[str, Callable[[]
 def _check_gym(address: str, kwargs: Mapping[str, Any]) -> tuple[str, list[Verdict]]:
     from dmrpc_gym.client.env import DmRpcEnv
 
-    try:
-        env = DmRpcEnv(address, render_mode="rgb_array", **kwargs)
+    env = DmRpcEnv(address, render_mode="rgb_array", **kwargs)
+    try:                                  # checked with frames when the world has them
+        env.reset(seed=0)
+        env.render()
     except ValueError as exc:
+        env.close()
         if "render" not in str(exc):
             raise
         env = DmRpcEnv(address, **kwargs)

@@ -3,6 +3,12 @@
 A ``RemoteAgent`` owns one joined connection. It turns the specs the server
 sent into gymnasium spaces, a space-shaped action into a StepRequest, and a
 StepResponse into ``(observation, reward, terminated, truncated, info)``.
+
+From a dmrpc_gym server (:mod:`dmrpc_gym.protocol.fidelity`) the spaces are the
+served env's own, read from its ``spaces`` property, and frames are rendered
+when asked for; ``info`` is the served env's own. The bridge's own view of a
+step, dm_env_rpc's ``state`` and ``discount``, is kept apart from ``info``:
+:attr:`RemoteAgent.state` and :attr:`RemoteAgent.last_discount`.
 ``DmRpcEnv`` holds one, ``DmRpcVectorEnv`` and ``DmRpcParallelEnv`` hold
 several and keep all their steps in flight at once through
 ``submit_step`` / ``receive_step``.
@@ -10,21 +16,24 @@ several and keep all their steps in flight at once through
 from __future__ import annotations
 
 import enum
-import inspect
 import warnings
 from collections.abc import Mapping
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Sequence
 
 import gymnasium as gym
 import numpy as np
 
 from dmrpc_gym import spaces as _spaces
 from dmrpc_gym.protocol import bulk, tensors
+from dmrpc_gym.protocol.errors import DmRpcError
+from dmrpc_gym.protocol.fidelity import FIDELITY_FEATURE, FRAME_PROPERTY, SPACES_PROPERTY
 from dmrpc_gym.protocol.info import DROPPED, INFO_FEATURE, INFO_UID, dropped_keys, unpack_info, without_dropped
 from dmrpc_gym.client.connection import Connection, settings_tensors
+from dmrpc_gym.client.scalars import RewardFn, Scalar
 from dmrpc_gym.client.properties import Properties
 from dmrpc_gym.protocol.spec_table import SpecManager
 from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.spaces.described import space_from_description
 
 __all__ = ["State", "RemoteAgent", "RewardFn", "select"]
 
@@ -42,9 +51,6 @@ class State(enum.IntEnum):
     INTERRUPTED = pb.INTERRUPTED
 
 
-#: An observation name, a callable ``(obs, state[, agent]) -> float``, or ``None``.
-RewardFn = Union[str, Callable[..., float], None]
-
 
 def select(names: Sequence[str], wanted: str | Sequence[str] | None, kind: str) -> tuple[list[str], bool]:
     """The chosen names, and whether a bare (non-Dict) space was asked for.
@@ -58,48 +64,6 @@ def select(names: Sequence[str], wanted: str | Sequence[str] | None, kind: str) 
     if unknown:
         raise ValueError(f"unknown {kind} {unknown}; the server offers {sorted(names)}")
     return chosen, isinstance(wanted, str)
-
-
-def _arity(fn: Callable) -> int:
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return 2
-    if any(p.kind == p.VAR_POSITIONAL for p in params):
-        return 3
-    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
-
-
-class _Scalar:
-    """Reward or discount: from an observation, a callable, or a constant."""
-
-    def __init__(self, source: RewardFn, kind: str, default: float, available: Sequence[str],
-                 agent: str | None):
-        self.kind, self.default, self.agent = kind, default, agent
-        self.name = self.fn = None
-        if callable(source):
-            self.fn = source
-            self.with_agent = agent is not None and _arity(source) >= 3
-        elif isinstance(source, str):
-            if source in available:
-                self.name = source
-            elif source != kind:   # a name the caller chose explicitly must exist
-                raise ValueError(f"{kind}={source!r} names no observation; the server offers {sorted(available)}")
-        elif source is not None:
-            raise TypeError(f"{kind} must be an observation name, a callable or None, not {source!r}")
-
-    def __call__(self, observations: Mapping[str, np.ndarray], state: State) -> float:
-        if self.fn is not None:
-            args = (observations, state, self.agent) if self.with_agent else (observations, state)
-            return float(self.fn(*args))
-        if self.name is None:
-            return self.default
-        value = observations.get(self.name)
-        if value is None:
-            return self.default
-        if value.size != 1:
-            raise ValueError(f"{self.kind} observation {self.name!r} has {value.size} elements; expected one")
-        return float(value.reshape(-1)[0])
 
 
 _STATES = {int(s): s for s in State}
@@ -122,8 +86,9 @@ class RemoteAgent:
         nested: turn dotted names into nested Dicts.
         reward / discount: an observation name, a callable ``(obs, state)`` (multi-agent:
             ``(obs, state, agent)``), or ``None`` (0.0 / 1.0).
-        render_observation: the observation ``render()`` shows (default: ``"RGB"`` if offered).
-        render: request the render observation every step.
+        render_observation: the observation ``render()`` shows on a foreign server (default: ``"RGB"``
+            if offered); a dmrpc_gym server renders on demand instead.
+        render: request the render observation every step (foreign servers: there is no other way).
         agent: this agent's name, passed to 3-argument reward/discount callables.
 
     >>> from dmrpc_gym.server import Server
@@ -132,8 +97,8 @@ class RemoteAgent:
     ...     agent = RemoteAgent(conn, conn.send(pb.CreateWorldRequest()).world_name)
     ...     obs, info = agent.reset({"seed": 1})
     ...     obs, reward, terminated, truncated, info = agent.step(np.int8(0))
-    ...     agent.action_space, obs.shape, info["state"]
-    (Discrete(3, start=-1, dtype=int8), (10, 10), <State.RUNNING: 1>)
+    ...     agent.action_space, obs.shape, agent.state, agent.last_discount
+    (Discrete(3, start=-1, dtype=int8), (10, 10), <State.RUNNING: 1>, 1.0)
     """
 
     def __init__(self, connection: Connection, world_name: str, join_settings: Mapping[str, Any] | None = None, *,
@@ -150,11 +115,18 @@ class RemoteAgent:
         response = connection.send(pb.JoinWorldRequest(world_name=world_name,
                                                        settings=settings_tensors(join_settings)))
         self.joined = True
+        #: dm_env_rpc's state after the latest step.
         self.state = State.INVALID
+        #: The discount of the latest step (``discount=``: an observation, a callable or 1.0).
+        self.last_discount = 1.0
         self.frame: np.ndarray | None = None
         self.last_observations: dict[str, np.ndarray] = {}
-        # A dmrpc_gym server sends the env's info when asked (dmrpc_gym.protocol.info).
+        #: The exact spaces (and a dm_env's specs) a dmrpc_gym server described, else None.
+        self.described: dict[str, Any] | None = None
+        # A dmrpc_gym server sends the env's info when asked (dmrpc_gym.protocol.info), and
+        # describes its spaces and renders on demand (dmrpc_gym.protocol.fidelity).
         self._carries_info = INFO_FEATURE in connection.server_features
+        self._fidelity = FIDELITY_FEATURE in connection.server_features
         self._lost_info: set[str] = set()
         self._specs_bytes: bytes | None = None    # the specs the spaces were built from
         self._apply_specs(response.specs)
@@ -166,9 +138,10 @@ class RemoteAgent:
                                                        settings=settings_tensors(join_settings)))
         self.connection, self.world_name = connection, world_name
         self.joined, self.state, self.frame, self.last_observations = True, State.INVALID, None, {}
-        carries_info = INFO_FEATURE in connection.server_features
-        if carries_info != self._carries_info:     # another server build: ask for info or not
-            self._carries_info, self._specs_bytes = carries_info, None
+        features = connection.server_features
+        carries_info, fidelity = INFO_FEATURE in features, FIDELITY_FEATURE in features
+        if (carries_info, fidelity) != (self._carries_info, self._fidelity):   # another server build
+            self._carries_info, self._fidelity, self._specs_bytes = carries_info, fidelity, None
         self._apply_specs(response.specs)
 
     # -- specs -> spaces ---------------------------------------------------------
@@ -189,8 +162,8 @@ class RemoteAgent:
             raise ValueError(f"render_observation={render_name!r} names no observation; "
                              f"the server offers {sorted(names)}")
         self.render_name = render_name
-        self.reward = _Scalar(o["reward"], "reward", 0.0, names, self.agent)
-        self.discount = _Scalar(o["discount"], "discount", 1.0, names, self.agent)
+        self.reward = Scalar(o["reward"], "reward", 0.0, names, self.agent)
+        self.discount = Scalar(o["discount"], "discount", 1.0, names, self.agent)
         if o["observations"] is None:   # the same space whatever reward= / discount= are
             scalars = {"reward", "discount", self.reward.name, self.discount.name}
             candidates = [n for n in names if n not in scalars and n != render_name]
@@ -205,12 +178,14 @@ class RemoteAgent:
         self._act_codec = _spaces.ValueCodec(self.action_space, self._bare_name(self.action_space, self._act_names))
         self._obs_codec = _spaces.ValueCodec(self.observation_space,
                                              self._bare_name(self.observation_space, self._obs_names))
+        if self._fidelity and o["observations"] is None and o["actions"] is None:
+            self._use_exact_spaces()
         # What to ask for every step: everything a callable might read, else what is used.
         wanted = set(names) if (self.reward.fn or self.discount.fn) else (
             set(chosen) | {self.reward.name, self.discount.name} - {None})
         if render_name is not None and render_name not in chosen:
             wanted.discard(render_name)        # rendered only when asked for
-            if o["render"]:
+            if o["render"] and not (self._fidelity and o["render_observation"] is None):
                 wanted.add(render_name)
         self._requested = sorted(self.specs.observations.uid(n) for n in wanted)
         if self._carries_info:
@@ -224,6 +199,28 @@ class RemoteAgent:
         if not first:
             warnings.warn(f"the server changed the specs of {self.agent or 'the agent'}; spaces were rebuilt",
                           stacklevel=3)
+
+    def _use_exact_spaces(self) -> None:
+        """Take the served env's own spaces (its ``spaces`` property) in place of those the specs
+        give, when they name the same tensors; a description that cannot be used is said once."""
+        try:
+            described = unpack_info(str(Properties(self.connection)[SPACES_PROPERTY].item()))
+            spaces = {kind: space_from_description(described[kind]) for kind in ("observation", "action")}
+            codecs = {kind: _spaces.ValueCodec(space, described["names"][kind]) for kind, space in spaces.items()}
+        except (DmRpcError, KeyError, ValueError, TypeError) as exc:
+            warnings.warn(f"the dmrpc_gym server's description of the spaces could not be used "
+                          f"({type(exc).__name__}: {exc}); the spaces are those its TensorSpecs give",
+                          stacklevel=5)
+            return
+        if set(codecs["observation"].names) != set(self._obs_names) or \
+                set(codecs["action"].names) != set(self._act_names):
+            warnings.warn("the dmrpc_gym server's description of the spaces names other tensors than its "
+                          "specs; the spaces are those its TensorSpecs give", stacklevel=5)
+            return
+        self.described = described
+        self.observation_space, self.action_space = spaces["observation"], spaces["action"]
+        self._obs_codec, self._act_codec = codecs["observation"], codecs["action"]
+        self._obs_names, self._act_names = list(codecs["observation"].names), list(codecs["action"].names)
 
     def _space(self, specs: Mapping[str, pb.TensorSpec], bare: bool, nested: bool, kind: str):
         spaces: dict[str, gym.Space] = {}
@@ -342,7 +339,7 @@ class RemoteAgent:
         if self.render_name is not None and self.render_name in named:
             self.frame = named[self.render_name]
         info: dict[str, Any] = {**carried} if carried else {}
-        info["discount"], info["state"] = self.discount(named, state), state
+        self.last_discount = self.discount(named, state)
         for name in self.extra_names:
             if name in named:
                 info[name] = named[name]
@@ -372,19 +369,34 @@ class RemoteAgent:
         obs, _, _, _, info = self.step(None)
         return obs, info
 
-    def no_frames(self, render_mode: str) -> ValueError:
-        """The error for ``render_mode`` on an agent with no render observation, with the
-        server's reason when it gives one (a dmrpc_gym server says why its env did not render)."""
-        why = ""
-        if self.connection.server_software is not None:
+    def current_frame(self, render_mode: str) -> np.ndarray | None:
+        """The frame of the current state: rendered now by a dmrpc_gym server (``ValueError`` when
+        its env was not built to render, a ``DmRpcError`` with the server's reason when rendering
+        fails), else the latest render observation (None before the first step; ``ValueError``
+        when the server offers none)."""
+        if self._fidelity and self._options["render_observation"] is None:
             try:
-                reason = str(Properties(self.connection)["render_failure"].item())
+                return Properties(self.connection)[FRAME_PROPERTY]
+            except DmRpcError as err:
+                if err.code_name != "FAILED_PRECONDITION":
+                    raise                  # the env failed to render: the server's reason
+                raise self.no_frames(render_mode, err.message) from None
+        if self.render_name is None:
+            raise self.no_frames(render_mode)
+        return None if self.frame is None else np.array(self.frame, copy=True)
+
+    def no_frames(self, render_mode: str, reason: str | None = None) -> ValueError:
+        """The error for ``render_mode`` on an agent with no frames: ``reason``, the server's
+        answer, or what a dmrpc_gym server says of its env's rendering (``render_failure``)."""
+        if reason is None and self.connection.server_software is not None:
+            try:
+                failure = str(Properties(self.connection)["render_failure"].item())
             except Exception:  # noqa: BLE001 - an older server: nothing more is known
-                reason = ""
-            if reason:
-                why = f" (the server offers none: its env failed to render: {reason})"
+                failure = ""
+            reason = f"the server offers none: its env failed to render: {failure}" if failure else None
+        why = f" ({reason})" if reason else ""
         who = f" of agent {self.agent!r}" if self.agent else ""
-        return ValueError(f"render_mode={render_mode!r} needs a render observation{who}{why}; pass "
+        return ValueError(f"render_mode={render_mode!r} needs frames{who}{why}; pass "
                           "render_observation= naming a uint8 HxWx3 observation "
                           "(dmrpc-gym record: --render-observation NAME)")
 

@@ -10,9 +10,12 @@ tokens, timeouts, compression and seeds work as there) and gives dm_env's view:
   with actions: ``action`` alone is bare, other names are dict keys;
 - ``reward_spec()`` / ``discount_spec()`` are the ``reward`` / ``discount``
   observations' specs when the world has them (else dm_env's defaults);
-- specs keep the TensorSpec's dtype and per-element bounds: a bounded integer
-  scalar from 0 is a ``DiscreteArray``, strings a ``StringArray``, integer bounds
-  spanning the whole dtype an unbounded ``Array``;
+- from a dmrpc_gym server serving a dm_env, the specs are the served env's own
+  (class, name, shape, dtype, bounds and their shape; :mod:`dmrpc_gym.spaces.described`),
+  and observations come in their structure and dtypes;
+- from any other server, specs keep the TensorSpec's dtype and per-element bounds: a
+  bounded integer scalar from 0 is a ``DiscreteArray``, strings a ``StringArray``,
+  integer bounds spanning the whole dtype an unbounded ``Array``;
 - TimeSteps follow the dm_env_rpc states as the official ``DmEnvAdaptor`` reads
   them: the start of a sequence is FIRST (no reward, no discount), RUNNING is
   MID, TERMINATED and INTERRUPTED are LAST; reward and discount are the
@@ -33,6 +36,7 @@ from dmrpc_gym.client.agent import State
 from dmrpc_gym.client.env import DmRpcEnv
 from dmrpc_gym.protocol.specs import SpecChecker
 from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.spaces.described import dm_spec_from_description
 
 __all__ = ["connect_dm_env", "RemoteDmEnv", "dm_env_spec"]
 
@@ -119,9 +123,18 @@ class RemoteDmEnv(dm_env.Environment):
             dm_specs.Array((), np.float64, name=REWARD)
         self._discount_spec = dm_env_spec(checkers[DISCOUNT]) if DISCOUNT in checkers else \
             dm_specs.BoundedArray((), np.float64, 0.0, 1.0, name=DISCOUNT)
+        exact = (agent.described or {}).get("dm_env")
+        if exact is not None:       # the served dm_env's own specs (a dmrpc_gym server)
+            own = {k: dm_spec_from_description(v) for k, v in exact.items()}
+            self._observation_spec, self._action_spec = own["observation"], own["action"]
+            self._reward_spec, self._discount_spec = own["reward"], own["discount"]
+            self._wrap_obs, self._extras, self._unwrap_action = None, [], None
+        self._exact = exact is not None
         self._fresh = True
 
     def _observation(self, obs: Any, info: Mapping[str, Any]) -> Any:
+        if self._exact:
+            return _shaped_like(self._observation_spec, obs)
         if self._wrap_obs is not None:
             obs = _nest({self._wrap_obs: obs})
         if self._extras:     # observations with no gymnasium space travel in info: put them back
@@ -145,7 +158,7 @@ class RemoteDmEnv(dm_env.Environment):
         reward = named.get(REWARD)
         reward = 0.0 if reward is None else reward[()]
         discount = named.get(DISCOUNT)
-        discount = (0.0 if info["state"] == State.TERMINATED else 1.0) if discount is None else discount[()]
+        discount = (0.0 if self.env.state == State.TERMINATED else 1.0) if discount is None else discount[()]
         self._fresh = terminated or truncated
         kind = dm_env.StepType.LAST if self._fresh else dm_env.StepType.MID
         return dm_env.TimeStep(kind, reward, discount, self._observation(obs, info))
@@ -165,6 +178,15 @@ class RemoteDmEnv(dm_env.Environment):
     def close(self) -> None:
         """Leave the world (destroying it if this env created it). Idempotent; never hangs."""
         self.env.close()
+
+
+def _shaped_like(spec: Any, value: Any) -> Any:
+    """``value`` in the containers of the spec nest ``spec`` (a dm_env's ``OrderedDict`` order kept)."""
+    if isinstance(spec, Mapping):
+        return type(spec)((k, _shaped_like(s, value[k])) for k, s in spec.items())
+    if isinstance(spec, (list, tuple)):
+        return type(spec)(_shaped_like(s, v) for s, v in zip(spec, value))
+    return value
 
 
 def _flatten(nest: Any, prefix: str = "") -> list[tuple[str, Any]]:

@@ -12,6 +12,7 @@ import numpy as np
 from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State
 from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
 from dmrpc_gym.protocol.errors import DmRpcError
+from dmrpc_gym.protocol.fidelity import render_header
 from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_reconnected
 from dmrpc_gym.client.properties import server_instance
 from dmrpc_gym.client.seeding import AUTO, SeedRoute
@@ -120,9 +121,12 @@ class DmRpcEnv(RemoteResource, gym.Env):
     Creates a world (``world_settings``) or joins ``world_name``, joins it as one
     agent, and maps its specs to spaces (see :mod:`dmrpc_gym.spaces`).
     TERMINATED ends an episode with ``terminated=True``, INTERRUPTED with
-    ``truncated=True``. ``info`` carries ``discount``, ``state``, the
-    observations that have no gymnasium space and, from a dmrpc_gym server, the
-    served env's own info (:mod:`dmrpc_gym.protocol.info`).
+    ``truncated=True``. From a dmrpc_gym server the env is the served env: its
+    own spaces, dtypes and ``info`` (:mod:`dmrpc_gym.protocol.fidelity`,
+    :mod:`dmrpc_gym.protocol.info`); from any other server the spaces are those
+    its TensorSpecs give, and ``info`` holds the observations that have no
+    gymnasium space. The bridge's own view of the latest step is apart from
+    ``info``: :attr:`state` (dm_env_rpc's) and :attr:`last_discount`.
 
     Args:
         address: the server, ``"host:port"`` or ``"unix:PATH"``; or
@@ -137,8 +141,11 @@ class DmRpcEnv(RemoteResource, gym.Env):
             reads every observation, or ``None`` (0.0 / 1.0). They never change the spaces.
         seed_setting: the reset setting ``reset(seed=...)`` travels as; ``"auto"``: ``seed``
             on a dmrpc_gym server, none elsewhere, said once (:mod:`~dmrpc_gym.client.seeding`).
-        render_mode / render_observation: ``"rgb_array"`` makes ``render()`` return the render
-            observation (default ``RGB``), a uint8 HxWx3 observation.
+        render_mode / render_observation: ``"rgb_array"``: ``render()`` returns the frame of the
+            current state. A dmrpc_gym server builds the env with this render_mode (None: the
+            env's default) and renders only when ``render()`` asks; another server's frames come
+            from a uint8 HxWx3 observation (``render_observation``, default ``RGB``) sent with
+            every step, which is said once.
         connect_timeout: seconds to reach the server and join, waiting for one that is
             starting; step_timeout: seconds per step (None: no limit).
         credentials / metadata: grpcio channel credentials and call metadata.
@@ -211,10 +218,10 @@ class DmRpcEnv(RemoteResource, gym.Env):
             self.close()
             raise
         self.connection.timeout = step_timeout
-        if render_mode is not None and self._agent.render_name is None:
-            error = self._agent.no_frames(render_mode)
-            self.close()
-            raise error
+        if render_mode is not None and self.connection.server_software is None and self._agent.render_name:
+            warnings.warn(f"render_mode={render_mode!r}: the server at {where} is not a dmrpc_gym server, "
+                          f"so frames come from its {self._agent.render_name!r} observation, sent with "
+                          f"every step", stacklevel=2)
         self.observation_space = self._agent.observation_space
         self.action_space = self._agent.action_space
         self._properties = None
@@ -223,7 +230,8 @@ class DmRpcEnv(RemoteResource, gym.Env):
         """A new connection from the constructor's arguments; answers are awaited ``connect_timeout``
         (CreateWorld and JoinWorld are part of connecting) until ``step_timeout`` takes over."""
         k = self._kwargs
-        return Connection(k["address"], channel=k["channel"], credentials=k["credentials"], metadata=k["metadata"],
+        metadata = (*(k["metadata"] or ()), render_header(k["render_mode"]))
+        return Connection(k["address"], channel=k["channel"], credentials=k["credentials"], metadata=metadata,
                           connect_timeout=k["connect_timeout"], timeout=k["connect_timeout"],
                           **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"],
                                              k["keepalive"], k["connections"]))
@@ -311,17 +319,26 @@ class DmRpcEnv(RemoteResource, gym.Env):
                              "(None sends no action; only a world without actions takes it)")
         return self._agent.step(action)
 
+    @property
+    def state(self) -> State:
+        """dm_env_rpc's state after the latest step (``info`` is the served env's own)."""
+        return self._agent.state
+
+    @property
+    def last_discount(self) -> float:
+        """The discount of the latest step (``discount=`` says where it comes from)."""
+        return self._agent.last_discount
+
     def render(self) -> np.ndarray | None:
-        """The latest render observation (uint8 HxWx3) in ``rgb_array`` mode."""
+        """The frame of the current state (uint8 HxWxC) in ``rgb_array`` mode (see ``render_mode``)."""
         if self.render_mode is None:
             gym.logger.warn("You are calling render method without specifying any render mode. "
                             "You can specify the render_mode at initialization, "
                             f'e.g. gym.make("{self.spec.id if self.spec else "dmrpc/Remote-v0"}", '
                             'render_mode="rgb_array")')
             return None
-        if self._agent.frame is None:
-            return None
-        return np.array(self._agent.frame, copy=True)
+        self._check_open()
+        return self._agent.current_frame(self.render_mode)
 
     @property
     def properties(self):

@@ -58,6 +58,7 @@ from dmrpc_gym.client.exchanges import named_failure, receive_all, submit_all
 from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_reconnected
 from dmrpc_gym.client.properties import Properties, same_run, server_instance
 from dmrpc_gym.protocol.errors import DmRpcError
+from dmrpc_gym.protocol.fidelity import render_header
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport.h2_pool import SharedConnections
 
@@ -83,10 +84,9 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         observations / actions: ``None`` (all), a name (one bare space), a list
             (a Dict subset), or a dict agent -> one of those.
         nested: dotted spec names become nested Dict spaces.
-        render_mode: ``"rgb_array"``: ``render()`` returns the render observation
-            (``render_observation``, default ``"RGB"``) of ``render_agent`` (default:
-            the first agent), the only agent that requests it; after that agent
-            has finished, its last frame.
+        render_mode: ``"rgb_array"``: ``render()`` gives the frame of the current state, which a
+            dmrpc_gym server (building the world with this mode) renders on demand; another
+            server's is ``render_agent``'s render observation (``render_observation="RGB"``).
         connect_timeout: seconds to reach the server and to join, per agent.
         step_timeout: seconds to wait for each answer (``None``: no limit).
         credentials / metadata: gRPC channel credentials and call metadata.
@@ -178,8 +178,6 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
             self._check_turns(first, address)
             self._seeds = SeedRoute(seed_setting, ours=first.server_software is not None, where=address)
             self._instance = server_instance(first) if reconnect and self._created else None
-            if render_mode is not None and self.remote[render_agent].render_name is None:
-                raise self.remote[render_agent].no_frames(render_mode)
         except BaseException:
             if opener is not None and opener not in self.connections.values():
                 if self._created:              # made before its agents were known: destroy it here
@@ -304,7 +302,8 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
 
     def _connect(self) -> Connection:
         k = self._kwargs
-        return Connection(k["address"], credentials=k["credentials"], metadata=k["metadata"],
+        return Connection(k["address"], credentials=k["credentials"],
+                          metadata=(*(k["metadata"] or ()), render_header(k["render_mode"])),
                           connect_timeout=k["connect_timeout"], timeout=k["step_timeout"],
                           **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"],
                                              k["keepalive"], self._shared))
@@ -386,12 +385,16 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         self.agents = [a for a in live if not (terminations[a] or truncations[a])]
         return observations, rewards, terminations, truncations, infos
 
+    states = property(lambda self: {name: a.state for name, a in self.remote.items()},
+                      doc="Each agent's dm_env_rpc state after its latest step (``infos`` are the env's own).")
+    last_discounts = property(lambda self: {name: a.last_discount for name, a in self.remote.items()},
+                              doc="Each agent's discount of its latest step (``discount=`` says from where).")
+
     def render(self) -> np.ndarray | None:
-        """``render_agent``'s latest render observation (uint8 HxWx3) in ``rgb_array`` mode."""
+        """The frame of the current state in ``rgb_array`` mode (see ``render_mode``)."""
         if self.render_mode is None:
             return None
-        frame = self.remote[self.render_agent].frame
-        return None if frame is None else np.array(frame, copy=True)
+        return self.remote[self.render_agent].current_frame(self.render_mode)
 
     def close(self) -> None:
         """Leave every agent and destroy the world this env created. Idempotent; never hangs."""

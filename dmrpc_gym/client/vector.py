@@ -141,7 +141,8 @@ class DmRpcVectorEnv(VectorEnv):
     Each sub-env creates its own world and joins it. Autoreset is ``NEXT_STEP``:
     the step after a sub-env finished returns its next first observation with
     reward 0.0 and both flags False, and ignores its action. ``infos`` are
-    merged the gymnasium way (``infos["discount"]`` with mask ``infos["_discount"]``).
+    merged the gymnasium way (a key ``k`` with mask ``infos["_k"]``); each sub-env's
+    dm_env_rpc state and discount are ``get_attr("state")`` / ``get_attr("last_discount")``.
     ``reset(seed=s)`` seeds sub-env ``i`` with ``s + i``; ``options["reset_mask"]``
     resets only some sub-envs.
 
@@ -158,7 +159,7 @@ class DmRpcVectorEnv(VectorEnv):
     >>> envs = DmRpcVectorEnv(3, embedded_server("catch").address)
     >>> obs, infos = envs.reset(seed=0)
     >>> obs.shape, sorted(infos)
-    ((3, 10, 10), ['_ball', '_discount', '_paddle', '_state', 'ball', 'discount', 'paddle', 'state'])
+    ((3, 10, 10), ['_ball', '_paddle', 'ball', 'paddle'])
     >>> envs.close()
     """
 

@@ -9,8 +9,9 @@ world whose agents are joined connections (:mod:`~dmrpc_gym.server.parallel_worl
 What clients see: actions and observations named as
 :func:`dmrpc_gym.spaces.specs_from_space` names the env's spaces (a bare space is
 ``"action"`` / ``"observation"``), plus DOUBLE scalar observations ``reward`` and
-``discount`` (0 on termination, else 1), and ``RGB`` (uint8 HxWx3, rendered only
-when requested) for envs that render ``rgb_array``; the properties extension
+``discount`` (0 on termination, else 1), and, for a client that is not a dmrpc_gym
+client, ``RGB`` (uint8 HxWx3, rendered only when requested) when the env renders
+``rgb_array`` (:mod:`dmrpc_gym.protocol.fidelity`: ours read frames on demand); the properties extension
 (:mod:`~dmrpc_gym.server.properties`); errors as ``google.rpc.Status`` answers
 that leave the stream open (:mod:`~dmrpc_gym.server.session`).
 
@@ -19,7 +20,7 @@ that leave the stream open (:mod:`~dmrpc_gym.server.session`).
 >>> with Server("CartPole-v1") as server, Connection(server.address) as conn:
 ...     world = conn.send(pb.CreateWorldRequest()).world_name
 ...     specs = conn.send(pb.JoinWorldRequest(world_name=world)).specs
-...     [spec.name for spec in specs.observations.values()]
+...     [spec.name for spec in specs.observations.values()][:3]
 ['observation', 'reward', 'discount']
 """
 from dmrpc_gym.server.runner import Server, serve

@@ -5,7 +5,7 @@ sends are the env's own (see :func:`space_of`):
 
 - ``BoundedArray`` -> ``Box`` with its per-element minimum / maximum and its dtype;
 - ``DiscreteArray`` -> ``Discrete(num_values)`` of its dtype (integer bounds 0..n-1);
-- ``StringArray`` (a scalar) -> ``Text`` (a string spec);
+- ``StringArray`` (a scalar) -> :class:`~dmrpc_gym.spaces.text.PrintableText` (any printable text);
 - ``Array`` -> an unbounded ``Box`` of its dtype (integers: the dtype's own range;
   bools: ``MultiBinary``);
 - nested dicts -> nested ``Dict`` (dotted spec names on the wire).
@@ -25,7 +25,7 @@ convention: a time limit). The env's discount of the last step is kept in
 Box([ 0. -1.], 1.0, (2,), float64)
 >>> space = space_of({"a": specs.DiscreteArray(3, dtype=np.int32), "t": specs.StringArray(())})
 >>> space["a"], type(space["t"]).__name__
-(Discrete(3, dtype=int32), 'Text')
+(Discrete(3, dtype=int32), 'PrintableText')
 """
 from __future__ import annotations
 
@@ -38,13 +38,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces as gs
 
+from dmrpc_gym.spaces.text import PrintableText
+
 log = logging.getLogger("dmrpc_gym.server")
 
 __all__ = ["DmEnvGym", "space_of", "is_dm_env", "RENDER_SIZE"]
 
 #: ``(height, width)`` of dm_control frames (``physics.render``).
 RENDER_SIZE = (240, 320)
-_TEXT_LENGTH = 1000
 
 
 def is_dm_env(env: Any) -> bool:
@@ -69,7 +70,7 @@ def space_of(spec: Any, where: str = "the spec") -> gs.Space:
         if tuple(spec.shape) != ():
             raise TypeError(f"{where}: string arrays of shape {tuple(spec.shape)} cannot be served; "
                             f"only string scalars can")
-        return gs.Text(_TEXT_LENGTH, min_length=0)
+        return PrintableText()
     if isinstance(spec, specs.DiscreteArray):
         return gs.Discrete(int(spec.num_values), dtype=spec.dtype)
     if not isinstance(spec, specs.Array):
@@ -119,6 +120,8 @@ class DmEnvGym(gym.Env):
         physics = getattr(env, "physics", None)
         self.render_mode = render_mode if render_mode == "rgb_array" and callable(
             getattr(physics, "render", None)) else None
+        #: The size of :meth:`render`'s frames, known without rendering one.
+        self.frame_shape = (*RENDER_SIZE, 3) if self.render_mode else None
         #: The discount of the last step (1.0 after a reset).
         self.discount = 1.0
         self._said_seed = False

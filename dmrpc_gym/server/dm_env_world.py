@@ -16,14 +16,14 @@ Everything but two things is a gym world's (:mod:`dmrpc_gym.server.gym_world`):
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from dmrpc_gym import spaces
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import status
 from dmrpc_gym.server.dm_env_gym import space_of
 from dmrpc_gym.server.gym_world import GymAgent, GymWorld
-from dmrpc_gym.server.interface import DISCOUNT, REWARD, AgentInterface, probe_render, rgb_render, sequence_state
+from dmrpc_gym.server.interface import DISCOUNT, REWARD, AgentInterface, rgb_shape, sequence_state
 
 __all__ = ["DmEnvWorld", "DmEnvAgent"]
 
@@ -51,9 +51,12 @@ class DmEnvWorld(GymWorld):
     kind = "dm_env"
     agent_class = DmEnvAgent
 
-    def _describe(self, env: Any, seed: int | None) -> AgentInterface:
-        rgb = probe_render(self.factory, env, seed, rgb_render(env))
+    def _describe(self, env: Any, recipe: Mapping[str, Any], seed: int | None) -> AgentInterface:
+        rgb = rgb_shape(self.factory, env, recipe, seed)
         who = self.factory.name
         scalars = {REWARD: _scalar_spec(env.reward_spec, REWARD, who),
                    DISCOUNT: _scalar_spec(env.discount_spec, DISCOUNT, who)}
-        return AgentInterface(env.observation_space, env.action_space, rgb, who=who, scalar_specs=scalars)
+        dm = env.dm_env
+        return AgentInterface(env.observation_space, env.action_space, rgb, who=who, scalar_specs=scalars,
+                              dm_specs={"observation": dm.observation_spec(), "action": dm.action_spec(),
+                                        "reward": env.reward_spec, "discount": env.discount_spec})

@@ -20,8 +20,12 @@ parallelizable (``metadata["is_parallelizable"]``) is served through PettingZoo'
 own ``aec_to_parallel``; any other (the ``classic`` games) turn by turn
 (:mod:`~dmrpc_gym.server.aec_world`). Either is said once in the server's log.
 
-``render_mode`` is the server's: envs that can render ``rgb_array`` are built
-with it so that clients can request the ``RGB`` observation.
+``render_mode`` is not a setting: each world's envs are built with the
+:class:`Rendering` of the client that made (or, in gym worlds, joined) it. Our
+client names its ``render_mode`` (:mod:`dmrpc_gym.protocol.fidelity`) and gets
+exactly that, ``None`` included, with frames read on demand; a foreign client
+gets the server's default (``render=``: ``rgb_array`` where the target
+supports it) and the ``RGB`` observation.
 
 >>> from dmrpc_gym.worlds.catch import Catch
 >>> factory = Factory(Catch)
@@ -39,10 +43,12 @@ import importlib
 import inspect
 import logging
 import types
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import gymnasium as gym
 
+from dmrpc_gym.protocol.fidelity import NO_RENDER
 from dmrpc_gym.server import status
 from dmrpc_gym.server.dm_env_gym import DmEnvGym, is_dm_env
 from dmrpc_gym.server.dm_env_sources import source as dm_env_source
@@ -50,12 +56,29 @@ from dmrpc_gym.server.settings import SEED, describe, refuse_unknown
 
 log = logging.getLogger("dmrpc_gym.server")
 
-__all__ = ["Factory", "env_kind", "close_quietly", "KINDS", "RENDER_MODE"]
+__all__ = ["Factory", "Rendering", "env_kind", "close_quietly", "KINDS", "RENDER_MODE"]
 
 #: The kinds of env a server can serve.
 KINDS = ("gym", "pettingzoo", "dm_env")
-#: The setting the server keeps for itself.
+#: The setting the server keeps for itself: the key of a recipe's :class:`Rendering`.
 RENDER_MODE = "render_mode"
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """How envs of a world are built to render, part of the world's recipe (key :data:`RENDER_MODE`).
+
+    ``mode``: the ``render_mode`` passed to the factory (None: none is passed, the
+    env's default); ``observation``: whether the ``RGB`` observation is offered (to
+    foreign clients, which have no other way to ask for frames).
+
+    >>> from dmrpc_gym.worlds.catch import Catch
+    >>> Factory(Catch).rendering("none"), Factory(Catch).rendering(None)
+    (Rendering(mode=None, observation=False), Rendering(mode='rgb_array', observation=True))
+    """
+
+    mode: str | None
+    observation: bool = False
 
 
 def _is_aec(env: Any) -> bool:
@@ -179,7 +202,6 @@ class Factory:
         if kind is not None and self.kind is not None and kind != self.kind:
             raise ValueError(f"{self.name} makes {self.kind} envs, not {kind}")
         self.kind = kind or self.kind
-        self._render_wanted = render is True or render == "rgb_array"
         if render is True:
             self.render_mode = "rgb_array" if self._rgb else None
         elif render is False or render is None:
@@ -188,7 +210,11 @@ class Factory:
             self.render_mode = str(render)
         #: Why rgb_array rendering failed, once it has (then no RGB observation is offered).
         self.render_failure: str | None = None
+        #: The RGB observation's shape by recipe, once probed (:func:`~dmrpc_gym.server.interface.rgb_shape`).
+        self.frame_shapes: dict[str, tuple[int, int, int]] = {}
         self._said_aec = False
+        self._said_failures: set[str] = set()
+        self._refuses_render_mode = False
 
     # -- resolution ------------------------------------------------------------
 
@@ -275,22 +301,35 @@ class Factory:
         """``INVALID_ARGUMENT`` when ``kwargs`` (``seed`` already removed) has a setting the factory does not take."""
         if RENDER_MODE in kwargs:
             raise status.invalid_argument(
-                f"{what} setting {RENDER_MODE!r} is the server's: it builds envs with "
-                f"render_mode={self.render_mode!r}; request the RGB observation instead")
+                f"{what} setting {RENDER_MODE!r} is not a setting: a dmrpc_gym client's render_mode= "
+                f"reaches the server by itself; other clients get render_mode={self.render_mode!r} "
+                f"(serve --render) and the RGB observation")
         if self.accepted is None:
             return
         refuse_unknown(set(kwargs) - self.accepted, what, self.name, self.accepted | {SEED})
 
-    def make(self, kwargs: Mapping[str, Any]) -> tuple[Any, str]:
-        """Build one env with ``kwargs``: ``(env, kind)``.
+    def rendering(self, asked: str | None) -> Rendering:
+        """The :class:`Rendering` for a client that asked for ``asked`` (:data:`~dmrpc_gym.protocol.fidelity.NO_RENDER`
+        for none), or for a foreign client (``asked`` None): the server's default and the ``RGB`` observation."""
+        if asked is None:
+            return Rendering(self.render_mode, self.render_mode == "rgb_array")
+        return Rendering(None if asked == NO_RENDER else asked)
 
-        A factory that raises gives ``INVALID_ARGUMENT`` (its settings are the
-        likely cause) with the factory's message; an object that is no env, or
-        not of the server's kind, gives ``FAILED_PRECONDITION``.
+    def make(self, kwargs: Mapping[str, Any]) -> tuple[Any, str]:
+        """Build one env with ``kwargs`` (a recipe: settings and, under :data:`RENDER_MODE`, its
+        :class:`Rendering`; without one, a foreign client's): ``(env, kind)``.
+
+        A factory that refuses the settings (``TypeError`` or ``ValueError``: an unknown,
+        ill-typed or out-of-range keyword) gives ``INVALID_ARGUMENT``; any other error of the
+        factory (or any error with no settings given) is the server's, ``INTERNAL`` with its
+        text, and is logged with its traceback once per distinct error. An object that is no env, or not of the
+        server's kind, gives ``FAILED_PRECONDITION``.
         """
         kw = dict(kwargs)
-        if self.render_mode is not None and self.kind != "dm_env":
-            kw[RENDER_MODE] = self.render_mode
+        mode = (kw.pop(RENDER_MODE, None) or self.rendering(None)).mode
+        if mode is not None and self.kind != "dm_env" and not self._refuses_render_mode:
+            kw[RENDER_MODE] = mode
+        settings = {k: v for k, v in kwargs.items() if k != RENDER_MODE}
         try:
             try:
                 env = self._make(**kw)
@@ -299,18 +338,23 @@ class Factory:
                     raise
                 del kw[RENDER_MODE]
                 env = self._make(**kw)     # (its own error, if render_mode was not the trouble)
-                self.render_mode = None
+                self._refuses_render_mode = True       # not tried again
                 self.render_failure = f"{self.name} does not take render_mode ({exc})"
-                log.warning("%s: building without render_mode, so no RGB observation: %s", self.name, exc)
-        except Exception as exc:  # noqa: BLE001 - the factory's error is the client's answer
+                log.warning("%s: building without render_mode=%r, so it renders nothing: %s",
+                            self.name, mode, exc)
+        except (TypeError, ValueError) as exc:
+            if not settings:                   # nothing the client sent can be wrong
+                raise self._failed(settings, exc) from None
             raise status.invalid_argument(
-                f"{self.name} could not be created with {describe(kwargs)}: "
+                f"{self.name} could not be created with {describe(settings)}: "
                 f"{type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - the factory's own failure is the server's
+            raise self._failed(settings, exc) from None
         kind = env_kind(env)
         if kind == "aec":
             env, kind = self._parallel(env)
         elif kind == "dm_env":
-            env = self._dm_env(env)
+            env = self._dm_env(env, mode)
         if kind is None or (self.kind is not None and kind != self.kind):
             close_quietly(env)
             got = f"a {kind} env" if kind else f"a {type(env).__name__}"
@@ -319,10 +363,19 @@ class Factory:
             raise status.failed_precondition(f"{self.name} returned {got}, expected {want}")
         return env, kind
 
-    def _dm_env(self, env: Any) -> DmEnvGym:
-        """A dm_env as the gymnasium Env that gym worlds serve; it renders when dm_control can."""
+    def _failed(self, settings: Mapping[str, Any], exc: BaseException) -> Exception:
+        """``INTERNAL`` for a factory that raised; its traceback is logged once per distinct error."""
+        said = f"{type(exc).__name__}: {exc}"
+        if said not in self._said_failures:
+            self._said_failures.add(said)
+            log.error("%s could not be created with %s", self.name, describe(settings),
+                      exc_info=(type(exc), exc, exc.__traceback__))
+        return status.internal(f"{self.name} could not be created with {describe(settings)}: {said}")
+
+    def _dm_env(self, env: Any, mode: str | None) -> Any:
+        """A dm_env as the gymnasium Env that gym worlds serve; it renders ``rgb_array`` when dm_control can."""
         try:
-            return DmEnvGym(env, "rgb_array" if self._render_wanted else None, self.name)
+            return DmEnvGym(env, mode, self.name)
         except (TypeError, ValueError) as exc:
             close_quietly(env)
             raise status.failed_precondition(f"{self.name} cannot be served: {exc}") from None

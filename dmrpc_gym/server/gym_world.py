@@ -38,8 +38,9 @@ import numpy as np
 
 from dmrpc_gym.protocol import bulk
 from dmrpc_gym.server import status
-from dmrpc_gym.server.factories import Factory, close_quietly
-from dmrpc_gym.server.interface import AgentInterface, StepAnswer, probe_render, rgb_render, sequence_state
+from dmrpc_gym.server.factories import RENDER_MODE, Factory, close_quietly
+from dmrpc_gym.server.interface import (AgentInterface, StepAnswer, current_frame, fidelity_properties, rgb_render,
+                                        rgb_shape, sequence_state, spec_names)
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.workers import Lane, WorkerPool
 from dmrpc_gym.server.settings import (SEED, check_seed, refuse_unknown, pop_seed, same_settings, unpack_settings,
@@ -58,7 +59,10 @@ def _close_built(built: tuple[Any, AgentInterface]) -> None:
 class GymWorld:
     """A world of independent gymnasium agents built from one recipe (see the module doc).
 
-    Built on a worker thread (it probes ``env``); ``lane`` is ``env``'s, ``pool`` gives lanes to new envs.
+    Built on a worker thread; ``lane`` is ``env``'s, ``pool`` gives lanes to new envs. ``kwargs`` is the
+    recipe: the settings and, under ``RENDER_MODE``, the creator's
+    :class:`~dmrpc_gym.server.factories.Rendering` (an agent whose client asks for another gets an env
+    built with its own).
     """
 
     kind = "gym"
@@ -68,16 +72,17 @@ class GymWorld:
                  lane: Lane, pool: WorkerPool | None = None):
         self.name, self.factory, self.kwargs, self.seed = name, factory, kwargs, seed
         self.pool = pool
-        self.interface = self._describe(env, seed)
+        self.interface = self._describe(env, kwargs, seed)
         self._spares: list[tuple[Any, Lane]] = [(env, lane)]
         self.agents: dict[int, GymAgent] = {}
 
     def _lane(self) -> Lane:
         return self.pool.lane() if self.pool is not None else Lane(None)
 
-    def _describe(self, env: Any, seed: int | None) -> AgentInterface:
-        rgb = probe_render(self.factory, env, seed, rgb_render(env))
-        return AgentInterface(env.observation_space, env.action_space, rgb, who=self.factory.name)
+    def _describe(self, env: Any, recipe: Mapping[str, Any], seed: int | None) -> AgentInterface:
+        rgb = rgb_shape(self.factory, env, recipe, seed)
+        return AgentInterface(env.observation_space, env.action_space, rgb, who=self.factory.name,
+                              names=spec_names(env))
 
     def _build(self, kwargs: Mapping[str, Any], seed: int | None, describe: bool) -> tuple[Any, AgentInterface]:
         """Build (and unless ``describe`` is False, probe) an env; runs on a worker thread."""
@@ -85,7 +90,7 @@ class GymWorld:
         try:
             if kind != self.kind:
                 raise status.failed_precondition(f"{self.factory.name} returned a {kind} env in a gym world")
-            return env, (self._describe(env, seed) if describe else self.interface)
+            return env, (self._describe(env, kwargs, seed) if describe else self.interface)
         except BaseException:
             close_quietly(env)
             raise
@@ -109,8 +114,9 @@ class GymWorld:
 
     # -- protocol ----------------------------------------------------------------
 
-    async def join(self, settings: Mapping[str, pb.Tensor]) -> "GymAgent":
-        """A new agent (JoinWorld). Join settings: ``seed`` only."""
+    async def join(self, settings: Mapping[str, pb.Tensor], asked: str | None = None) -> "GymAgent":
+        """A new agent (JoinWorld). Join settings: ``seed`` only. ``asked``: the render_mode its
+        client named (None: a foreign client), see :meth:`~dmrpc_gym.server.factories.Factory.rendering`."""
         kwargs = unpack_settings(settings, "join")
         seed = pop_seed(kwargs, "join")
         refuse_unknown(kwargs, "join", f"world {self.name!r}", [SEED])
@@ -119,7 +125,7 @@ class GymWorld:
         try:
             if seed is None and self.seed is not None:
                 seed = self.seed + slot
-            kwargs = dict(self.kwargs)
+            kwargs = {**self.kwargs, RENDER_MODE: self.factory.rendering(asked)}
             env, lane, interface = await self.take_env(kwargs, seed)
         except BaseException:
             del self.agents[slot]
@@ -172,7 +178,8 @@ class GymAgent:
         self.world, self.slot = world, slot
         self.env, self.lane, self.interface, self.env_kwargs = env, lane, interface, env_kwargs
         self._render = rgb_render(env) if interface.rgb_shape else None
-        self.overrides: dict[str, Any] = {}
+        # Settings of this agent's own over the world's: its Rendering, then Reset's settings.
+        self.overrides: dict[str, Any] = {k: v for k, v in env_kwargs.items() if k == RENDER_MODE}
         self.next_seed = seed
         self.sequence_seed: int | None = None
         self.running = False
@@ -302,6 +309,8 @@ class GymAgent:
 
     def properties(self) -> list[Property]:
         return [
+            *fidelity_properties(self.interface, lambda: current_frame(
+                self.env, self.lane, self.world.factory.name, self.world.factory.render_failure)),
             Property("world_name", pb.STRING, "the world this connection is joined to",
                      read=lambda: self.world.name),
             Property(SEED, pb.INT64,

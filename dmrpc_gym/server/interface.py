@@ -26,7 +26,7 @@ take a default: zero, moved into the action's bounds (``""`` for text).
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 import numpy as np
 from gymnasium import spaces as gym_spaces
@@ -34,16 +34,22 @@ from gymnasium.spaces import Space
 
 from dmrpc_gym import spaces
 from dmrpc_gym.protocol import bulk, tensors
+from dmrpc_gym.protocol.fidelity import FRAME_PROPERTY, SPACES_PROPERTY
 from dmrpc_gym.protocol.info import DROPPED, INFO_UID, dropped_keys, info_tensor_bytes, pack_info, unpack_info
 from dmrpc_gym.server import status
+from dmrpc_gym.server.factories import RENDER_MODE, close_quietly
+from dmrpc_gym.server.properties import Property
+from dmrpc_gym.server.settings import describe
 from dmrpc_gym.server.workers import Lane, rendered
+from dmrpc_gym.spaces.described import describe_dm_spec, describe_space
 from dmrpc_gym.protocol.spec_table import SpecTable
 from dmrpc_gym.protocol.specs import SpecChecker
 from dmrpc_gym.protocol.wire import pb
 
 log = logging.getLogger("dmrpc_gym.server")
 
-__all__ = ["sequence_state", "AgentInterface", "StepAnswer", "probe_rgb", "probe_render", "rgb_render", "OBSERVATION", "ACTION", "REWARD", "DISCOUNT", "RGB"]
+__all__ = ["sequence_state", "AgentInterface", "StepAnswer", "probe_rgb", "rgb_shape", "rgb_render",
+           "current_frame", "fidelity_properties", "spec_names", "OBSERVATION", "ACTION", "REWARD", "DISCOUNT", "RGB"]
 
 #: Spec name of a bare (non-Dict) observation space, and of a bare action space.
 OBSERVATION, ACTION = "observation", "action"
@@ -57,6 +63,12 @@ _PLAN_CACHE = 64
 def _prefix(space: Space, name: str) -> str:
     """Dict keys are spec names as they are; any other space is named ``name`` (``name.0``... for a Tuple)."""
     return "" if isinstance(space, gym_spaces.Dict) else name
+
+
+def spec_names(env: Any) -> Mapping[str, str]:
+    """What the env names its bare spaces' tensors: ``metadata["spec_names"]`` (keys ``observation``
+    and ``action``), else those two words."""
+    return (getattr(env, "metadata", None) or {}).get("spec_names") or {}
 
 
 def _default(checker: SpecChecker) -> np.ndarray:
@@ -77,25 +89,38 @@ def rgb_render(env: Any) -> Callable[[], Any] | None:
     return env.render if getattr(env, "render_mode", None) == "rgb_array" else None
 
 
-def probe_render(factory: Any, env: Any, seed: int | None,
-                 render: Callable[[], Any] | None) -> tuple[int, int, int] | None:
-    """The ``RGB`` observation's shape for an env that renders, probed once after a reset.
+def rgb_shape(factory: Any, env: Any, recipe: Mapping[str, Any], seed: int | None) -> tuple[int, int, int] | None:
+    """The ``RGB`` observation's shape, when ``recipe``'s :class:`~dmrpc_gym.server.factories.Rendering`
+    offers it (a foreign client's world) and ``env`` renders ``rgb_array``; else None.
 
-    A failed render is logged once per factory (``factory.render_failure``) and
-    the ``RGB`` observation left out (None); a failed reset is the answer.
+    A shape needs a frame, and a frame needs a reset: it is probed on an instance of
+    its own, built from the same recipe and closed after (once per recipe), so that the
+    envs clients step are never reset, stepped or rendered on the server's account.
+    An env that knows its frame size says it (``frame_shape``). A failed render is
+    logged once per factory (``factory.render_failure``) and the observation left out.
     """
-    if render is None or factory.render_failure is not None:
+    rendering = recipe.get(RENDER_MODE)
+    if rendering is None or not rendering.observation or rgb_render(env) is None \
+            or factory.render_failure is not None:
         return None
+    known = getattr(env, "frame_shape", None)
+    if known is not None:
+        return tuple(known)
+    key = describe(recipe) + f", seed={seed}"
+    shape = factory.frame_shapes.get(key)
+    if shape is not None:
+        return shape
+    probe, _ = factory.make(recipe)
     try:
-        env.reset(seed=seed)
-    except Exception as exc:  # noqa: BLE001 - the env's error is the answer
-        raise status.internal(f"{factory.name}: reset raised {type(exc).__name__}: {exc}") from None
-    try:
-        return probe_rgb(render)
+        probe.reset(seed=seed)
+        shape = factory.frame_shapes[key] = probe_rgb(probe.render)
+        return shape
     except Exception as exc:  # noqa: BLE001 - rendering is optional
         factory.render_failure = f"{type(exc).__name__}: {exc}"
         log.warning("%s: no RGB observation, rendering failed: %s", factory.name, factory.render_failure)
         return None
+    finally:
+        close_quietly(probe)
 
 
 def probe_rgb(render: Callable[[], Any]) -> tuple[int, int, int]:
@@ -104,6 +129,39 @@ def probe_rgb(render: Callable[[], Any]) -> tuple[int, int, int]:
     if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] not in (3, 4):
         raise ValueError(f"render() returned {frame.dtype} {frame.shape}, not a uint8 HxWx3 image")
     return (frame.shape[0], frame.shape[1], 3)
+
+
+async def current_frame(env: Any, lane: Lane, who: str, why: str | None = None) -> np.ndarray:
+    """``env.render()`` of its current state, on its ``lane``: the :data:`FRAME_PROPERTY`'s value.
+
+    ``FAILED_PRECONDITION`` when the env was not built to render ``rgb_array`` (``why``: the
+    factory's reason, when it refused the mode), ``INTERNAL`` with the env's reason when
+    rendering fails (a missing pygame, say).
+    """
+    mode = getattr(env, "render_mode", None)
+    if mode != "rgb_array":
+        raise status.failed_precondition(
+            f"{who} was built with render_mode={mode!r}, so it has no frames"
+            + (f" ({why})" if why else ": make the env with render_mode='rgb_array'"))
+    try:
+        frame = await lane.call(env.render)
+    except Exception as exc:  # noqa: BLE001 - the env's error is the answer
+        raise status.internal(f"{who}: render() raised {type(exc).__name__}: {exc}") from None
+    frame = np.asarray(frame)
+    if frame.dtype != np.uint8 or frame.ndim != 3:
+        raise status.failed_precondition(f"{who}: render() returned {frame.dtype} {frame.shape}, not a uint8 HxWxC image")
+    return frame
+
+
+def fidelity_properties(interface: "AgentInterface", frame: Callable[[], Awaitable[np.ndarray]]) -> list[Property]:
+    """An agent's :data:`SPACES_PROPERTY` and :data:`FRAME_PROPERTY` (:mod:`dmrpc_gym.protocol.fidelity`)."""
+    return [
+        Property(SPACES_PROPERTY, pb.STRING, "the exact spaces (and dm_env specs) of this agent's env, "
+                 "as dmrpc_gym describes them", read=interface.description),
+        Property(FRAME_PROPERTY, pb.UINT8, "the env's render() of its current state, made when read "
+                 "(uint8, H x W x C); envs built with render_mode='rgb_array' only",
+                 read=frame, shape=(-1, -1, -1)),
+    ]
 
 
 class StepAnswer(bulk.Pieces):
@@ -149,6 +207,10 @@ class AgentInterface:
         who: names the env in error messages.
         scalar_specs: the env's own ``reward`` / ``discount`` specs (scalars) in place of the
             defaults (DOUBLE; discount within [0, 1]).
+        dm_specs: a dm_env's own specs (``observation``, ``action``, ``reward``, ``discount``),
+            described with the spaces (:meth:`description`).
+        names: the names of bare spaces' tensors (``observation`` / ``action`` keys; by default
+            those words), as an env's ``metadata["spec_names"]`` gives them (:func:`spec_names`).
 
     Raises ``FAILED_PRECONDITION`` when a space has no TensorSpec, or when an
     observation is named like one the server adds.
@@ -164,13 +226,19 @@ class AgentInterface:
 
     def __init__(self, observation_space: Space, action_space: Space,
                  rgb_shape: tuple[int, int, int] | None = None, who: str = "the env",
-                 scalar_specs: Mapping[str, pb.TensorSpec] | None = None):
+                 scalar_specs: Mapping[str, pb.TensorSpec] | None = None,
+                 dm_specs: Mapping[str, Any] | None = None, names: Mapping[str, str] | None = None):
         self.observation_space = observation_space
+        self.dm_specs = dm_specs
+        self._description: str | None = None
         self.action_space = action_space
         self.rgb_shape = rgb_shape
         try:
-            self._obs_codec = spaces.ValueCodec(observation_space, _prefix(observation_space, OBSERVATION))
-            self._act_codec = spaces.ValueCodec(action_space, _prefix(action_space, ACTION))
+            names = names or {}
+            self._names = {OBSERVATION: _prefix(observation_space, names.get(OBSERVATION, OBSERVATION)),
+                           ACTION: _prefix(action_space, names.get(ACTION, ACTION))}
+            self._obs_codec = spaces.ValueCodec(observation_space, self._names[OBSERVATION])
+            self._act_codec = spaces.ValueCodec(action_space, self._names[ACTION])
         except (TypeError, ValueError) as exc:
             raise status.failed_precondition(f"{who} cannot be served: {exc}") from None
         specs = pb.ActionObservationSpecs()
@@ -202,6 +270,17 @@ class AgentInterface:
         self._who, self._dropped = who, set()
         self._plans: dict[tuple[int, ...], _Plan] = {}
         self._observation_table = SpecTable(specs.observations, "observation")
+
+    def description(self) -> str:
+        """The exact spaces (and dm_env specs) as text (:mod:`dmrpc_gym.spaces.described`), with the
+        names their tensors travel under (``names``: a bare space's; ``""`` for a Dict), made once."""
+        if self._description is None:
+            described: dict[str, Any] = {"observation": describe_space(self.observation_space),
+                                         "action": describe_space(self.action_space), "names": self._names}
+            if self.dm_specs is not None:
+                described["dm_env"] = {k: describe_dm_spec(v) for k, v in self.dm_specs.items()}
+            self._description = pack_info(described)
+        return self._description
 
     def uid(self, name: str) -> int:
         """The UID of observation ``name`` (``ValueError`` when there is none)."""

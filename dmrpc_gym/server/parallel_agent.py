@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 from dmrpc_gym.protocol import bulk
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import pb
-from dmrpc_gym.server.interface import AgentInterface, StepAnswer, sequence_state
+from dmrpc_gym.server.interface import (AgentInterface, StepAnswer, current_frame, fidelity_properties,
+                                        sequence_state)
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.settings import SEED, pop_seed, refuse_unknown, unpack_settings
 
@@ -117,7 +118,10 @@ class ParallelAgent:
         self.world.release(self)
 
     def properties(self) -> list[Property]:
+        world = self.world
         return [
+            *fidelity_properties(self.interface, lambda: current_frame(
+                world.env, world.lane, f"{world.factory.name} (world {world.name!r})", world.factory.render_failure)),
             Property("world_name", pb.STRING, "the world this connection is joined to",
                      read=lambda: self.world.name),
             Property(AGENT, pb.STRING, "the agent this connection plays", read=lambda: self.name),

@@ -43,7 +43,7 @@ import numpy as np
 
 from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import Factory, close_quietly
-from dmrpc_gym.server.interface import AgentInterface, probe_render, rgb_render
+from dmrpc_gym.server.interface import AgentInterface, rgb_shape, spec_names
 from dmrpc_gym.server.parallel_agent import AGENT, ParallelAgent, names_text
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.workers import Lane
@@ -95,7 +95,7 @@ class ParallelWorld:
         self.lane = lane if lane is not None else Lane(None)
         self.seed = seed                # seeds the next env.reset
         self.episode_seed: int | None = None
-        self.interfaces = self._describe(env, seed)
+        self.interfaces = self._describe(env, kwargs, seed)
         self.possible = list(self.interfaces)
         self.agents: dict[str, ParallelAgent] = {}
         self.episode = 0                # number of the current (or last) episode
@@ -110,13 +110,13 @@ class ParallelWorld:
         self.resetting = False          # env.reset is running
         self._changed = asyncio.Event()
 
-    def _describe(self, env: Any, seed: int | None) -> dict[str, AgentInterface]:
+    def _describe(self, env: Any, recipe: Mapping[str, Any], seed: int | None) -> dict[str, AgentInterface]:
         possible = list(getattr(env, "possible_agents", []) or [])
         if not possible:
             raise status.failed_precondition(f"{self.factory.name} has no possible_agents")
-        rgb = probe_render(self.factory, env, seed, rgb_render(env))
+        rgb = rgb_shape(self.factory, env, recipe, seed)
         return {agent: AgentInterface(env.observation_space(agent), env.action_space(agent), rgb,
-                                      who=f"{self.factory.name} agent {agent!r}")
+                                      who=f"{self.factory.name} agent {agent!r}", names=spec_names(env))
                 for agent in possible}
 
     # -- waiting ---------------------------------------------------------------------
@@ -255,8 +255,9 @@ class ParallelWorld:
 
     # -- protocol ----------------------------------------------------------------------
 
-    async def join(self, settings: Mapping[str, pb.Tensor]) -> "ParallelAgent":
-        """Claim an agent (JoinWorld): the ``agent`` setting, or the first free one."""
+    async def join(self, settings: Mapping[str, pb.Tensor], asked: str | None = None) -> "ParallelAgent":
+        """Claim an agent (JoinWorld): the ``agent`` setting, or the first free one. The env renders as
+        its creator asked; ``asked``, the joining client's render_mode, changes nothing."""
         kwargs = unpack_settings(settings, "join")
         wanted = kwargs.pop(AGENT, None)
         refuse_unknown(kwargs, "join", f"world {self.name!r}", [AGENT])
@@ -324,7 +325,7 @@ class ParallelWorld:
         try:
             if kind != self.kind:
                 raise status.failed_precondition(f"{self.factory.name} returned a {kind} env")
-            return env, self._describe(env, seed)
+            return env, self._describe(env, recipe, seed)
         except BaseException:
             close_quietly(env)
             raise

@@ -20,7 +20,7 @@ in the worker, not lost in the pipe.
 >>> from dmrpc_gym.server.factories import Factory
 >>> host = ProcessHost(Factory("dmrpc_gym.worlds.catch:Catch"), 1).start()
 >>> env, kind = host.make({"rows": 5})
->>> kind, env.observation_space["board"].shape, env.reset(seed=0)[0]["board"].shape
+>>> kind, env.observation_space.shape, env.reset(seed=0)[0].shape
 ('gym', (5, 10), (5, 10))
 >>> import os
 >>> env.pid != os.getpid()

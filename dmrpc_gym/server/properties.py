@@ -12,12 +12,14 @@ all; listing a property's own key gives nothing below it.
 
 >>> table = {"answer": Property("answer", pb.INT64, "a number", read=lambda: 42)}
 >>> request = props_pb.PropertyRequest(read_property=props_pb.ReadPropertyRequest(key="answer"))
->>> response = unpack_any(handle(pack_any(request), table), props_pb.PropertyResponse)
+>>> import asyncio
+>>> response = unpack_any(asyncio.run(handle(pack_any(request), table)), props_pb.PropertyResponse)
 >>> response.read_property.value.int64s.array[:]
 [42]
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -35,7 +37,8 @@ __all__ = ["Property", "handle"]
 class Property:
     """One property: its key, DataType, description and accessors.
 
-    ``read()`` returns the value; ``write(array)`` receives the written tensor
+    ``read()`` returns the value, or an awaitable of it (a value made off the event loop, a
+    frame); ``write(array)`` receives the written tensor
     unpacked (and already checked to be of ``dtype``'s kind and ``shape``) and
     may raise a ``DmRpcError`` (e.g. ``INVALID_ARGUMENT`` for a bad value).
 
@@ -67,12 +70,15 @@ def _lookup(table: Mapping[str, Property], key: str) -> Property:
     return found
 
 
-def _read(table: Mapping[str, Property], key: str) -> props_pb.PropertyResponse:
+async def _read(table: Mapping[str, Property], key: str) -> props_pb.PropertyResponse:
     prop = _lookup(table, key)
     if prop.read is None:
         raise status.permission_denied(f"property {key!r} is not readable")
+    value = prop.read()
+    if inspect.isawaitable(value):
+        value = await value
     response = props_pb.PropertyResponse()
-    tensors.pack_into(response.read_property.value, prop.read(), prop.dtype)
+    tensors.pack_into(response.read_property.value, value, prop.dtype)
     return response
 
 
@@ -113,7 +119,7 @@ def _list(table: Mapping[str, Property], key: str) -> props_pb.PropertyResponse:
     return response
 
 
-def handle(packed: any_pb2.Any, table: Mapping[str, Property]) -> any_pb2.Any:
+async def handle(packed: any_pb2.Any, table: Mapping[str, Property]) -> any_pb2.Any:
     """Answer one extension request against ``table`` (key -> Property)."""
     request = unpack_any(packed, props_pb.PropertyRequest)
     if request is None:
@@ -121,7 +127,7 @@ def handle(packed: any_pb2.Any, table: Mapping[str, Property]) -> any_pb2.Any:
             f"extension {packed.type_url!r} is not supported (supported: {PROPERTY_REQUEST_URL})")
     which = request.WhichOneof("payload")
     if which == "read_property":
-        response = _read(table, request.read_property.key)
+        response = await _read(table, request.read_property.key)
     elif which == "write_property":
         response = _write(table, request.write_property.key, request.write_property.value)
     elif which == "list_property":

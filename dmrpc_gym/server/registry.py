@@ -27,7 +27,7 @@ from typing import Any, Mapping
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import status
 from dmrpc_gym.server.aec_world import AECWorld
-from dmrpc_gym.server.factories import Factory, close_quietly
+from dmrpc_gym.server.factories import RENDER_MODE, Factory, close_quietly
 from dmrpc_gym.server.dm_env_world import DmEnvWorld
 from dmrpc_gym.server.gym_world import GymWorld
 from dmrpc_gym.server.parallel_world import ParallelWorld
@@ -105,19 +105,24 @@ class WorldRegistry:
             close_quietly(env)
             raise
 
-    async def _make(self, name: str, kwargs: dict[str, Any], seed: int | None) -> Any:
+    async def _make(self, name: str, kwargs: dict[str, Any], seed: int | None, asked: str | None) -> Any:
         self.factory.check(kwargs, "world")
+        recipe = {**kwargs, RENDER_MODE: self.factory.rendering(asked)}
         lane = self.pool.lane() if self.pool is not None else Lane(None)
-        world = await lane.build(lambda world: world.close(), self._build, name, kwargs, seed, lane)
+        world = await lane.build(lambda world: world.close(), self._build, name, recipe, seed, lane)
         self._worlds[name] = world
-        log.info("created world %r (%s) with %s", name, world.kind, describe(kwargs))
+        log.info("created world %r (%s) with %s (render_mode=%r)", name, world.kind, describe(kwargs),
+                 recipe[RENDER_MODE].mode)
         return world
 
-    async def create(self, settings: Mapping[str, pb.Tensor], creator: object = None) -> str:
+    async def create(self, settings: Mapping[str, pb.Tensor], creator: object = None,
+                     asked: str | None = None) -> str:
         """CreateWorld: build a world from the settings; returns its unique name.
 
         ``creator``: the connection asking (its worlds count toward
-        ``max_worlds_per_connection``, and become orphans when it calls :meth:`creator_left`).
+        ``max_worlds_per_connection``, and become orphans when it calls :meth:`creator_left`);
+        ``asked``: the render_mode its client named (None: a foreign client; see
+        :meth:`~dmrpc_gym.server.factories.Factory.rendering`).
         """
         if len(self._worlds) + self._building >= self.max_worlds:
             raise status.resource_exhausted(
@@ -134,7 +139,7 @@ class WorldRegistry:
         name = f"world-{next(self._numbers)}"
         self._building += 1
         try:
-            await self._make(name, kwargs, seed)
+            await self._make(name, kwargs, seed, asked)
         finally:
             self._building -= 1
         if creator is not None:
@@ -177,14 +182,15 @@ class WorldRegistry:
         self._creators.pop(name, None)
         return self._worlds.pop(name)
 
-    async def get(self, name: str) -> Any:
-        """The world named ``name`` (the default world is created here on first use)."""
+    async def get(self, name: str, asked: str | None = None) -> Any:
+        """The world named ``name`` (the default world is created here on first use, rendering as
+        ``asked``, the first joiner's render_mode, asks)."""
         world = self._worlds.get(name)
         if world is not None:
             return world
         if name == DEFAULT_WORLD and self.default_world:
             if self._default is None:   # one build, however many join at once
-                self._default = asyncio.ensure_future(self._make(name, {}, None))
+                self._default = asyncio.ensure_future(self._make(name, {}, None, asked))
                 self._default.add_done_callback(self._built_default)
             return await asyncio.shield(self._default)
         if name == DEFAULT_WORLD:

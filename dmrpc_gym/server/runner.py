@@ -191,7 +191,7 @@ class Server:
         self._connections, self._registry = connections, registry
 
         def protocol() -> GrpcProtocol:
-            return GrpcProtocol(lambda: Session(registry), connections, token=self._token,
+            return GrpcProtocol(lambda headers: Session(registry, headers), connections, token=self._token,
                                 max_message_size=self._max_message, limits=self.limits)
         tls = {"ssl": self._tls, "ssl_handshake_timeout": self.limits.handshake_timeout if self._tls else None}
         where = []

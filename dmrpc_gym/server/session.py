@@ -25,13 +25,14 @@ answered strictly in order while other streams go on.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Mapping
 
 import grpc
 import numpy as np
 
 from dmrpc_gym.protocol import bulk
 from dmrpc_gym.protocol.errors import DmRpcError
+from dmrpc_gym.protocol.fidelity import RENDER_METADATA
 from dmrpc_gym.server import properties, status
 from dmrpc_gym.server.interface import StepAnswer
 from dmrpc_gym.server.properties import Property
@@ -54,7 +55,8 @@ def error_response(code: int, message: str) -> bytes:
 
 
 class Session:
-    """One connection's state (joined agent or not) and the handling of its requests.
+    """One connection's state (joined agent or not) and the handling of its requests; ``headers``:
+    the stream's request headers (a dmrpc_gym client names its render_mode there).
 
     >>> from dmrpc_gym.server.factories import Factory
     >>> from dmrpc_gym.worlds.catch import Catch
@@ -65,8 +67,10 @@ class Session:
     'step needs a joined world: send JoinWorldRequest first'
     """
 
-    def __init__(self, registry: WorldRegistry):
+    def __init__(self, registry: WorldRegistry, headers: Mapping[str, str] | None = None):
         self.registry = registry
+        #: The render_mode a dmrpc_gym client named in its request headers (None: a foreign client).
+        self.render_asked = (headers or {}).get(RENDER_METADATA)
         self.agent: Any = None
         self._handlers = {
             "create_world": self._create_world, "join_world": self._join_world,
@@ -122,15 +126,16 @@ class Session:
         return self.agent
 
     async def _create_world(self, request: pb.CreateWorldRequest, response: pb.EnvironmentResponse) -> None:
-        response.create_world.world_name = await self.registry.create(request.settings, creator=self)
+        response.create_world.world_name = await self.registry.create(request.settings, creator=self,
+                                                                      asked=self.render_asked)
 
     async def _join_world(self, request: pb.JoinWorldRequest, response: pb.EnvironmentResponse) -> None:
         if self.agent is not None:
             raise status.failed_precondition(
                 f"this connection is already joined to world {self.agent.world.name!r}; "
                 f"send LeaveWorld first (one world per connection)")
-        world = await self.registry.get(request.world_name)
-        self.agent = await world.join(request.settings)
+        world = await self.registry.get(request.world_name, self.render_asked)
+        self.agent = await world.join(request.settings, self.render_asked)
         log.info("joined world %r%s", world.name, f" as {self.agent.name!r}" if hasattr(self.agent, "name") else "")
         response.join_world.specs.CopyFrom(self.agent.specs)
 
@@ -153,7 +158,7 @@ class Session:
 
     async def _extension(self, request: Any, response: pb.EnvironmentResponse) -> None:
         table = {prop.key: prop for prop in self.properties()}
-        response.extension.CopyFrom(properties.handle(request, table))
+        response.extension.CopyFrom(await properties.handle(request, table))
 
     def properties(self) -> list[Property]:
         """The server's properties, plus the joined agent's and its world's."""

@@ -12,6 +12,7 @@ import time
 import urllib.parse
 
 from dmrpc_gym._version import __version__
+from dmrpc_gym.protocol.fidelity import FIDELITY_FEATURE
 from dmrpc_gym.protocol.info import INFO_FEATURE
 from dmrpc_gym.protocol.wire import FEATURES_METADATA, SERVER_METADATA
 from dmrpc_gym.transport import compression as encodings
@@ -33,7 +34,7 @@ _MAX_BACKLOG = 4 << 20
 #: (hpack's encoder is quadratic in a value's length: a 60 KB path cost 246 ms of CPU).
 MAX_STATUS_MESSAGE = 1 << 14
 _SERVER = (SERVER_METADATA, __version__)
-_FEATURES = (FEATURES_METADATA, INFO_FEATURE)
+_FEATURES = (FEATURES_METADATA, f"{INFO_FEATURE},{FIDELITY_FEATURE}")
 
 
 class Replies:

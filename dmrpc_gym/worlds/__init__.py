@@ -4,7 +4,7 @@ Both run with numpy only, so every feature can be shown end to end on one
 machine: ``dmrpc-gym serve dmrpc_gym.worlds:Catch`` serves Catch over dm_env_rpc.
 
 >>> Catch().action_space
-Dict('paddle': Discrete(3, start=-1, dtype=int8))
+Discrete(3, start=-1, dtype=int8)
 """
 from __future__ import annotations
 

@@ -8,16 +8,17 @@ With the default 10x10 board an episode is 9 steps long.
 
 Served over dm_env_rpc the spaces become exactly: action ``paddle`` INT8
 scalar in [-1, 1]; observation ``board`` FLOAT [rows, columns] in [0, 1] (1
-where the ball and the paddle are).
+where the ball and the paddle are). The spaces are bare (a ``Box`` and a
+``Discrete``); ``metadata["spec_names"]`` gives their tensors those names.
 
 >>> env = Catch()
 >>> obs, info = env.reset(seed=3)
->>> obs["board"].shape, int(obs["board"][0].argmax()) == info["ball"][1]
+>>> obs.shape, int(obs[0].argmax()) == info["ball"][1]
 ((10, 10), True)
 >>> total = 0.0
 >>> while True:
 ...     ball, paddle = env.ball, env.paddle
-...     obs, reward, terminated, truncated, info = env.step({"paddle": np.int8(np.sign(ball[1] - paddle))})
+...     obs, reward, terminated, truncated, info = env.step(np.int8(np.sign(ball[1] - paddle)))
 ...     total += reward
 ...     if terminated:
 ...         break
@@ -54,12 +55,13 @@ class Catch(gym.Env):
 
     >>> env = Catch()
     >>> obs, info = env.reset(seed=0)
-    >>> obs["board"].shape, obs["board"].sum(), env.action_space
-    ((10, 10), np.float32(2.0), Dict('paddle': Discrete(3, start=-1, dtype=int8)))
-    >>> obs, reward, terminated, truncated, info = env.step({"paddle": np.int8(1)})
+    >>> obs.shape, obs.sum(), env.action_space
+    ((10, 10), np.float32(2.0), Discrete(3, start=-1, dtype=int8))
+    >>> obs, reward, terminated, truncated, info = env.step(np.int8(1))
     """
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10,
+                "spec_names": {"observation": "board", "action": "paddle"}}
 
     def __init__(self, rows: int = 10, columns: int = 10, render_mode: str | None = None):
         rows, columns = int(rows), int(columns)
@@ -68,18 +70,17 @@ class Catch(gym.Env):
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.rows, self.columns, self.render_mode = rows, columns, render_mode
-        self.observation_space = spaces.Dict(
-            {"board": spaces.Box(0.0, 1.0, (rows, columns), np.float32)})
-        self.action_space = spaces.Dict({"paddle": spaces.Discrete(3, start=-1, dtype=np.int8)})
+        self.observation_space = spaces.Box(0.0, 1.0, (rows, columns), np.float32)
+        self.action_space = spaces.Discrete(3, start=-1, dtype=np.int8)
         self.ball = (0, 0)
         self.paddle = columns // 2
         self._done = True
 
-    def _observation(self) -> dict[str, np.ndarray]:
+    def _observation(self) -> np.ndarray:
         board = np.zeros((self.rows, self.columns), np.float32)
         board[self.ball] = 1.0
         board[self.rows - 1, self.paddle] = 1.0
-        return {"board": board}
+        return board
 
     def _info(self) -> dict[str, Any]:
         return {"ball": self.ball, "paddle": self.paddle}

@@ -230,7 +230,7 @@ def test_multi_agent_env_gives_each_agent_the_flat_view():
             return gym.spaces.Dict({"view": self.games[agent].observation_space})
 
         def action_space(self, agent):
-            return self.games[agent].action_space["paddle"]
+            return self.games[agent].action_space
 
         def reset(self, seed=None, options=None):
             self.agents = list(self.possible_agents)
