@@ -186,14 +186,17 @@ class DmRpcAECEnv(AECEnv):
                 break
             waiting = [n for n in self._pending if who in (None, n)]
             if not waiting:         # every sequence ended without another turn (an aborted episode)
-                self._apply({"turn": turn, "agent_selection": self.agent_selection, "agents": [],
-                             **{key: {} for key in TABLE_KEYS}})
+                self._apply(self._over(turn))
                 return
             for name in first_ready({n: seats.connections[n] for n in waiting}, 1, seats.step_timeout):
                 self._receive(name)
         table = self._read.pop(found)
         self._apply(table)
         self._hand, self._after = found, table.get("after")
+
+    def _over(self, turn: int) -> dict[str, Any]:
+        """The table of a game that ended with no turn left to tell it."""
+        return {"turn": turn, "agent_selection": self.agent_selection, "agents": [], **{key: {} for key in TABLE_KEYS}}
 
     def _apply(self, table: dict[str, Any]) -> None:
         self._turn = table["turn"]
@@ -257,7 +260,7 @@ class DmRpcAECEnv(AECEnv):
         if seats.remote[name].state == State.RUNNING:     # its first turn found it finished
             self._submit(name)
             self._take(self._turn, who=name)
-        self._apply(self._after)                          # the world took its dead step
+        self._apply(self._after or self._over(self._turn + 1))     # the world took its dead step
         if self.agents:
             self._take(self._turn, who=self.agent_selection)
 
