@@ -7,6 +7,7 @@ import struct
 import hpack
 
 from dmrpc_gym.protocol.wire import METHOD_PATH, pb
+from dmrpc_gym.transport.limits import ConnectionLimits
 from dmrpc_gym.transport.frames import (
     CONTINUATION,
     DATA,
@@ -20,6 +21,10 @@ from dmrpc_gym.transport.frames import (
     U32,
     frame,
 )
+
+
+#: Server limits for tests whose header lists pass the default 16 KiB (a 60 KB path, 32 KB of metadata).
+LARGE_HEADERS = ConnectionLimits(max_header_list_size=64 << 10)
 
 
 class RawClient:

@@ -21,7 +21,7 @@ import pytest
 import servers
 from hostile import BOUND, Honest, MB, measured, resident, stepped_beside
 from interop_peers import self_signed
-from raw_h2 import RawClient, data, message
+from raw_h2 import LARGE_HEADERS, RawClient, data, message
 
 from dmrpc_gym import DmRpcEnv
 from dmrpc_gym.protocol import tensors
@@ -35,7 +35,7 @@ from dmrpc_gym.worlds.catch import Catch
 
 @pytest.fixture(scope="module")
 def catch():
-    server = servers.start(Catch)
+    server = servers.start(Catch, limits=LARGE_HEADERS)     # a 60 KB :path is echoed
     yield server
     server.stop()
 

@@ -8,6 +8,7 @@ import time
 
 import pytest
 import servers
+from raw_h2 import LARGE_HEADERS
 from interop_peers import GrpclibServer, grpclib_exchange, self_signed
 
 from dmrpc_gym.client.connection import Connection
@@ -65,7 +66,7 @@ def test_our_client_over_tls_to_grpclib(tmp_path):
 # -- grpclib client, our server ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def catch():
-    server = servers.start(Catch, max_message_size=1 << 20)
+    server = servers.start(Catch, max_message_size=1 << 20, limits=LARGE_HEADERS)   # 32-40 KB header lists
     yield server
     server.stop()
 

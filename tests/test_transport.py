@@ -13,7 +13,7 @@ import pytest
 import servers
 from dm_env_rpc.v1 import dm_env_rpc_pb2 as dpb
 from interop_peers import self_signed
-from raw_h2 import RawClient, data, message
+from raw_h2 import LARGE_HEADERS, RawClient, data, message
 
 from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.client.env import DmRpcEnv
@@ -43,7 +43,7 @@ RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL, UNAUTHENTICATED = 8, 12, 13, 16
 
 @pytest.fixture(scope="module")
 def catch():
-    server = servers.start(Catch)
+    server = servers.start(Catch, limits=LARGE_HEADERS)     # some tests send 32-40 KB header lists
     yield server
     server.stop()
 

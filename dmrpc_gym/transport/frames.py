@@ -1,7 +1,7 @@
 """HTTP/2 and gRPC framing shared by both ends: frame layout, constants, message splitting.
 
 Only what a gRPC peer needs of RFC 9113: the 9-byte frame header, the frame
-types and flags, SETTINGS payloads, header-block fragments (hpack decoding)
+types and flags, SETTINGS payloads, header-block fragments (their decoding: h2_headers)
 and gRPC's 5-byte length prefix, which may span DATA frames.
 
 >>> grpc_frame(b"hi", 1)[:9]   # DATA frame header: length 7, stream 1
@@ -12,18 +12,16 @@ from __future__ import annotations
 import struct
 from collections import deque
 
-import hpack
-
 from dmrpc_gym.protocol.tensors import MAX_TENSOR_BYTES
 
 __all__ = ["MessageSplitter", "MessageTooLarge", "Deflated", "StreamError", "ProtocolError", "frame", "grpc_frame",
-           "header_frames", "MessageParts", "check_frame", "parse_settings", "header_fragment", "unpad", "decode_headers", "grpc_status", "HeaderBlock",
+           "header_frames", "MessageParts", "check_frame", "parse_settings", "header_fragment", "unpad", "grpc_status",
            "HEADER", "U32", "PREFACE", "MAX_WINDOW", "DEFAULT_MAX_MESSAGE"]
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 5, 6, 7, 8, 9
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
-SETTING_HEADER_TABLE, SETTING_PUSH, SETTING_STREAMS, SETTING_WINDOW, SETTING_FRAME = 1, 2, 3, 4, 5
+SETTING_HEADER_TABLE, SETTING_PUSH, SETTING_STREAMS, SETTING_WINDOW, SETTING_FRAME, SETTING_HEADER_LIST = 1, 2, 3, 4, 5, 6
 # RFC 9113 section 7 error codes
 NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, CANCEL = 0x0, 0x1, 0x3, 0x6, 0x8
 COMPRESSION_ERROR = 0x9
@@ -196,58 +194,6 @@ def check_frame(kind: int, flags: int, stream: int, length: int) -> None:
         raise ProtocolError(FRAME_SIZE_ERROR, f"a {name} frame of {length} bytes (at least {least})")
     if kind == SETTINGS and (length % 6 or (flags & ACK and length)):
         raise ProtocolError(FRAME_SIZE_ERROR, f"a SETTINGS frame of {length} bytes")
-
-
-def decode_headers(decoder: hpack.Decoder, block: bytes) -> dict[str, str]:
-    """A complete header block as ``{name: value}`` (text); one that does not decode is a
-    connection error (RFC 9113 4.3: COMPRESSION_ERROR)."""
-    try:
-        return {k if isinstance(k, str) else k.decode(): v if isinstance(v, str) else v.decode()
-                for k, v in decoder.decode(bytes(block))}
-    except (hpack.HPACKError, UnicodeDecodeError) as exc:
-        raise ProtocolError(COMPRESSION_ERROR, f"a header block that does not decode: {exc}") from None
-
-
-class HeaderBlock:
-    """A header block as it arrives: a HEADERS frame, then CONTINUATION frames until END_HEADERS.
-
-    >>> block, encoder = HeaderBlock(), hpack.Encoder()
-    >>> data = encoder.encode([(":status", "200"), ("x", "1")])
-    >>> block.add(HEADERS, END_STREAM, 1, data[:2], hpack.Decoder()) is None, block.open, block.stream
-    (True, True, 1)
-    """
-
-    __slots__ = ("data", "stream", "flags", "_decoder")
-
-    #: The largest block accepted; a larger one ends the connection (ENHANCE_YOUR_CALM).
-    LIMIT = 1 << 20
-
-    def __init__(self):
-        self.data: bytearray | None = None
-        self.stream = 0                    # the stream and the HEADERS flags (END_STREAM) of the block
-        self.flags = 0
-
-    @property
-    def open(self) -> bool:
-        """A block has begun and not ended: only its CONTINUATION frames may come now."""
-        return self.data is not None
-
-    def add(self, kind: int, flags: int, stream: int, payload: bytes,
-            decoder: hpack.Decoder) -> dict[str, str] | None:
-        """Take one HEADERS or CONTINUATION frame: the decoded headers once the block is whole."""
-        if kind == HEADERS:
-            self.data = bytearray(header_fragment(flags, payload))
-            self.stream, self.flags = stream, flags
-        elif self.data is None:
-            raise ProtocolError(PROTOCOL_ERROR, "a CONTINUATION frame without a HEADERS frame before it")
-        else:
-            self.data += payload
-        if len(self.data) > self.LIMIT:
-            raise ProtocolError(ENHANCE_YOUR_CALM, f"a header block of more than {self.LIMIT} bytes")
-        if not flags & END_HEADERS:
-            return None
-        data, self.data = self.data, None
-        return decode_headers(decoder, data)
 
 
 def grpc_status(headers: dict[str, str]) -> int:

@@ -1,11 +1,13 @@
 """What a gRPC call on our server is before it runs: its stream state, and whether it is admitted.
 
-A call is refused (trailers only) for an unknown method, a missing or wrong
-token, or a message encoding we do not speak; an HTTP/1.x peer gets a plain
-HTTP/1.1 answer instead of HTTP/2 frames.
+A call is refused (trailers only) for a header list past the server's limit,
+an unknown method, a missing or wrong token, or a message encoding we do not
+speak; an HTTP/1.x peer gets a plain HTTP/1.1 answer instead of HTTP/2 frames.
 
 >>> refusal_of({":path": "/dm_env_rpc.v1.Environment/Process", ":method": "POST"}, token="s3cret")[0]
 16
+>>> refusal_of({}, None, size=20000, limit=16384)[:2]
+(8, 'the request headers are 20000 bytes, more than this server takes: 16384 (ConnectionLimits.max_header_list_size)')
 """
 from __future__ import annotations
 
@@ -18,9 +20,11 @@ from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.frames import MessageSplitter
 from dmrpc_gym.transport.security import token_matches
 
-__all__ = ["StreamHandler", "Stream", "refusal_of", "HTTP1_ANSWER"]
+__all__ = ["StreamHandler", "Stream", "refusal_of", "HTTP1_ANSWER", "HEADER_LIMIT"]
 
-_UNIMPLEMENTED, _UNAUTHENTICATED = 12, 16
+_RESOURCE_EXHAUSTED, _UNIMPLEMENTED, _UNAUTHENTICATED = 8, 12, 16
+#: What sets the server's header-list limit, as its refusals name it.
+HEADER_LIMIT = "ConnectionLimits.max_header_list_size"
 _HTTP1_BODY = b"This is a gRPC server: it speaks HTTP/2 only.\n"
 HTTP1_ANSWER = (b"HTTP/1.1 505 HTTP Version Not Supported\r\nConnection: close\r\nContent-Type: text/plain\r\n"
                  b"Content-Length: %d\r\n\r\n%s" % (len(_HTTP1_BODY), _HTTP1_BODY))
@@ -63,8 +67,16 @@ class Stream:
         self.client_done = False
 
 
-def refusal_of(headers: dict[str, str], token: str | None) -> tuple[int, str, tuple] | None:
-    """``(status, message, extra trailers)`` for a call we will not serve, else None."""
+def refusal_of(headers: dict[str, str], token: str | None, size: int = 0,
+               limit: int | None = None) -> tuple[int, str, tuple] | None:
+    """``(status, message, extra trailers)`` for a call we will not serve, else None.
+
+    ``size``: the header list's size as RFC 9113 counts it; past ``limit`` the call is
+    RESOURCE_EXHAUSTED, as C-core's servers answer it.
+    """
+    if limit is not None and size > limit:
+        return (_RESOURCE_EXHAUSTED, f"the request headers are {size} bytes, more than this server takes: "
+                f"{limit} ({HEADER_LIMIT})", ())
     path = headers.get(":path", "")
     if path != METHOD_PATH or headers.get(":method") != "POST":
         return _UNIMPLEMENTED, f"unknown method {path}; this server serves {METHOD_PATH}", ()

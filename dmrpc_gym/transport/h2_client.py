@@ -35,8 +35,9 @@ from dmrpc_gym.transport import interrupts
 from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, END_STREAM, GATHER_SECONDS,
                                         GOAWAY, HEADER, HEADERS, MAX_WINDOW, PADDED, PING, PREFACE, PROTOCOL_ERROR,
                                         PUSH_PROMISE, RST_STREAM, SETTING_FRAME, SETTING_PUSH, SETTING_WINDOW, SETTINGS,
-                                        U32, WINDOW_UPDATE, HeaderBlock, ProtocolError, check_frame, frame, grpc_frame,
+                                        U32, WINDOW_UPDATE, ProtocolError, check_frame, frame, grpc_frame,
                                         header_frames)
+from dmrpc_gym.transport.h2_headers import HeaderBlock
 from dmrpc_gym.transport.h2_clock import _Clock
 from dmrpc_gym.transport.h2_control import _Control
 from dmrpc_gym.transport.h2_idle import RECV_CHUNK, _Idle

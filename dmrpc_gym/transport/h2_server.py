@@ -25,15 +25,15 @@ import hpack
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport import eager
-from dmrpc_gym.transport import frames as h2
 from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, END_STREAM,
                                         FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADER,
                                         HEADERS, MAX_WINDOW, NO_ERROR, PING, PREFACE, PROTOCOL_ERROR,
-                                        PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTING_FRAME,
+                                        PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTING_FRAME, SETTING_HEADER_LIST,
                                         SETTING_HEADER_TABLE, SETTING_STREAMS, SETTING_WINDOW, SETTINGS, U32, WINDOW_UPDATE,
                                         Deflated, ProtocolError, StreamError, check_frame, frame,
                                         parse_settings)
-from dmrpc_gym.transport.h2_calls import HTTP1_ANSWER, Stream, StreamHandler, refusal_of
+from dmrpc_gym.transport.h2_calls import HEADER_LIMIT, HTTP1_ANSWER, Stream, StreamHandler, refusal_of
+from dmrpc_gym.transport.h2_headers import HeaderBlock
 from dmrpc_gym.transport.h2_replies import Replies
 from dmrpc_gym.transport.h2_requests import Requests, receive_window
 from dmrpc_gym.transport.h2_conduct import Conduct, Watching
@@ -73,9 +73,9 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         self._buf = bytearray()
         self._preface = False
         self._streams: dict[int, Stream] = {}
-        self._decoder = hpack.Decoder()
+        self._headers_in = HeaderBlock(self._limits.max_header_list_size, HEADER_LIMIT)
+        self._decoder = self._headers_in.decoder()
         self._encoder = hpack.Encoder()
-        self._headers_in = h2.HeaderBlock()
         self._conn_window = 65535
         self._peer_window = 65535
         self._peer_frame = 16384
@@ -134,6 +134,8 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
                 if length > _OUR_FRAME:
                     raise ProtocolError(FRAME_SIZE_ERROR, f"a frame of {length} bytes exceeds our "
                                                           f"SETTINGS_MAX_FRAME_SIZE of {_OUR_FRAME}")
+                if kind == HEADERS or kind == CONTINUATION:    # judged before its payload is buffered
+                    self._headers_in.admit(kind, flags, length)
                 end = 9 + length
                 if len(buf) < end:
                     if self._tick is None:
@@ -177,7 +179,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         self._preface = True
         settings = b"".join(struct.pack(">HL", k, v) for k, v in (
             (SETTING_STREAMS, self._limits.max_streams), (SETTING_WINDOW, self._window),
-            (SETTING_FRAME, _OUR_FRAME)))
+            (SETTING_FRAME, _OUR_FRAME), (SETTING_HEADER_LIST, self._limits.max_header_list_size)))
         self._write(frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, U32.pack(self._window - 65535)))
         return True
 
@@ -284,7 +286,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
             self._write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
             return
         stream = Stream(sid, self._peer_window, self._max_message, self._window)
-        refusal = refusal_of(headers, self._token)
+        refusal = refusal_of(headers, self._token, self._headers_in.size, self._limits.max_header_list_size)
         if refusal is not None:
             self._trailers(stream, *refusal)
             if not flags & END_STREAM:
