@@ -19,7 +19,7 @@ import asyncio
 import logging
 import socket
 import struct
-from typing import Callable
+from typing import Callable, Mapping
 
 import hpack
 
@@ -56,12 +56,13 @@ _refusals = Refusals(log, "refusing connections: %d are open, the limit (Connect
 class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
     """One HTTP/2 connection: any number of gRPC streams, each served by its own session.
 
+    ``new_session(headers)``: the handler of a new stream, given its request headers;
     ``token``: when set, a call must carry ``authorization: Bearer <token>``;
     ``max_message_size``: the largest request accepted, in bytes (RESOURCE_EXHAUSTED beyond);
     ``limits``: the connection's bounds (:class:`~dmrpc_gym.transport.limits.ConnectionLimits`).
     """
 
-    def __init__(self, new_session: Callable[[], StreamHandler], connections: set, *,
+    def __init__(self, new_session: Callable[[Mapping[str, str]], StreamHandler], connections: set, *,
                  token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
                  limits: ConnectionLimits | None = None):
         self._new_session = new_session
@@ -296,7 +297,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         if encoding != "identity":
             stream.splitter.decompress = Deflated       # inflated as the session takes it
             stream.compress, stream.encoding = encodings.compressor(encoding), encoding
-        stream.session = self._new_session()
+        stream.session = self._new_session(headers)
         self._streams[sid] = stream
         if flags & END_STREAM:
             self._client_done(stream)
