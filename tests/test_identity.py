@@ -229,3 +229,12 @@ def test_sb3_make_vec_env_works_against_a_server_that_cannot_render():
             assert Blind.renders == 0 and venv.render_mode == "rgb_array"
         finally:
             venv.close()
+
+
+def test_what_foreign_clients_lose_is_said_once_by_name(caplog):
+    with servers.start(Composite) as server, caplog.at_level(logging.INFO, "dmrpc_gym.server"):
+        for _ in range(2):
+            DmRpcEnv(server.address, world_settings={}).close()
+    said = [r.getMessage() for r in caplog.records if "exact space" in r.getMessage()]
+    assert any("observation is a Tuple" in m for m in said) and any("float16: it travels as float32" in m for m in said)
+    assert len(said) == len(set(said))

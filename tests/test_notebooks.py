@@ -58,7 +58,7 @@ EXPECTED = {
     "07_dm_env.ipynb": (120, [
         r"serving on 127\.0\.0\.1:\d+",
         r"observation spec: \{'position': \(\(3,\), 'float64'\), 'velocity': \(\(2,\), 'float64'\)\}",
-        r"action spec: BoundedArray\(shape=\(1,\), dtype=dtype\('float64'\), name='action', minimum=-1\.0, maximum=1\.0\)",
+        r"action spec: BoundedArray\(shape=\(1,\), dtype=dtype\('float64'\), name=None, minimum=\[-1\.\], maximum=\[1\.\]\)",
         r"episode: 200 steps, return \d+\.\d, last discount 1\.0",
         r"mean return before training: \d+\.\d",
         r"mean return after 8192 steps: \d+\.\d",

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from gymnasium.spaces import Space
 
+from dmrpc_gym.protocol.fidelity import FRAME_PROPERTY, SPACES_PROPERTY
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
 from dmrpc_gym.client.env import close_world, open_world
@@ -148,6 +149,11 @@ def describe_spec(uid: int, spec: pb.TensorSpec) -> SpecRow:
 
 
 # -- properties ------------------------------------------------------------------------------
+#: Properties not read for the report: a frame is rendered when read, and the spaces' description
+#: is what our client reads for itself (:mod:`dmrpc_gym.protocol.fidelity`).
+UNREAD = (FRAME_PROPERTY, SPACES_PROPERTY)
+
+
 def _properties(connection: Connection) -> list[PropertyRow]:
     from dmrpc_gym.client.properties import Properties
     props = Properties(connection)
@@ -164,7 +170,7 @@ def _properties(connection: Connection) -> list[PropertyRow]:
             row = PropertyRow(key=name, dtype=_dtype_text(spec.dtype) if spec.dtype else "-",
                               shape=tuple(spec.shape), readable=prop.is_readable, writable=prop.is_writable,
                               listable=prop.is_listable, description=prop.description)
-            if prop.is_readable:
+            if prop.is_readable and name not in UNREAD:
                 try:
                     row.value = props[name]
                 except (DmRpcError, KeyError, ValueError) as err:

@@ -377,6 +377,8 @@ class RemoteAgent:
         if self._fidelity and self._options["render_observation"] is None:
             try:
                 return Properties(self.connection)[FRAME_PROPERTY]
+            except KeyError:               # no frame property: the env does not render rgb_array
+                raise self.no_frames(render_mode) from None
             except DmRpcError as err:
                 if err.code_name != "FAILED_PRECONDITION":
                     raise                  # the env failed to render: the server's reason
@@ -393,10 +395,11 @@ class RemoteAgent:
                 failure = str(Properties(self.connection)["render_failure"].item())
             except Exception:  # noqa: BLE001 - an older server: nothing more is known
                 failure = ""
-            reason = f"the server offers none: its env failed to render: {failure}" if failure else None
+            reason = f"the server offers none: its env failed to render: {failure}" if failure else \
+                ("the served env renders no rgb_array frames" if self._fidelity else None)
         why = f" ({reason})" if reason else ""
         who = f" of agent {self.agent!r}" if self.agent else ""
-        return ValueError(f"render_mode={render_mode!r} needs frames{who}{why}; pass "
+        return ValueError(f"render_mode={render_mode!r} needs frames or a render observation{who}{why}; pass "
                           "render_observation= naming a uint8 HxWx3 observation "
                           "(dmrpc-gym record: --render-observation NAME)")
 

@@ -23,7 +23,7 @@ from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import status
 from dmrpc_gym.server.dm_env_gym import space_of
 from dmrpc_gym.server.gym_world import GymAgent, GymWorld
-from dmrpc_gym.server.interface import DISCOUNT, REWARD, AgentInterface, rgb_shape, sequence_state
+from dmrpc_gym.server.interface import DISCOUNT, REWARD, AgentInterface, rgb_shape, say_losses, sequence_state
 
 __all__ = ["DmEnvWorld", "DmEnvAgent"]
 
@@ -57,6 +57,8 @@ class DmEnvWorld(GymWorld):
         scalars = {REWARD: _scalar_spec(env.reward_spec, REWARD, who),
                    DISCOUNT: _scalar_spec(env.discount_spec, DISCOUNT, who)}
         dm = env.dm_env
-        return AgentInterface(env.observation_space, env.action_space, rgb, who=who, scalar_specs=scalars,
-                              dm_specs={"observation": dm.observation_spec(), "action": dm.action_spec(),
-                                        "reward": env.reward_spec, "discount": env.discount_spec})
+        interface = AgentInterface(env.observation_space, env.action_space, rgb, who=who, scalar_specs=scalars,
+                                   dm_specs={"observation": dm.observation_spec(), "action": dm.action_spec(),
+                                             "reward": env.reward_spec, "discount": env.discount_spec})
+        say_losses(self.factory, interface)
+        return interface

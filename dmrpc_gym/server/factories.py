@@ -215,6 +215,8 @@ class Factory:
         self._said_aec = False
         self._said_failures: set[str] = set()
         self._refuses_render_mode = False
+        #: The translation losses already logged (:func:`~dmrpc_gym.server.interface.say_losses`).
+        self.losses_said: set[str] = set()
 
     # -- resolution ------------------------------------------------------------
 

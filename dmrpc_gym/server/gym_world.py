@@ -40,7 +40,7 @@ from dmrpc_gym.protocol import bulk
 from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import RENDER_MODE, Factory, close_quietly
 from dmrpc_gym.server.interface import (AgentInterface, StepAnswer, current_frame, fidelity_properties, rgb_render,
-                                        rgb_shape, sequence_state, spec_names)
+                                        rgb_shape, say_losses, sequence_state, spec_names)
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.workers import Lane, WorkerPool
 from dmrpc_gym.server.settings import (SEED, check_seed, refuse_unknown, pop_seed, same_settings, unpack_settings,
@@ -81,8 +81,10 @@ class GymWorld:
 
     def _describe(self, env: Any, recipe: Mapping[str, Any], seed: int | None) -> AgentInterface:
         rgb = rgb_shape(self.factory, env, recipe, seed)
-        return AgentInterface(env.observation_space, env.action_space, rgb, who=self.factory.name,
-                              names=spec_names(env))
+        interface = AgentInterface(env.observation_space, env.action_space, rgb, who=self.factory.name,
+                                   names=spec_names(env))
+        say_losses(self.factory, interface)
+        return interface
 
     def _build(self, kwargs: Mapping[str, Any], seed: int | None, describe: bool) -> tuple[Any, AgentInterface]:
         """Build (and unless ``describe`` is False, probe) an env; runs on a worker thread."""
@@ -309,7 +311,7 @@ class GymAgent:
 
     def properties(self) -> list[Property]:
         return [
-            *fidelity_properties(self.interface, lambda: current_frame(
+            *fidelity_properties(self.interface, self.env, lambda: current_frame(
                 self.env, self.lane, self.world.factory.name, self.world.factory.render_failure)),
             Property("world_name", pb.STRING, "the world this connection is joined to",
                      read=lambda: self.world.name),

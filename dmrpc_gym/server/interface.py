@@ -49,7 +49,7 @@ from dmrpc_gym.protocol.wire import pb
 log = logging.getLogger("dmrpc_gym.server")
 
 __all__ = ["sequence_state", "AgentInterface", "StepAnswer", "probe_rgb", "rgb_shape", "rgb_render",
-           "current_frame", "fidelity_properties", "spec_names", "OBSERVATION", "ACTION", "REWARD", "DISCOUNT", "RGB"]
+           "current_frame", "fidelity_properties", "spec_names", "translation_losses", "say_losses", "OBSERVATION", "ACTION", "REWARD", "DISCOUNT", "RGB"]
 
 #: Spec name of a bare (non-Dict) observation space, and of a bare action space.
 OBSERVATION, ACTION = "observation", "action"
@@ -153,15 +153,43 @@ async def current_frame(env: Any, lane: Lane, who: str, why: str | None = None) 
     return frame
 
 
-def fidelity_properties(interface: "AgentInterface", frame: Callable[[], Awaitable[np.ndarray]]) -> list[Property]:
-    """An agent's :data:`SPACES_PROPERTY` and :data:`FRAME_PROPERTY` (:mod:`dmrpc_gym.protocol.fidelity`)."""
-    return [
-        Property(SPACES_PROPERTY, pb.STRING, "the exact spaces (and dm_env specs) of this agent's env, "
-                 "as dmrpc_gym describes them", read=interface.description),
-        Property(FRAME_PROPERTY, pb.UINT8, "the env's render() of its current state, made when read "
-                 "(uint8, H x W x C); envs built with render_mode='rgb_array' only",
-                 read=frame, shape=(-1, -1, -1)),
-    ]
+def translation_losses(space: Space, name: str) -> list[str]:
+    """What a foreign client cannot read back from ``space``'s TensorSpecs, by spec name (our client
+    reads the exact space instead: :data:`SPACES_PROPERTY`).
+
+    >>> translation_losses(gym_spaces.Tuple((gym_spaces.Box(0, 1, (2,), np.float16),)), "observation")
+    ['observation is a Tuple: foreign clients get its parts as tensors observation.0 ...', 'observation.0 is float16: it travels as float32']
+    """
+    if isinstance(space, gym_spaces.Dict):
+        return [loss for k, s in space.spaces.items() for loss in translation_losses(s, f"{name}.{k}" if name else k)]
+    if isinstance(space, gym_spaces.Tuple):
+        head = [f"{name} is a Tuple: foreign clients get its parts as tensors {name}.0 ..."]
+        return head + [loss for i, s in enumerate(space.spaces) for loss in translation_losses(s, f"{name}.{i}")]
+    if isinstance(space, gym_spaces.Text):
+        return [f"{name} is Text: its length and charset do not travel (a STRING)"]
+    wide = spaces.codec.WIDEN.get(np.dtype(space.dtype)) if space.dtype is not None else None
+    return [f"{name} is {space.dtype}: it travels as {wide}"] if wide is not None else []
+
+
+def say_losses(factory: Any, interface: "AgentInterface") -> None:
+    """Log, once per factory and loss, what foreign clients cannot read back of ``interface``'s spaces."""
+    said = factory.losses_said
+    for loss in interface.losses():
+        if loss not in said:
+            said.add(loss)
+            log.info("%s: %s (a dmrpc_gym client gets the exact space)", factory.name, loss)
+
+
+def fidelity_properties(interface: "AgentInterface", env: Any,
+                        frame: Callable[[], Awaitable[np.ndarray]]) -> list[Property]:
+    """An agent's :data:`SPACES_PROPERTY` and, when ``env`` renders ``rgb_array``, its
+    :data:`FRAME_PROPERTY` (:mod:`dmrpc_gym.protocol.fidelity`)."""
+    props = [Property(SPACES_PROPERTY, pb.STRING, "the exact spaces (and dm_env specs) of this agent's env, "
+                      "as dmrpc_gym describes them", read=interface.description)]
+    if rgb_render(env) is not None:
+        props.append(Property(FRAME_PROPERTY, pb.UINT8, "the env's render() of its current state, made "
+                              "when read (uint8, H x W x C)", read=frame, shape=(-1, -1, -1)))
+    return props
 
 
 class StepAnswer(bulk.Pieces):
@@ -281,6 +309,11 @@ class AgentInterface:
                 described["dm_env"] = {k: describe_dm_spec(v) for k, v in self.dm_specs.items()}
             self._description = pack_info(described)
         return self._description
+
+    def losses(self) -> list[str]:
+        """What foreign clients cannot read back of these spaces (:func:`translation_losses`)."""
+        return [*translation_losses(self.observation_space, self._names[OBSERVATION] or ""),
+                *translation_losses(self.action_space, self._names[ACTION] or "")]
 
     def uid(self, name: str) -> int:
         """The UID of observation ``name`` (``ValueError`` when there is none)."""

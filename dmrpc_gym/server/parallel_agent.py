@@ -120,7 +120,7 @@ class ParallelAgent:
     def properties(self) -> list[Property]:
         world = self.world
         return [
-            *fidelity_properties(self.interface, lambda: current_frame(
+            *fidelity_properties(self.interface, world.env, lambda: current_frame(
                 world.env, world.lane, f"{world.factory.name} (world {world.name!r})", world.factory.render_failure)),
             Property("world_name", pb.STRING, "the world this connection is joined to",
                      read=lambda: self.world.name),

@@ -43,7 +43,7 @@ import numpy as np
 
 from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import Factory, close_quietly
-from dmrpc_gym.server.interface import AgentInterface, rgb_shape, spec_names
+from dmrpc_gym.server.interface import AgentInterface, rgb_shape, say_losses, spec_names
 from dmrpc_gym.server.parallel_agent import AGENT, ParallelAgent, names_text
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.workers import Lane
@@ -115,9 +115,12 @@ class ParallelWorld:
         if not possible:
             raise status.failed_precondition(f"{self.factory.name} has no possible_agents")
         rgb = rgb_shape(self.factory, env, recipe, seed)
-        return {agent: AgentInterface(env.observation_space(agent), env.action_space(agent), rgb,
-                                      who=f"{self.factory.name} agent {agent!r}", names=spec_names(env))
-                for agent in possible}
+        interfaces = {agent: AgentInterface(env.observation_space(agent), env.action_space(agent), rgb,
+                                            who=f"{self.factory.name} agent {agent!r}", names=spec_names(env))
+                      for agent in possible}
+        for interface in interfaces.values():
+            say_losses(self.factory, interface)
+        return interfaces
 
     # -- waiting ---------------------------------------------------------------------
 

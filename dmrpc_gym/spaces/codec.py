@@ -22,14 +22,14 @@ from dmrpc_gym.protocol.wire import pb
 __all__ = ["ValueCodec", "value_codec", "specs_from_space", "flatten_value", "unflatten_value"]
 
 # Spec dtypes for numpy dtypes dm_env_rpc lacks.
-_WIDEN = {np.dtype(np.float16): np.dtype(np.float32),
+WIDEN = {np.dtype(np.float16): np.dtype(np.float32),
           np.dtype(np.int16): np.dtype(np.int32),
           np.dtype(np.uint16): np.dtype(np.uint32)}
 
 
 def _wire_dtype(dtype: Any, where: str) -> tuple[np.dtype, int]:
     dtype = np.dtype(dtype)
-    wire = _WIDEN.get(dtype, dtype)
+    wire = WIDEN.get(dtype, dtype)
     try:
         return wire, tensors.data_type(wire)
     except TypeError as exc:
