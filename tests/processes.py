@@ -22,21 +22,25 @@ def free_port() -> int:
 
 class ServedProcess:
     """``dmrpc-gym serve TARGET`` on ``port`` as a subprocess, which a test may kill and start
-    again (``processes`` holds every one started); ``close()`` ends them all."""
+    again (``processes`` holds every one started); ``close()`` ends them all. ``args`` are more
+    ``serve`` arguments; ``address`` is where the last one started listens (as its ``serving ...
+    on ADDRESS`` line says, so port 0 works)."""
 
-    def __init__(self, port: int, target: str = "dmrpc_gym.worlds.catch:Catch"):
-        self.port, self.target = port, target
+    def __init__(self, port: int, target: str = "dmrpc_gym.worlds.catch:Catch", args: tuple[str, ...] = ()):
+        self.port, self.target, self.args = port, target, tuple(args)
+        self.address = ""
         self.processes: list[subprocess.Popen] = []
         self.start()
 
     def start(self) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
         process = subprocess.Popen([sys.executable, "-m", "dmrpc_gym", "serve", self.target,
-                                    "--port", str(self.port)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                    "--port", str(self.port), *self.args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)
         self.processes.append(process)
         line = process.stdout.readline()
         assert "serving" in line, line + process.stdout.read()
+        self.address = line.rsplit(" on ", 1)[-1].strip()
 
     def kill(self) -> None:
         self.processes[-1].send_signal(signal.SIGKILL)
