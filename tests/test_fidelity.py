@@ -112,7 +112,7 @@ def _params() -> list:
 @pytest.fixture(scope="module")
 def servers(request):
     order = [item.callspec.params["case"] for item in request.session.items
-             if item.module is request.module and "case" in getattr(item, "callspec", {}).params
+             if getattr(item, "module", None) is request.module and "case" in getattr(item, "callspec", {}).params
              and item.originalname == "test_served_env_is_the_local_env"]
     pool = Servers(order)
     yield pool
