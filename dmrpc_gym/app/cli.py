@@ -129,7 +129,9 @@ def add_inspect(subparsers: Any) -> None:
         description="Join a world and print every action and observation spec (UID, dtype, shape, bounds, "
                     "the gymnasium space it becomes or why none) of every agent, and its properties; then leave.")
     add_world_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--json", action="store_true",
+                        help='print the report as JSON (RFC 8259: infinite bounds are the strings "inf" and '
+                             '"-inf", a NaN is "nan")')
     parser.set_defaults(run=run_inspect)
 
 
@@ -142,7 +144,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         kwargs = world_kwargs(args)
         report = inspect_world(kwargs.pop("address"), **kwargs)
         report.address = world_name_shown(args, report.address)
-        print(json.dumps(report_json(report), indent=2) if args.json else format_report(report))
+        print(json.dumps(report_json(report), indent=2, allow_nan=False) if args.json else format_report(report))
     return _run_client("inspect", job)
 
 

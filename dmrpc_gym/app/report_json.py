@@ -1,10 +1,16 @@
 """``dmrpc-gym inspect --json``: a :class:`~dmrpc_gym.app.report.WorldReport` as plain data.
 
 Bounds are numbers (one for every element) or nested lists in the spec's shape;
-property values are JSON values.
+property values are JSON values. RFC 8259 JSON has no infinities and no NaN, so
+these are written as the strings ``"inf"``, ``"-inf"`` and ``"nan"`` (which
+Python's ``float()`` and numpy read back).
+
+>>> _jsonable(np.array([-np.inf, 0.5, np.inf])), _jsonable(np.float32("nan"))
+(['-inf', 0.5, 'inf'], 'nan')
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -16,14 +22,23 @@ from dmrpc_gym.protocol.wire import pb
 __all__ = ["report_json"]
 
 
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float (nested in lists too) written as ``"inf"``, ``"-inf"`` or ``"nan"``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, np.ndarray):
-        return value.tolist()
+        return _finite(value.tolist())
     if isinstance(value, np.generic):
-        return value.item()
+        return _finite(value.item())
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
-    return value
+    return _finite(value)
 
 
 def _bound_json(value: pb.TensorSpec.Value, shape: tuple[int, ...]) -> Any:

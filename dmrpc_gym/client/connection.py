@@ -21,7 +21,7 @@ from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.protocol.errors import DmRpcError, status_name
 from dmrpc_gym.protocol.wire import FEATURES_METADATA, SERVER_METADATA, pb
 from dmrpc_gym.client.lifecycle import ConnectRetries, Patience
-from dmrpc_gym.transport.base import StreamEnded, Transport, parse_address
+from dmrpc_gym.transport.base import StreamEnded, Transport, check_address, parse_address
 from dmrpc_gym.transport.grpcio_client import GrpcioTransport
 from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
 from dmrpc_gym.transport.h2_idle import MIN_KEEPALIVE
@@ -49,7 +49,9 @@ class Connection(ConnectRetries):
     """A dm_env_rpc client connection (one gRPC stream).
 
     Args:
-        address: ``"host:port"`` of the server (plain TCP unless ``tls``), or ``"unix:PATH"``.
+        address: ``"host:port"`` (``"[IPv6]:port"``) of the server (plain TCP unless ``tls``), or
+            ``"unix:PATH"``; with ``credentials``, gRPC's ``dns:``-style targets too. Anything else
+            (a scheme such as ``http://``) is a ``ValueError`` at once, naming these forms.
         channel: an existing ``grpc.Channel`` to use instead of ``address``.
         credentials: ``grpc.ChannelCredentials`` for a secure channel to ``address`` (through grpcio).
         tls: TLS on our own fast path: True (the system's CA store), a CA bundle path, or
@@ -89,6 +91,8 @@ class Connection(ConnectRetries):
                  shared: SharedConnections | None = None):
         if (address is None) == (channel is None):
             raise ValueError("give exactly one of address= or channel=")
+        if address is not None:
+            check_address(address, grpc_targets=credentials is not None)   # a malformed one: at once
         if tls not in (None, False) and (channel is not None or credentials is not None):
             raise ValueError("tls= is for our own client; with channel= or credentials= grpcio does TLS")
         check_keepalive(keepalive, channel)

@@ -113,12 +113,18 @@ class ConnectRetries:
     _write: Callable[..., None]
 
     def _connect(self) -> Transport:
-        """A transport to the server, retrying a refused or reset connection within ``connect_timeout``."""
+        """A transport to the server, retrying a refused or reset connection within ``connect_timeout``.
+
+        A first failure that a server still starting does not explain (a name that does not
+        resolve) is told at once, as a warning, while the retries go on."""
         patience = self._patience
         while True:
             try:
                 return self._open(patience.remaining())
             except Unreachable as err:
+                if patience.attempts == 1 and not err.starting and patience.remaining():
+                    warnings.warn(f"{err}; retrying for up to {patience.seconds:g} s (connect_timeout)",
+                                  RuntimeWarning, stacklevel=4)
                 if not patience.pause(err):
                     if patience.attempts == 1:
                         raise

@@ -14,7 +14,7 @@ from __future__ import annotations
 import zlib
 from typing import Callable, Iterator
 
-from dmrpc_gym.transport.frames import StreamError
+from dmrpc_gym.transport.frames import CLIENT_MESSAGE_LIMIT, StreamError
 
 __all__ = ["ENCODINGS", "ACCEPT_ENCODING", "compressor", "decompressor", "inflating", "check_encoding"]
 
@@ -44,23 +44,23 @@ def compressor(name: str) -> Callable[[bytes], bytes]:
     return compress
 
 
-def decompressor(name: str, limit: int) -> Callable[[bytes], bytes]:
+def decompressor(name: str, limit: int, option: str = CLIENT_MESSAGE_LIMIT) -> Callable[[bytes], bytes]:
     """A function inflating one message in encoding ``name``; ``StreamError`` past ``limit`` bytes or when corrupt.
 
     ``KeyError`` for an encoding this package does not speak.
     """
     _WBITS[name]                              # KeyError now, not at the first message
-    return lambda message: b"".join(inflating(name, message, limit))
+    return lambda message: b"".join(inflating(name, message, limit, option))
 
 
 #: Bytes inflated at a time: a server yields to its other connections between steps.
 INFLATE_STEP = 1 << 20
 
 
-def inflating(name: str, message: bytes, limit: int) -> Iterator[bytes]:
+def inflating(name: str, message: bytes, limit: int, option: str = CLIENT_MESSAGE_LIMIT) -> Iterator[bytes]:
     """The inflated ``message``, in pieces of at most :data:`INFLATE_STEP` bytes, made as they are taken.
 
-    ``StreamError`` as soon as the total passes ``limit`` (RESOURCE_EXHAUSTED) or the data is
+    ``StreamError`` as soon as the total passes ``limit`` (RESOURCE_EXHAUSTED, naming ``option``, what sets it) or the data is
     corrupt (INTERNAL): a small message that inflates to gigabytes costs at most ``limit``.
     """
     wbits = _WBITS[name] | 32 if name == "deflate" else _WBITS[name]   # deflate: zlib or gzip header
@@ -73,7 +73,7 @@ def inflating(name: str, message: bytes, limit: int) -> Iterator[bytes]:
         total += len(out)
         if total > limit:
             raise StreamError(8, f"a {name} message of {len(message)} bytes inflates past the maximum "
-                                 f"message size of {limit} bytes (max_message_size)")
+                                 f"message size of {limit} bytes (set by {option})")
         if not out:
             return
         yield out

@@ -56,12 +56,17 @@ class StreamError(Exception):
         self.status = status
 
 
-class MessageTooLarge(StreamError):
-    """A gRPC message declared (or inflated to) more bytes than the receiver's limit."""
+#: What sets each end's largest message, as its refusals name it (the one to raise).
+CLIENT_MESSAGE_LIMIT = "max_message_size= of the client"
+SERVER_MESSAGE_LIMIT = "the server's max_message_size=, dmrpc-gym serve --max-message-size"
 
-    def __init__(self, size: int, limit: int):
+
+class MessageTooLarge(StreamError):
+    """A gRPC message declared (or inflated to) more bytes than the receiver's limit, set by ``option``."""
+
+    def __init__(self, size: int, limit: int, option: str = CLIENT_MESSAGE_LIMIT):
         super().__init__(8, f"a gRPC message of {size} bytes exceeds the maximum message size "
-                            f"of {limit} bytes (max_message_size)")
+                            f"of {limit} bytes (set by {option})")
         self.size, self.limit = size, limit
 
 
@@ -228,7 +233,7 @@ class MessageSplitter:
     >>> splitter.feed(framed[4:], out), out
     (None, [b'ab', b'cde'])
 
-    ``limit`` bounds a message's size: a prefix declaring more raises
+    ``limit`` bounds a message's size (``option``: what sets it): a prefix declaring more raises
     :class:`MessageTooLarge` before the message is buffered. Memory follows the
     bytes that arrived, never the size a prefix declares: a large message is
     filled in place in a buffer that starts at :data:`FIRST_ROOM` (or what has
@@ -238,11 +243,11 @@ class MessageSplitter:
     flagged compressed; without it such a message is a :class:`StreamError`.
     """
 
-    __slots__ = ("_data", "limit", "decompress", "_big", "_size", "_filled", "_flag")
+    __slots__ = ("_data", "limit", "option", "decompress", "_big", "_size", "_filled", "_flag")
 
-    def __init__(self, limit: int = MAX_WINDOW, decompress=None):
+    def __init__(self, limit: int = MAX_WINDOW, decompress=None, option: str = CLIENT_MESSAGE_LIMIT):
         self._data = bytearray()
-        self.limit = limit
+        self.limit, self.option = limit, option
         self.decompress = decompress
         self._big: bytearray | None = None   # a large message being filled in place (one copy)
         self._size = 0                        # its declared size (len(_big) grows toward it)
@@ -266,7 +271,7 @@ class MessageSplitter:
             size = U32.unpack_from(data, 1)[0]
             if size > self.limit:
                 del data[:]
-                raise MessageTooLarge(size, self.limit)
+                raise MessageTooLarge(size, self.limit, self.option)
             if len(data) < 5 + size:
                 if size >= _BIG:                  # fill it in place from now on
                     self._filled = len(data) - 5

@@ -17,7 +17,7 @@ from typing import Awaitable, Protocol
 
 from dmrpc_gym.protocol.wire import METHOD_PATH
 from dmrpc_gym.transport import compression as encodings
-from dmrpc_gym.transport.frames import MessageSplitter
+from dmrpc_gym.transport.frames import SERVER_MESSAGE_LIMIT, MessageSplitter
 from dmrpc_gym.transport.security import token_matches
 
 __all__ = ["StreamHandler", "Stream", "refusal_of", "HTTP1_ANSWER", "HEADER_LIMIT"]
@@ -55,7 +55,7 @@ class Stream:
         self.recv_window = recv_window   # what the client may still send on it (ours)
         self.held = 0                    # bytes received and not yet consumed by the session
         self.credit = 0                  # bytes consumed since our last WINDOW_UPDATE for it
-        self.splitter = MessageSplitter(limit)
+        self.splitter = MessageSplitter(limit, option=SERVER_MESSAGE_LIMIT)
         self.inbox: deque = deque()      # requests (compressed ones as Deflated), then None once the client is done
         self.session: StreamHandler | None = None
         self.busy = False                # answering requests (on the loop's turn, or in ``task``)

@@ -23,7 +23,7 @@ import asyncio
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport import frames as h2
 from dmrpc_gym.transport.frames import (END_STREAM, FLOW_CONTROL_ERROR, MAX_WINDOW, PADDED, PROTOCOL_ERROR, U32,
-                                        WINDOW_UPDATE, ProtocolError, StreamError, frame)
+                                        SERVER_MESSAGE_LIMIT, WINDOW_UPDATE, ProtocolError, StreamError, frame)
 from dmrpc_gym.transport.h2_calls import Stream
 
 __all__ = ["Requests", "receive_window"]
@@ -104,7 +104,7 @@ class Requests:
     async def _inflate(self, stream: Stream, raw: bytes) -> bytes:
         """A compressed request inflated step by step, letting the other streams run between steps."""
         pieces = []
-        for piece in encodings.inflating(stream.encoding, raw, self._max_message):
+        for piece in encodings.inflating(stream.encoding, raw, self._max_message, SERVER_MESSAGE_LIMIT):
             if pieces:
                 await asyncio.sleep(0)
             pieces.append(piece)

@@ -49,7 +49,8 @@ _BIG_FRAME = 1 << 16             # DATA frames at least this large are not copie
 _INTERNAL = 13
 _LINGER = 1.0                    # seconds a connection that broke the protocol is read and dropped
 _UNAVAILABLE = 14
-_refusals = Refusals(log, "refusing connections: %d are open, the limit (ConnectionLimits.max_connections); "
+_refusals = Refusals(log, "refusing connections: %d are open, the limit (ConnectionLimits.max_connections, "
+                          "serve --max-connections); "
                           "%d refused in the last minute")
 
 

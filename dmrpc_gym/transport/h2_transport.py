@@ -22,6 +22,9 @@ from dmrpc_gym.transport.unix import connect_unix, unix_path
 
 __all__ = ["H2Transport", "open_connection"]
 
+#: Failures to connect that a server still starting explains: none listening yet, or no socket file yet.
+_STARTING = (ConnectionRefusedError, ConnectionResetError, FileNotFoundError)
+
 
 def open_connection(address: str, connect_timeout: float | None, *, tls: Any = None, keepalive: bool = True,
                     ping_every: float | None = None) -> GrpcConnection:
@@ -47,7 +50,8 @@ def open_connection(address: str, connect_timeout: float | None, *, tls: Any = N
             sock = socket.create_connection((host, port), timeout=connect_timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except OSError as err:
-        raise Unreachable(f"cannot reach a dm_env_rpc server at {address}: {err}") from None
+        raise Unreachable(f"cannot reach a dm_env_rpc server at {address}: {err}",
+                          starting=isinstance(err, _STARTING)) from None
     try:
         if context is not None:
             try:
