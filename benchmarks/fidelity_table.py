@@ -23,8 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)        # the checkout's dmrpc_gym, as ``python -m pytest`` from the root imports it
 MD = os.path.join(HERE, "fidelity.md")
-BEGIN, END = "<!-- fidelity-table -->", "<!-- /fidelity-table -->"
-COLUMNS = ("spaces", "steps", "frames", "second_world", "refused")
+COLUMNS = ("spaces", "steps", "frames", "second_world")
 
 
 class Collect:
@@ -47,7 +46,7 @@ class Collect:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if "case" not in params:
             return
-        key = (params["case"].id, params.get("check", "refused"))
+        key = (params["case"].id, params.get("check", "?"))
         if report.when == "call" or (report.outcome != "passed" and key not in self.status):
             self.status[key] = _status(report)
 
@@ -69,7 +68,8 @@ def _status(report) -> tuple[str, str]:
     return "FAIL", (wanted or lines[-1:] or ["(no message)"])[0].removeprefix("E ").strip()
 
 
-def _commit() -> str:
+def commit() -> str:
+    """The checkout's commit, and whether dmrpc_gym/ has changes not committed."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     dirty = git("status", "--porcelain", "--untracked-files=no", "--", "dmrpc_gym")
@@ -98,17 +98,20 @@ def table(collect: Collect, seconds: float, outcome: str) -> str:
     head = ("| family | env | made short by | " + " | ".join(c.replace("_", " ") for c in columns) + " |\n"
             "|---|---|---|" + "---|" * len(columns))
     summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()) if n)
-    lines = [f"Commit {_commit()}, {datetime.date.today().isoformat()}: {len(collect.cases)} envs, {summary}; "
+    lines = [f"Commit {commit()}, {datetime.date.today().isoformat()}: {len(ran)} envs, {summary}; "
              f"the suite took {seconds:.0f} s ({outcome}).", "", head, *rows, ""]
     lines += [f"[{i}] {why}" + "  " for i, why in enumerate(notes, 1)]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write(text: str) -> None:
-    old = open(MD).read() if os.path.exists(MD) else f"# Fidelity\n\n{BEGIN}\n{END}\n"
-    if BEGIN not in old:
-        old += f"\n{BEGIN}\n{END}\n"
-    new = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: f"{BEGIN}\n{text}{END}", old, flags=re.S)
+def write_section(name: str, text: str) -> None:
+    """Put ``text`` into benchmarks/fidelity.md between the ``<!-- name -->`` markers (added at the
+    end when missing), keeping everything else."""
+    begin, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    old = open(MD).read() if os.path.exists(MD) else "# Fidelity\n"
+    if begin not in old:
+        old = old.rstrip("\n") + f"\n\n{begin}\n{end}\n"
+    new = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: f"{begin}\n{text}{end}", old, flags=re.S)
     with open(MD, "w") as f:
         f.write(new)
 
@@ -126,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     text = table(collect, seconds, f"pytest exit code {int(code)}")
     print("\n" + text)
     if args.write:
-        write(text)
+        write_section("fidelity-table", text)
         print(f"wrote {os.path.relpath(MD, ROOT)}")
     return 0
 
