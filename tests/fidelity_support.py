@@ -48,7 +48,8 @@ class Case:
     ``kind`` is the API both sides are read through: ``gym``, ``parallel`` (PettingZoo),
     ``aec`` (PettingZoo turn-based) or ``dm_env``. ``settings`` are the world settings and the
     local env's arguments at once. A run stops after ``episodes`` episode ends or ``max_steps``
-    steps. ``xfail`` maps a check (or ``"*"``) to why the env cannot pass it.
+    steps; ``reseed`` seeds every reset (``SEED + episode``), for an env whose unseeded reset is
+    random. ``xfail`` maps a check (or ``"*"``) to why the env cannot pass it.
     """
     family: str
     name: str
@@ -59,6 +60,7 @@ class Case:
     max_steps: int = 60
     renders: bool = True
     frame_ops: int = 3
+    reseed: bool = False
     xfail: Mapping[str, str] = dataclasses.field(default_factory=dict)
     note: str = ""
 
@@ -276,8 +278,9 @@ def script(player: Any, env: Any, case: Case, render: bool = False, ops_limit: i
             run.ends += 1
             if run.ends == case.episodes or (ops_limit is not None and len(run.ops) >= ops_limit):
                 break
-            run.ops.append(("reset", None))
-            run.records.append(player.reset(env, None))
+            seed = SEED + run.ends if case.reseed else None
+            run.ops.append(("reset", seed))
+            run.records.append(player.reset(env, seed))
     if render:
         run.records[-1]["frame"] = player.render(env)
     return run

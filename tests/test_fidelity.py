@@ -93,8 +93,12 @@ CASES: list[Case] = [
     Case("bsuite", "mnist/0", "bsuite/mnist/0", "dm_env", renders=False, xfail={"*": _MNIST}),
 ]
 
+# OpenSpiel's hanabi (through shimmy) draws a fresh seed at each unseeded reset: each of its games is seeded.
+_RESEEDED = {"hanabi_v5"}
 AEC_CASES = [Case("classic", name, f"pettingzoo.classic.{name}:env", "aec", settings, episodes=episodes,
-                  max_steps=120 if episodes else 30, note="two games" if episodes else "30 moves, no game end")
+                  max_steps=120 if episodes else 30, reseed=name in _RESEEDED,
+                  note=("two games" + (", each seeded" if name in _RESEEDED else "")) if episodes
+                  else "30 moves, no game end")
              for name, (settings, episodes) in _CLASSIC_AEC.items()]
 CASES += AEC_CASES      # issue 29 item 4: turn-based games are served, read back by dmrpc_gym.aec_env
 
