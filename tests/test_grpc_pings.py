@@ -7,6 +7,7 @@ client that PINGs every 100 ms with no data still gets GOAWAY too_many_pings.
 """
 from __future__ import annotations
 
+import socket
 import time
 
 from raw_h2 import RawClient, data, message
@@ -30,6 +31,7 @@ class BdpClient(RawClient):
 
     def __init__(self, address: str):
         super().__init__(address, timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)   # as gRPC clients set it
         self.outstanding, self.pings, self.seen_goaway = False, 0, None
 
     def next_frame(self):
