@@ -384,8 +384,8 @@ def test_a_quiet_stream_is_not_idle(catch):
 
 # -- finding 12: etiquette ----------------------------------------------------------------------
 def test_pings_too_close_together_end_the_connection_as_grpc_servers_do(catch):
-    """29 idle PINGs in 3 s were all answered; past two strikes (PINGs closer than 10 s, with no
-    answer of ours between) it is GOAWAY ENHANCE_YOUR_CALM "too_many_pings", as grpc servers send."""
+    """29 idle PINGs in 3 s were all answered; past two strikes (PINGs closer than min_ping_interval,
+    with no answer of ours between) it is GOAWAY ENHANCE_YOUR_CALM "too_many_pings", as grpc servers send."""
     raw = RawClient(catch.address)
     try:
         raw.send(b"".join(frame(PING, 0, 0, bytes(8)) for _ in range(29)))

@@ -69,7 +69,8 @@ class Connection(ConnectRetries):
         keepalive: seconds (at least 10) of quiet after which the idle connection PINGs the
             server, so a dead peer is found before the next step (``ConnectionError`` naming
             the unanswered PING); None: no PINGs. grpc servers by default allow one PING per
-            5 minutes on a connection that carries no data: give them at least 300.
+            5 minutes on a connection that carries no data: give them at least 300. Our own
+            servers permit this client's keepalive at any interval it takes.
         shared: a :class:`~dmrpc_gym.transport.h2_pool.SharedConnections`: the stream goes on
             the HTTP/2 connection it keeps for this server, with every other given the same.
 
