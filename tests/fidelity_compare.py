@@ -13,6 +13,14 @@ specs, :func:`run_differences` for two runs' records.
 ["['a']: float 0.0 (float64) where the local env has int 0 (int64)"]
 >>> differences(np.array([np.nan, 1.0]), np.array([np.nan, 1.0]))
 []
+>>> differences(np.array([-0.0]), np.array([0.0]))
+['value: 1 of 1 values differ, first at [0]: np.float64(-0.0) where the local env has np.float64(0.0)']
+>>> differences(np.array(1.5), np.float64(1.5))
+['value: a ndarray (array(1.5)) where the local env has float64 np.float64(1.5)']
+>>> differences({"b": 1, "a": 2}, {"a": 2, "b": 1})
+["value: keys in the order ['b', 'a'] where the local env has ['a', 'b']"]
+>>> differences({"x": [1]}, {"x": (1,)})
+["['x']: a list ([1]) where the local env has a tuple ((1,))"]
 """
 from __future__ import annotations
 
