@@ -98,3 +98,23 @@ class Shapes(dm_env.Environment):
 
     def action_spec(self) -> specs.BoundedArray:
         return specs.BoundedArray((1,), np.float64, [-1.0], [1.0], name="act")
+
+
+class Tally(gym.Env):
+    """Rewards of an env's own types (an int, then a float32) and a last step that is both terminated
+    and truncated: dm_env_rpc's DOUBLE reward and single end state say neither."""
+
+    def __init__(self):
+        self.observation_space = spaces.Discrete(10)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.t, {}
+
+    def step(self, action):
+        self.t += 1
+        reward = int(action) if self.t % 2 else np.float32(0.5 * int(action))
+        return self.t, reward, self.t == 3, self.t == 3, {}

@@ -14,7 +14,7 @@ import dmrpc_gym
 import servers
 from dmrpc_gym import DmRpcError
 from dmrpc_gym.client.env import DmRpcEnv
-from identity_worlds import Blind, Composite, Counted, Shapes
+from identity_worlds import Blind, Composite, Counted, Shapes, Tally
 
 
 def assert_identical(a, b, where="value"):
@@ -238,3 +238,20 @@ def test_what_foreign_clients_lose_is_said_once_by_name(caplog):
     said = [r.getMessage() for r in caplog.records if "exact space" in r.getMessage()]
     assert any("observation is a Tuple" in m for m in said) and any("float16: it travels as float32" in m for m in said)
     assert len(said) == len(set(said))
+
+
+def test_reward_types_and_both_end_flags_are_the_envs():
+    """Rewards came back as float whatever the env returned, and terminated-and-truncated as terminated."""
+    with servers.start(Tally) as server:
+        env = DmRpcEnv(server.address)
+        local = Tally()
+        try:
+            env.reset(seed=0)
+            local.reset(seed=0)
+            for action in (1, 1, 0):
+                ours, theirs = env.step(action), local.step(action)
+                assert type(ours[1]) is type(theirs[1]) and ours[1] == theirs[1]
+                assert ours[2:4] == theirs[2:4]
+            assert ours[2:4] == (True, True)
+        finally:
+            env.close()

@@ -26,7 +26,7 @@ import numpy as np
 from dmrpc_gym import spaces as _spaces
 from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.protocol.errors import DmRpcError
-from dmrpc_gym.protocol.fidelity import FIDELITY_FEATURE, FRAME_PROPERTY, SPACES_PROPERTY
+from dmrpc_gym.protocol.fidelity import EXACT_UID, FIDELITY_FEATURE, FRAME_PROPERTY, SPACES_PROPERTY, exact_reward
 from dmrpc_gym.protocol.info import DROPPED, INFO_FEATURE, INFO_UID, dropped_keys, unpack_info, without_dropped
 from dmrpc_gym.client.connection import Connection, settings_tensors
 from dmrpc_gym.client.scalars import RewardFn, Scalar
@@ -190,6 +190,8 @@ class RemoteAgent:
         self._requested = sorted(self.specs.observations.uid(n) for n in wanted)
         if self._carries_info:
             self._requested.append(INFO_UID)
+        if self._fidelity:
+            self._requested.append(EXACT_UID)
         self._requests: dict[tuple, pb.StepRequest] = {}
         self._quick = {}
         for source in (self.reward, self.discount):
@@ -301,16 +303,32 @@ class RemoteAgent:
                     rest[uid] = tensor
             if self._carries_info:
                 info_tensor = rest.pop(INFO_UID, None)
+            exact_tensor = rest.pop(EXACT_UID, None) if self._fidelity else None
             if rest or large:
                 named.update(self.specs.observations.unpack(rest, large=large))
         else:
             if self._carries_info and INFO_UID in observations:
                 info_tensor = observations[INFO_UID]
                 del observations[INFO_UID]
+            exact_tensor = None
+            if self._fidelity and EXACT_UID in observations:
+                exact_tensor = observations[EXACT_UID]
+                del observations[EXACT_UID]
             named = self.specs.observations.unpack(observations, large=large)
         carried = None if info_tensor is None else self._read_info(info_tensor)
         self.last_observations = named
-        return self._result(named, state, carried)
+        result = self._result(named, state, carried)
+        return result if exact_tensor is None else self._exactly(result, exact_tensor)
+
+    def _exactly(self, result: tuple, tensor: pb.Tensor) -> tuple:
+        """``result`` with what the server's exact extras say (:func:`~dmrpc_gym.protocol.fidelity.exact_step`):
+        the reward's own type (for the ``reward`` observation, not a ``reward=`` callable) and
+        ``truncated`` beside ``terminated``."""
+        obs, reward, terminated, truncated, info = result
+        exact = unpack_info(tensor.strings.array[0])
+        if "reward" in exact and self.reward.fn is None and self.reward.name == "reward":
+            reward = exact_reward(reward, exact["reward"])
+        return obs, reward, terminated, truncated or bool(exact.get("truncated")), info
 
     def _read_info(self, tensor: pb.Tensor) -> dict[str, Any] | None:
         """The served env's info from the ``info`` observation (a string tensor: never one of the

@@ -9,6 +9,10 @@ peers never meet:
   :data:`RENDER_METADATA` (:data:`NO_RENDER` for none); a server builds the envs
   of that stream's worlds with it. A foreign client sends no such header and
   gets the server's default (``serve --render``).
+- what a step returned that dm_env_rpc cannot say (a reward that is no Python
+  float, ``truncated`` when ``terminated`` is set too) travels, when asked for, as
+  the observation :data:`EXACT_UID` that no spec lists (JSON, as ``info``), only on
+  the steps that need it (:func:`exact_step`);
 - a server that offers :data:`FIDELITY_FEATURE` (in its response headers) gives
   every joined agent two properties: :data:`SPACES_PROPERTY`, the exact spaces
   (and a dm_env's specs) as text (:mod:`dmrpc_gym.spaces.described`), and
@@ -20,7 +24,14 @@ peers never meet:
 """
 from __future__ import annotations
 
-__all__ = ["FIDELITY_FEATURE", "RENDER_METADATA", "NO_RENDER", "SPACES_PROPERTY", "FRAME_PROPERTY", "render_header"]
+from typing import Any
+
+import numpy as np
+
+from dmrpc_gym.protocol.info import INFO_UID
+
+__all__ = ["FIDELITY_FEATURE", "RENDER_METADATA", "NO_RENDER", "SPACES_PROPERTY", "FRAME_PROPERTY", "EXACT_UID",
+           "render_header", "exact_step", "exact_reward"]
 
 #: The feature a dmrpc_gym server lists when it offers the two properties below.
 FIDELITY_FEATURE = "fidelity"
@@ -32,6 +43,8 @@ NO_RENDER = "none"
 SPACES_PROPERTY = "spaces"
 #: The agent property whose read renders the current state (uint8, H x W x C).
 FRAME_PROPERTY = "frame"
+#: The observation UID of a step's exact extras (beside ``info``'s and a turn's; no spec lists it).
+EXACT_UID = INFO_UID - 2
 
 
 def render_header(render_mode: str | None) -> tuple[str, str]:
@@ -41,3 +54,33 @@ def render_header(render_mode: str | None) -> tuple[str, str]:
     (('dmrpc-gym-render-mode', 'none'), ('dmrpc-gym-render-mode', 'rgb_array'))
     """
     return RENDER_METADATA, NO_RENDER if render_mode is None else render_mode
+
+
+def exact_step(reward: Any, terminated: bool, truncated: bool) -> dict[str, Any] | None:
+    """What dm_env_rpc cannot say of a step: the type of a reward that is no Python float (its
+    value travels as the DOUBLE ``reward``), and ``truncated`` when ``terminated`` is set too.
+
+    >>> exact_step(1.0, False, False), exact_step(np.float32(1), True, True), exact_step(2, False, False)
+    (None, {'reward': '<f4', 'truncated': True}, {'reward': 'int'})
+    """
+    kind = type(reward)
+    exact = None
+    if kind is not float:
+        exact = {"reward": reward.dtype.str if isinstance(reward, np.generic) else kind.__name__}
+    if terminated and truncated:
+        exact = {**(exact or {}), "truncated": True}
+    return exact
+
+
+def exact_reward(value: float, kind: str) -> Any:
+    """The reward ``value`` as the type :func:`exact_step` named (a float for a type it does not know).
+
+    >>> exact_reward(2.0, "int"), exact_reward(0.5, "<f4")
+    (2, np.float32(0.5))
+    """
+    if kind in ("int", "bool"):
+        return int(value) if kind == "int" else bool(value)
+    try:
+        return np.dtype(kind).type(value)
+    except TypeError:
+        return value

@@ -30,7 +30,6 @@ Box([ 0. -1.], 1.0, (2,), float64)
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +37,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces as gs
 
+from dmrpc_gym.server import render_threads
 from dmrpc_gym.spaces.text import PrintableText
 
 log = logging.getLogger("dmrpc_gym.server")
@@ -125,7 +125,6 @@ class DmEnvGym(gym.Env):
         #: The discount of the last step (1.0 after a reset).
         self.discount = 1.0
         self._said_seed = False
-        self._renderer: ThreadPoolExecutor | None = None
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
         if seed is not None and not self._seed(seed) and not self._said_seed:
@@ -156,28 +155,20 @@ class DmEnvGym(gym.Env):
         self.discount = discount
         last = timestep.last()
         terminated = bool(last and discount == 0)
-        reward = 0.0 if timestep.reward is None else timestep.reward
+        reward = 0.0 if timestep.reward is None else float(timestep.reward)   # its spec's type on the wire
         return timestep.observation, reward, terminated, bool(last and not terminated), {}
 
     def render(self) -> np.ndarray | None:
-        """A frame, rendered on this env's own render thread: dm_control's OpenGL context stays
-        current on the thread that made it, while the server may call from any worker thread."""
+        """A frame (the server renders every env on a thread of its own: dm_control's OpenGL context
+        stays current on the thread that made it; :mod:`~dmrpc_gym.server.render_threads`)."""
         if self.render_mode is None:
             return None
-        if self._renderer is None:
-            self._renderer = ThreadPoolExecutor(1, thread_name_prefix="dmrpc-gym-render")
-        return self._renderer.submit(self.dm_env.physics.render, *RENDER_SIZE, camera_id=0).result()
+        return self.dm_env.physics.render(*RENDER_SIZE, camera_id=0)
 
     def close(self) -> None:
         """Close the env; a dm_control physics frees its rendering context here, on its render
-        thread, not later in a garbage collector's thread."""
+        thread (if it rendered), not later in a garbage collector's thread."""
         self.dm_env.close()
         free = getattr(getattr(self.dm_env, "physics", None), "free", None)
         if callable(free):
-            if self._renderer is not None:
-                self._renderer.submit(free).result()
-            else:
-                free()
-        if self._renderer is not None:
-            self._renderer.shutdown(wait=True)
-            self._renderer = None
+            render_threads.call(self, free, start=False)

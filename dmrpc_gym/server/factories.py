@@ -49,7 +49,7 @@ from typing import Any, Callable, Mapping
 import gymnasium as gym
 
 from dmrpc_gym.protocol.fidelity import NO_RENDER
-from dmrpc_gym.server import status
+from dmrpc_gym.server import render_threads, status
 from dmrpc_gym.server.dm_env_gym import DmEnvGym, is_dm_env
 from dmrpc_gym.server.dm_env_sources import source as dm_env_source
 from dmrpc_gym.server.settings import SEED, describe, refuse_unknown
@@ -408,8 +408,9 @@ class Factory:
 
 
 def close_quietly(env: Any) -> None:
-    """``env.close()``, ignoring its errors (closing is best effort)."""
+    """``env.close()``, ignoring its errors (closing is best effort); its render thread stops."""
     try:
         env.close()
     except Exception:  # noqa: BLE001 - closing is best effort
         pass
+    render_threads.release(env)

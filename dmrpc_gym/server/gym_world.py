@@ -37,6 +37,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from dmrpc_gym.protocol import bulk
+from dmrpc_gym.protocol.fidelity import exact_step
 from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import RENDER_MODE, Factory, close_quietly
 from dmrpc_gym.server.interface import (AgentInterface, StepAnswer, current_frame, fidelity_properties, rgb_render,
@@ -240,7 +241,7 @@ class GymAgent:
         """Answer one StepRequest into ``out`` (the env steps on a worker thread); ``large``: the
         request's tensors read outside protobuf (:func:`~dmrpc_gym.protocol.bulk.split`)."""
         plan = self.interface.plan(request.requested_observations)
-        reward, discount, info = 0.0, 1.0, None
+        reward, discount, info, exact = 0.0, 1.0, None, None
         if not self.running:
             await self._start()
             out.state, info = _RUNNING, self._info
@@ -256,6 +257,7 @@ class GymAgent:
                 raise status.internal(
                     f"{self.world.factory.name}: step raised {type(exc).__name__}: {exc}; "
                     f"the next step starts a new sequence") from None
+            exact = exact_step(reward, terminated, truncated)
             reward = float(reward)
             self._obs = obs
             self.episode_step += 1
@@ -263,9 +265,9 @@ class GymAgent:
             out.state, discount = self._outcome(terminated, truncated)
             self.running = out.state == _RUNNING
         if plan.rgb:
-            await self.interface.answer(plan, out, self._obs, reward, discount, self.lane, self._render, info)
+            await self.interface.answer(plan, out, self._obs, reward, discount, self.lane, self._render, info, exact)
         elif plan.items:
-            self.interface.encode(plan, out, self._obs, reward, discount, None, info)
+            self.interface.encode(plan, out, self._obs, reward, discount, None, info, exact)
 
     def _outcome(self, terminated: bool, truncated: bool) -> tuple[int, float]:
         """The step's ``(state, discount)``."""

@@ -25,6 +25,7 @@ take a default: zero, moved into the action's bounds (``""`` for text).
 """
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any, Awaitable, Callable, Mapping
 
@@ -34,9 +35,9 @@ from gymnasium.spaces import Space
 
 from dmrpc_gym import spaces
 from dmrpc_gym.protocol import bulk, tensors
-from dmrpc_gym.protocol.fidelity import FRAME_PROPERTY, SPACES_PROPERTY
+from dmrpc_gym.protocol.fidelity import EXACT_UID, FRAME_PROPERTY, SPACES_PROPERTY
 from dmrpc_gym.protocol.info import DROPPED, INFO_UID, dropped_keys, info_tensor_bytes, pack_info, unpack_info
-from dmrpc_gym.server import status
+from dmrpc_gym.server import render_threads, status
 from dmrpc_gym.server.factories import RENDER_MODE, close_quietly
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.settings import describe
@@ -56,7 +57,7 @@ OBSERVATION, ACTION = "observation", "action"
 #: Names of the observations the server adds.
 REWARD, DISCOUNT, RGB = "reward", "discount", "RGB"
 
-_ENV, _REWARD, _DISCOUNT, _RGB, _INFO = range(5)
+_ENV, _REWARD, _DISCOUNT, _RGB, _INFO, _EXACT = range(6)
 _PLAN_CACHE = 64
 
 
@@ -85,8 +86,9 @@ def _default(checker: SpecChecker) -> np.ndarray:
 
 
 def rgb_render(env: Any) -> Callable[[], Any] | None:
-    """The env's ``render`` when it renders ``rgb_array`` frames, else None."""
-    return env.render if getattr(env, "render_mode", None) == "rgb_array" else None
+    """The env's ``render`` (on its own render thread, :mod:`~dmrpc_gym.server.render_threads`) when it
+    renders ``rgb_array`` frames, else None."""
+    return functools.partial(render_threads.render, env) if getattr(env, "render_mode", None) == "rgb_array" else None
 
 
 def rgb_shape(factory: Any, env: Any, recipe: Mapping[str, Any], seed: int | None) -> tuple[int, int, int] | None:
@@ -144,7 +146,7 @@ async def current_frame(env: Any, lane: Lane, who: str, why: str | None = None) 
             f"{who} was built with render_mode={mode!r}, so it has no frames"
             + (f" ({why})" if why else ": make the env with render_mode='rgb_array'"))
     try:
-        frame = await lane.call(env.render)
+        frame = await lane.call(render_threads.render, env)
     except Exception as exc:  # noqa: BLE001 - the env's error is the answer
         raise status.internal(f"{who}: render() raised {type(exc).__name__}: {exc}") from None
     frame = np.asarray(frame)
@@ -295,6 +297,7 @@ class AgentInterface:
         self.specs = specs
         # info: asked for only by our clients, listed in no spec (see dmrpc_gym.protocol.info).
         self._observations[INFO_UID] = (INFO_UID, _INFO, "info", pb.STRING)
+        self._observations[EXACT_UID] = (EXACT_UID, _EXACT, "exact", pb.STRING)   # protocol.fidelity
         self._who, self._dropped = who, set()
         self._plans: dict[tuple[int, ...], _Plan] = {}
         self._observation_table = SpecTable(specs.observations, "observation")
@@ -365,9 +368,11 @@ class AgentInterface:
         return plan
 
     def encode(self, plan: _Plan, out: bulk.Pieces, observation: Any, reward: float, discount: float,
-               render: Callable[[], Any] | None, info: Mapping[str, Any] | None = None) -> None:
+               render: Callable[[], Any] | None, info: Mapping[str, Any] | None = None,
+               exact: Mapping[str, Any] | None = None) -> None:
         """Write the planned observations as the entries of a StepResponse's ``observations`` map (``out``);
-        ``info`` goes as the ``info`` observation when asked for and not empty."""
+        ``info`` and ``exact`` (:func:`~dmrpc_gym.protocol.fidelity.exact_step`) go as their hidden
+        observations when asked for and not empty."""
         flat = None
         if plan.env:
             try:
@@ -389,11 +394,15 @@ class AgentInterface:
             elif kind == _INFO:
                 if info:
                     out.add_bytes(uid, info_tensor_bytes(self._info_text(info)))
+            elif kind == _EXACT:
+                if exact:
+                    out.add_bytes(uid, info_tensor_bytes(pack_info(exact)))
             else:
                 out.add(uid, self._frame(render), pb.UINT8)
 
     async def answer(self, plan: _Plan, out: StepAnswer, observation: Any, reward: float, discount: float,
-                     lane: Lane, render: Callable[[], Any] | None, info: Mapping[str, Any] | None = None) -> None:
+                     lane: Lane, render: Callable[[], Any] | None, info: Mapping[str, Any] | None = None,
+                     exact: Mapping[str, Any] | None = None) -> None:
         """Write ``out``'s planned observations; a frame asked for is rendered on the env's ``lane`` first.
 
         Callers skip it (calling :meth:`encode` themselves) when ``plan.rgb`` is false: an await
@@ -401,7 +410,7 @@ class AgentInterface:
         """
         if plan.rgb:
             render = await rendered(lane, render)
-        self.encode(plan, out, observation, reward, discount, render, info)
+        self.encode(plan, out, observation, reward, discount, render, info, exact)
 
     def _info_text(self, info: Mapping[str, Any]) -> str:
         """``info`` as it travels; a key whose value cannot cross is logged once (the client says so too)."""

@@ -9,8 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from dmrpc_gym.protocol import bulk
+from dmrpc_gym.protocol.fidelity import exact_step
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.server import render_threads
 from dmrpc_gym.server.interface import (AgentInterface, StepAnswer, current_frame, fidelity_properties,
                                         sequence_state)
 from dmrpc_gym.server.properties import Property
@@ -50,7 +52,7 @@ class ParallelAgent:
         return self.interface.specs
 
     def _frame(self) -> Any:
-        return self.world.env.render()
+        return render_threads.render(self.world.env)
 
     def begin(self, episode: int) -> None:
         """Start this agent's sequence in ``episode``."""
@@ -64,7 +66,7 @@ class ParallelAgent:
         :meth:`~dmrpc_gym.server.gym_world.GymAgent.step`."""
         plan = self.interface.plan(request.requested_observations)
         world = self.world
-        reward, discount, info = 0.0, 1.0, None
+        reward, discount, info, exact = 0.0, 1.0, None, None
         if not self.running:
             await world.start_sequence(self)
             out.state, info = _RUNNING, self._info
@@ -84,13 +86,15 @@ class ParallelAgent:
                 out.state = _INTERRUPTED
             else:
                 self._obs, reward, terminated, truncated, info = result
+                exact = exact_step(reward, terminated, truncated)
+                reward = float(reward)
                 self.episode_return += reward
                 out.state, discount = sequence_state(terminated, truncated or self.name not in world.live)
                 self.running = out.state == _RUNNING
         if plan.rgb:
-            await self.interface.answer(plan, out, self._obs, reward, discount, world.lane, self._render, info)
+            await self.interface.answer(plan, out, self._obs, reward, discount, world.lane, self._render, info, exact)
         elif plan.items:
-            self.interface.encode(plan, out, self._obs, reward, discount, None, info)
+            self.interface.encode(plan, out, self._obs, reward, discount, None, info, exact)
 
     async def reset(self, settings: Mapping[str, pb.Tensor]) -> pb.ActionObservationSpecs:
         """ResetRequest: settings ``seed`` only; a running agent ends the episode for everyone."""

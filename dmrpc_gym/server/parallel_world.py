@@ -245,7 +245,7 @@ class ParallelWorld:
                 self.obs[name] = obs[name]
             joined = self.agents.get(name)
             if joined is not None:
-                joined.result = (self.obs.get(name), float(rewards.get(name, 0.0)),
+                joined.result = (self.obs.get(name), rewards.get(name, 0.0),
                                  bool(terminations.get(name, False)), bool(truncations.get(name, False)),
                                  (infos or {}).get(name))
         self.live = set(agents)
