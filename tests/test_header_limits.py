@@ -100,7 +100,7 @@ def test_many_connections_holding_unfinished_header_blocks_cost_little(catch):
     honest = Honest(catch.address)
     honest.start()
     figures = {}
-    for attack, first, within in (("the most a block may hold", most, 0.2), ("a growing block", grow, 2.0)):
+    for attack, first, within in (("the most a block may hold", most, 0.2), ("a growing block", grow, 5.0)):
         before = resident()
         socks = connections(catch.address, CONNECTIONS, first)
         time.sleep(0.5)
