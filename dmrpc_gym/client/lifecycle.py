@@ -124,7 +124,7 @@ class ConnectRetries:
             except Unreachable as err:
                 if patience.attempts == 1 and not err.starting and patience.remaining():
                     warnings.warn(f"{err}; retrying for up to {patience.seconds:g} s (connect_timeout)",
-                                  RuntimeWarning, stacklevel=4)
+                                  RuntimeWarning, stacklevel=3)   # where the connection was made
                 if not patience.pause(err):
                     if patience.attempts == 1:
                         raise
