@@ -255,3 +255,18 @@ def test_reward_types_and_both_end_flags_are_the_envs():
             assert ours[2:4] == (True, True)
         finally:
             env.close()
+
+
+def test_scalars_are_held_as_the_env_holds_them():
+    """A shape-() value is a 0-d array, a numpy scalar or a Python number as the env made it (FrozenLake's
+    int, dm_control's np.float64, rock-paper-scissors' 0-d arrays)."""
+    with servers.serve_like_cli("FrozenLake-v1") as server:
+        env = gym.make("dmrpc/Remote-v0", address=server.address)
+        local = gym.make("FrozenLake-v1")
+        try:
+            ours, theirs = env.reset(seed=3)[0], local.reset(seed=3)[0]
+            assert type(ours) is type(theirs) is int and ours == theirs
+            ours, theirs = env.step(1)[0], local.step(1)[0]
+            assert type(ours) is type(theirs) and ours == theirs
+        finally:
+            env.close()

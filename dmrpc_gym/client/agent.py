@@ -34,6 +34,7 @@ from dmrpc_gym.client.properties import Properties
 from dmrpc_gym.protocol.spec_table import SpecManager
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.spaces.described import space_from_description
+from dmrpc_gym.spaces.scalars import ScalarKinds
 
 __all__ = ["State", "RemoteAgent", "RewardFn", "select"]
 
@@ -123,6 +124,7 @@ class RemoteAgent:
         self.last_observations: dict[str, np.ndarray] = {}
         #: The exact spaces (and a dm_env's specs) a dmrpc_gym server described, else None.
         self.described: dict[str, Any] | None = None
+        self._scalar_kinds: ScalarKinds | None = None      # from the exact spaces
         # A dmrpc_gym server sends the env's info when asked (dmrpc_gym.protocol.info), and
         # describes its spaces and renders on demand (dmrpc_gym.protocol.fidelity).
         self._carries_info = INFO_FEATURE in connection.server_features
@@ -205,6 +207,7 @@ class RemoteAgent:
     def _use_exact_spaces(self) -> None:
         """Take the served env's own spaces (its ``spaces`` property) in place of those the specs
         give, when they name the same tensors; a description that cannot be used is said once."""
+        self.described = self._scalar_kinds = None
         try:
             described = unpack_info(str(Properties(self.connection)[SPACES_PROPERTY].item()))
             spaces = {kind: space_from_description(described[kind]) for kind in ("observation", "action")}
@@ -219,7 +222,7 @@ class RemoteAgent:
             warnings.warn("the dmrpc_gym server's description of the spaces names other tensors than its "
                           "specs; the spaces are those its TensorSpecs give", stacklevel=5)
             return
-        self.described = described
+        self.described, self._scalar_kinds = described, ScalarKinds(spaces["observation"])
         self.observation_space, self.action_space = spaces["observation"], spaces["action"]
         self._obs_codec, self._act_codec = codecs["observation"], codecs["action"]
         self._obs_names, self._act_names = list(codecs["observation"].names), list(codecs["action"].names)
@@ -322,12 +325,14 @@ class RemoteAgent:
 
     def _exactly(self, result: tuple, tensor: pb.Tensor) -> tuple:
         """``result`` with what the server's exact extras say (:func:`~dmrpc_gym.protocol.fidelity.exact_step`):
-        the reward's own type (for the ``reward`` observation, not a ``reward=`` callable) and
-        ``truncated`` beside ``terminated``."""
+        the reward's own type (for the ``reward`` observation, not a ``reward=`` callable),
+        ``truncated`` beside ``terminated``, and how the observation holds its scalars."""
         obs, reward, terminated, truncated, info = result
         exact = unpack_info(tensor.strings.array[0])
         if "reward" in exact and self.reward.fn is None and self.reward.name == "reward":
             reward = exact_reward(reward, exact["reward"])
+        if "kinds" in exact and self._scalar_kinds is not None:
+            obs = self._scalar_kinds.apply(obs, exact["kinds"])
         return obs, reward, terminated, truncated or bool(exact.get("truncated")), info
 
     def _read_info(self, tensor: pb.Tensor) -> dict[str, Any] | None:

@@ -10,7 +10,8 @@ peers never meet:
   of that stream's worlds with it. A foreign client sends no such header and
   gets the server's default (``serve --render``).
 - what a step returned that dm_env_rpc cannot say (a reward that is no Python
-  float, ``truncated`` when ``terminated`` is set too) travels, when asked for, as
+  float, ``truncated`` when ``terminated`` is set too, scalars held as numpy
+  scalars or Python numbers) travels, when asked for, as
   the observation :data:`EXACT_UID` that no spec lists (JSON, as ``info``), only on
   the steps that need it (:func:`exact_step`);
 - a server that offers :data:`FIDELITY_FEATURE` (in its response headers) gives
@@ -56,9 +57,12 @@ def render_header(render_mode: str | None) -> tuple[str, str]:
     return RENDER_METADATA, NO_RENDER if render_mode is None else render_mode
 
 
-def exact_step(reward: Any, terminated: bool, truncated: bool) -> dict[str, Any] | None:
+def exact_step(reward: Any, terminated: bool, truncated: bool,
+               kinds: dict[str, str] | None = None) -> dict[str, Any] | None:
     """What dm_env_rpc cannot say of a step: the type of a reward that is no Python float (its
-    value travels as the DOUBLE ``reward``), and ``truncated`` when ``terminated`` is set too.
+    value travels as the DOUBLE ``reward``), ``truncated`` when ``terminated`` is set too, and
+    how the observation holds its scalars, where not as the codec does
+    (``kinds``, :class:`~dmrpc_gym.spaces.scalars.ScalarKinds`).
 
     >>> exact_step(1.0, False, False), exact_step(np.float32(1), True, True), exact_step(2, False, False)
     (None, {'reward': '<f4', 'truncated': True}, {'reward': 'int'})
@@ -69,6 +73,8 @@ def exact_step(reward: Any, terminated: bool, truncated: bool) -> dict[str, Any]
         exact = {"reward": reward.dtype.str if isinstance(reward, np.generic) else kind.__name__}
     if terminated and truncated:
         exact = {**(exact or {}), "truncated": True}
+    if kinds:
+        exact = {**(exact or {}), "kinds": kinds}
     return exact
 
 

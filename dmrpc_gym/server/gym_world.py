@@ -241,7 +241,8 @@ class GymAgent:
         """Answer one StepRequest into ``out`` (the env steps on a worker thread); ``large``: the
         request's tensors read outside protobuf (:func:`~dmrpc_gym.protocol.bulk.split`)."""
         plan = self.interface.plan(request.requested_observations)
-        reward, discount, info, exact = 0.0, 1.0, None, None
+        reward = raw = 0.0                   # raw: the env's own reward, of its own type
+        discount, info, ends = 1.0, None, (False, False)
         if not self.running:
             await self._start()
             out.state, info = _RUNNING, self._info
@@ -257,13 +258,14 @@ class GymAgent:
                 raise status.internal(
                     f"{self.world.factory.name}: step raised {type(exc).__name__}: {exc}; "
                     f"the next step starts a new sequence") from None
-            exact = exact_step(reward, terminated, truncated)
-            reward = float(reward)
+            raw, ends = reward, (terminated, truncated)
+            reward = float(raw)
             self._obs = obs
             self.episode_step += 1
             self.episode_return += reward
             out.state, discount = self._outcome(terminated, truncated)
             self.running = out.state == _RUNNING
+        exact = exact_step(raw, *ends, self.interface.scalar_kinds.of(self._obs) if plan.env else None)
         if plan.rgb:
             await self.interface.answer(plan, out, self._obs, reward, discount, self.lane, self._render, info, exact)
         elif plan.items:

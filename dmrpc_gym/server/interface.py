@@ -43,6 +43,7 @@ from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.settings import describe
 from dmrpc_gym.server.workers import Lane, rendered
 from dmrpc_gym.spaces.described import describe_dm_spec, describe_space
+from dmrpc_gym.spaces.scalars import ScalarKinds
 from dmrpc_gym.protocol.spec_table import SpecTable
 from dmrpc_gym.protocol.specs import SpecChecker
 from dmrpc_gym.protocol.wire import pb
@@ -261,6 +262,8 @@ class AgentInterface:
         self.observation_space = observation_space
         self.dm_specs = dm_specs
         self._description: str | None = None
+        #: How the env's observations hold their scalars (told to our client in a step's exact extras).
+        self.scalar_kinds = ScalarKinds(observation_space)
         self.action_space = action_space
         self.rgb_shape = rgb_shape
         try:

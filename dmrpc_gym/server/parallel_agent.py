@@ -66,7 +66,8 @@ class ParallelAgent:
         :meth:`~dmrpc_gym.server.gym_world.GymAgent.step`."""
         plan = self.interface.plan(request.requested_observations)
         world = self.world
-        reward, discount, info, exact = 0.0, 1.0, None, None
+        reward = raw = 0.0                   # raw: the env's own reward, of its own type
+        discount, info, ends = 1.0, None, (False, False)
         if not self.running:
             await world.start_sequence(self)
             out.state, info = _RUNNING, self._info
@@ -85,12 +86,12 @@ class ParallelAgent:
                 self.running = False
                 out.state = _INTERRUPTED
             else:
-                self._obs, reward, terminated, truncated, info = result
-                exact = exact_step(reward, terminated, truncated)
-                reward = float(reward)
+                self._obs, raw, terminated, truncated, info = result
+                reward, ends = float(raw), (terminated, truncated)
                 self.episode_return += reward
                 out.state, discount = sequence_state(terminated, truncated or self.name not in world.live)
                 self.running = out.state == _RUNNING
+        exact = exact_step(raw, *ends, self.interface.scalar_kinds.of(self._obs) if plan.env else None)
         if plan.rgb:
             await self.interface.answer(plan, out, self._obs, reward, discount, world.lane, self._render, info, exact)
         elif plan.items:
