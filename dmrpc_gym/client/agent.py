@@ -26,15 +26,14 @@ import numpy as np
 from dmrpc_gym import spaces as _spaces
 from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.protocol.errors import DmRpcError
-from dmrpc_gym.protocol.fidelity import EXACT_UID, FIDELITY_FEATURE, FRAME_PROPERTY, SPACES_PROPERTY, exact_reward
+from dmrpc_gym.protocol.fidelity import EXACT_UID, FIDELITY_FEATURE, FRAME_PROPERTY
 from dmrpc_gym.protocol.info import DROPPED, INFO_FEATURE, INFO_UID, dropped_keys, unpack_info, without_dropped
 from dmrpc_gym.client.connection import Connection, settings_tensors
+from dmrpc_gym.client.fidelity import ExactSpaces, exactly
 from dmrpc_gym.client.scalars import RewardFn, Scalar
 from dmrpc_gym.client.properties import Properties
 from dmrpc_gym.protocol.spec_table import SpecManager
 from dmrpc_gym.protocol.wire import pb
-from dmrpc_gym.spaces.described import space_from_description
-from dmrpc_gym.spaces.scalars import ScalarKinds
 
 __all__ = ["State", "RemoteAgent", "RewardFn", "select"]
 
@@ -123,8 +122,8 @@ class RemoteAgent:
         self.frame: np.ndarray | None = None
         self.last_observations: dict[str, np.ndarray] = {}
         #: The exact spaces (and a dm_env's specs) a dmrpc_gym server described, else None.
-        self.described: dict[str, Any] | None = None
-        self._scalar_kinds: ScalarKinds | None = None      # from the exact spaces
+        #: The served env's exact spaces (a dmrpc_gym server's description), else None.
+        self.exact: ExactSpaces | None = None
         # A dmrpc_gym server sends the env's info when asked (dmrpc_gym.protocol.info), and
         # describes its spaces and renders on demand (dmrpc_gym.protocol.fidelity).
         self._carries_info = INFO_FEATURE in connection.server_features
@@ -205,27 +204,12 @@ class RemoteAgent:
                           stacklevel=3)
 
     def _use_exact_spaces(self) -> None:
-        """Take the served env's own spaces (its ``spaces`` property) in place of those the specs
-        give, when they name the same tensors; a description that cannot be used is said once."""
-        self.described = self._scalar_kinds = None
-        try:
-            described = unpack_info(str(Properties(self.connection)[SPACES_PROPERTY].item()))
-            spaces = {kind: space_from_description(described[kind]) for kind in ("observation", "action")}
-            codecs = {kind: _spaces.ValueCodec(space, described["names"][kind]) for kind, space in spaces.items()}
-        except (DmRpcError, KeyError, ValueError, TypeError) as exc:
-            warnings.warn(f"the dmrpc_gym server's description of the spaces could not be used "
-                          f"({type(exc).__name__}: {exc}); the spaces are those its TensorSpecs give",
-                          stacklevel=5)
-            return
-        if set(codecs["observation"].names) != set(self._obs_names) or \
-                set(codecs["action"].names) != set(self._act_names):
-            warnings.warn("the dmrpc_gym server's description of the spaces names other tensors than its "
-                          "specs; the spaces are those its TensorSpecs give", stacklevel=5)
-            return
-        self.described, self._scalar_kinds = described, ScalarKinds(spaces["observation"])
-        self.observation_space, self.action_space = spaces["observation"], spaces["action"]
-        self._obs_codec, self._act_codec = codecs["observation"], codecs["action"]
-        self._obs_names, self._act_names = list(codecs["observation"].names), list(codecs["action"].names)
+        """Take the served env's own spaces (:class:`~dmrpc_gym.client.fidelity.ExactSpaces`), when usable."""
+        self.exact = ExactSpaces.read(Properties(self.connection), self._obs_names, self._act_names)
+        if self.exact is not None:
+            self.observation_space, self.action_space = self.exact.observation_space, self.exact.action_space
+            self._obs_codec, self._act_codec = self.exact.codecs
+            self._obs_names, self._act_names = list(self._obs_codec.names), list(self._act_codec.names)
 
     def _space(self, specs: Mapping[str, pb.TensorSpec], bare: bool, nested: bool, kind: str):
         spaces: dict[str, gym.Space] = {}
@@ -321,19 +305,9 @@ class RemoteAgent:
         carried = None if info_tensor is None else self._read_info(info_tensor)
         self.last_observations = named
         result = self._result(named, state, carried)
-        return result if exact_tensor is None else self._exactly(result, exact_tensor)
-
-    def _exactly(self, result: tuple, tensor: pb.Tensor) -> tuple:
-        """``result`` with what the server's exact extras say (:func:`~dmrpc_gym.protocol.fidelity.exact_step`):
-        the reward's own type (for the ``reward`` observation, not a ``reward=`` callable),
-        ``truncated`` beside ``terminated``, and how the observation holds its scalars."""
-        obs, reward, terminated, truncated, info = result
-        exact = unpack_info(tensor.strings.array[0])
-        if "reward" in exact and self.reward.fn is None and self.reward.name == "reward":
-            reward = exact_reward(reward, exact["reward"])
-        if "kinds" in exact and self._scalar_kinds is not None:
-            obs = self._scalar_kinds.apply(obs, exact["kinds"])
-        return obs, reward, terminated, truncated or bool(exact.get("truncated")), info
+        if exact_tensor is None:
+            return result
+        return exactly(result, exact_tensor, self.exact, self.reward.fn is None and self.reward.name == "reward")
 
     def _read_info(self, tensor: pb.Tensor) -> dict[str, Any] | None:
         """The served env's info from the ``info`` observation (a string tensor: never one of the

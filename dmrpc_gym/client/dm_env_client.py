@@ -123,7 +123,7 @@ class RemoteDmEnv(dm_env.Environment):
             dm_specs.Array((), np.float64, name=REWARD)
         self._discount_spec = dm_env_spec(checkers[DISCOUNT]) if DISCOUNT in checkers else \
             dm_specs.BoundedArray((), np.float64, 0.0, 1.0, name=DISCOUNT)
-        exact = (agent.described or {}).get("dm_env")
+        exact = agent.exact.described.get("dm_env") if agent.exact is not None else None
         if exact is not None:       # the served dm_env's own specs (a dmrpc_gym server)
             own = {k: dm_spec_from_description(v) for k, v in exact.items()}
             self._observation_spec, self._action_spec = own["observation"], own["action"]

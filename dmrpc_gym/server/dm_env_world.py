@@ -23,7 +23,9 @@ from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import status
 from dmrpc_gym.server.dm_env_gym import space_of
 from dmrpc_gym.server.gym_world import GymAgent, GymWorld
-from dmrpc_gym.server.interface import DISCOUNT, REWARD, AgentInterface, rgb_shape, say_losses, sequence_state
+from dmrpc_gym.server.fidelity import say_losses
+from dmrpc_gym.server.interface import DISCOUNT, REWARD, AgentInterface, sequence_state
+from dmrpc_gym.server.rendering import rgb_shape
 
 __all__ = ["DmEnvWorld", "DmEnvAgent"]
 

@@ -40,8 +40,9 @@ from dmrpc_gym.protocol import bulk
 from dmrpc_gym.protocol.fidelity import exact_step
 from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import RENDER_MODE, Factory, close_quietly
-from dmrpc_gym.server.interface import (AgentInterface, StepAnswer, current_frame, fidelity_properties, rgb_render,
-                                        rgb_shape, say_losses, sequence_state, spec_names)
+from dmrpc_gym.server.fidelity import fidelity_properties, say_losses
+from dmrpc_gym.server.interface import AgentInterface, StepAnswer, sequence_state, spec_names
+from dmrpc_gym.server.rendering import current_frame, rgb_render, rgb_shape
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.workers import Lane, WorkerPool
 from dmrpc_gym.server.settings import (SEED, check_seed, refuse_unknown, pop_seed, same_settings, unpack_settings,

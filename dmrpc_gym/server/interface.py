@@ -25,9 +25,8 @@ take a default: zero, moved into the action's bounds (``""`` for text).
 """
 from __future__ import annotations
 
-import functools
 import logging
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 from gymnasium import spaces as gym_spaces
@@ -35,14 +34,11 @@ from gymnasium.spaces import Space
 
 from dmrpc_gym import spaces
 from dmrpc_gym.protocol import bulk, tensors
-from dmrpc_gym.protocol.fidelity import EXACT_UID, FRAME_PROPERTY, SPACES_PROPERTY
+from dmrpc_gym.protocol.fidelity import EXACT_UID
 from dmrpc_gym.protocol.info import DROPPED, INFO_UID, dropped_keys, info_tensor_bytes, pack_info, unpack_info
-from dmrpc_gym.server import render_threads, status
-from dmrpc_gym.server.factories import RENDER_MODE, close_quietly
-from dmrpc_gym.server.properties import Property
-from dmrpc_gym.server.settings import describe
+from dmrpc_gym.server import status
 from dmrpc_gym.server.workers import Lane, rendered
-from dmrpc_gym.spaces.described import describe_dm_spec, describe_space
+from dmrpc_gym.spaces.described import describe_dm_spec, describe_space, translation_losses
 from dmrpc_gym.spaces.scalars import ScalarKinds
 from dmrpc_gym.protocol.spec_table import SpecTable
 from dmrpc_gym.protocol.specs import SpecChecker
@@ -50,8 +46,8 @@ from dmrpc_gym.protocol.wire import pb
 
 log = logging.getLogger("dmrpc_gym.server")
 
-__all__ = ["sequence_state", "AgentInterface", "StepAnswer", "probe_rgb", "rgb_shape", "rgb_render",
-           "current_frame", "fidelity_properties", "spec_names", "translation_losses", "say_losses", "OBSERVATION", "ACTION", "REWARD", "DISCOUNT", "RGB"]
+__all__ = ["sequence_state", "AgentInterface", "StepAnswer", "spec_names", "OBSERVATION", "ACTION", "REWARD",
+           "DISCOUNT", "RGB"]
 
 #: Spec name of a bare (non-Dict) observation space, and of a bare action space.
 OBSERVATION, ACTION = "observation", "action"
@@ -84,115 +80,6 @@ def _default(checker: SpecChecker) -> np.ndarray:
     if checker.maximum is not None:
         value = np.minimum(value, checker.maximum).astype(checker.dtype)
     return value
-
-
-def rgb_render(env: Any) -> Callable[[], Any] | None:
-    """The env's ``render`` (on its own render thread, :mod:`~dmrpc_gym.server.render_threads`) when it
-    renders ``rgb_array`` frames, else None."""
-    return functools.partial(render_threads.render, env) if getattr(env, "render_mode", None) == "rgb_array" else None
-
-
-def rgb_shape(factory: Any, env: Any, recipe: Mapping[str, Any], seed: int | None) -> tuple[int, int, int] | None:
-    """The ``RGB`` observation's shape, when ``recipe``'s :class:`~dmrpc_gym.server.factories.Rendering`
-    offers it (a foreign client's world) and ``env`` renders ``rgb_array``; else None.
-
-    A shape needs a frame, and a frame needs a reset: it is probed on an instance of
-    its own, built from the same recipe and closed after (once per recipe), so that the
-    envs clients step are never reset, stepped or rendered on the server's account.
-    An env that knows its frame size says it (``frame_shape``). A failed render is
-    logged once per factory (``factory.render_failure``) and the observation left out.
-    """
-    rendering = recipe.get(RENDER_MODE)
-    if rendering is None or not rendering.observation or rgb_render(env) is None \
-            or factory.render_failure is not None:
-        return None
-    known = getattr(env, "frame_shape", None)
-    if known is not None:
-        return tuple(known)
-    key = describe(recipe) + f", seed={seed}"
-    shape = factory.frame_shapes.get(key)
-    if shape is not None:
-        return shape
-    probe, _ = factory.make(recipe)
-    try:
-        probe.reset(seed=seed)
-        shape = factory.frame_shapes[key] = probe_rgb(probe.render)
-        return shape
-    except Exception as exc:  # noqa: BLE001 - rendering is optional
-        factory.render_failure = f"{type(exc).__name__}: {exc}"
-        log.warning("%s: no RGB observation, rendering failed: %s", factory.name, factory.render_failure)
-        return None
-    finally:
-        close_quietly(probe)
-
-
-def probe_rgb(render: Callable[[], Any]) -> tuple[int, int, int]:
-    """Render once and return the ``RGB`` shape ``(H, W, 3)``; ``ValueError`` when it is no image."""
-    frame = np.asarray(render())
-    if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] not in (3, 4):
-        raise ValueError(f"render() returned {frame.dtype} {frame.shape}, not a uint8 HxWx3 image")
-    return (frame.shape[0], frame.shape[1], 3)
-
-
-async def current_frame(env: Any, lane: Lane, who: str, why: str | None = None) -> np.ndarray:
-    """``env.render()`` of its current state, on its ``lane``: the :data:`FRAME_PROPERTY`'s value.
-
-    ``FAILED_PRECONDITION`` when the env was not built to render ``rgb_array`` (``why``: the
-    factory's reason, when it refused the mode), ``INTERNAL`` with the env's reason when
-    rendering fails (a missing pygame, say).
-    """
-    mode = getattr(env, "render_mode", None)
-    if mode != "rgb_array":
-        raise status.failed_precondition(
-            f"{who} was built with render_mode={mode!r}, so it has no frames"
-            + (f" ({why})" if why else ": make the env with render_mode='rgb_array'"))
-    try:
-        frame = await lane.call(render_threads.render, env)
-    except Exception as exc:  # noqa: BLE001 - the env's error is the answer
-        raise status.internal(f"{who}: render() raised {type(exc).__name__}: {exc}") from None
-    frame = np.asarray(frame)
-    if frame.dtype != np.uint8 or frame.ndim != 3:
-        raise status.failed_precondition(f"{who}: render() returned {frame.dtype} {frame.shape}, not a uint8 HxWxC image")
-    return frame
-
-
-def translation_losses(space: Space, name: str) -> list[str]:
-    """What a foreign client cannot read back from ``space``'s TensorSpecs, by spec name (our client
-    reads the exact space instead: :data:`SPACES_PROPERTY`).
-
-    >>> translation_losses(gym_spaces.Tuple((gym_spaces.Box(0, 1, (2,), np.float16),)), "observation")
-    ['observation is a Tuple: foreign clients get its parts as tensors observation.0 ...', 'observation.0 is float16: it travels as float32']
-    """
-    if isinstance(space, gym_spaces.Dict):
-        return [loss for k, s in space.spaces.items() for loss in translation_losses(s, f"{name}.{k}" if name else k)]
-    if isinstance(space, gym_spaces.Tuple):
-        head = [f"{name} is a Tuple: foreign clients get its parts as tensors {name}.0 ..."]
-        return head + [loss for i, s in enumerate(space.spaces) for loss in translation_losses(s, f"{name}.{i}")]
-    if isinstance(space, gym_spaces.Text):
-        return [f"{name} is Text: its length and charset do not travel (a STRING)"]
-    wide = spaces.codec.WIDEN.get(np.dtype(space.dtype)) if space.dtype is not None else None
-    return [f"{name} is {space.dtype}: it travels as {wide}"] if wide is not None else []
-
-
-def say_losses(factory: Any, interface: "AgentInterface") -> None:
-    """Log, once per factory and loss, what foreign clients cannot read back of ``interface``'s spaces."""
-    said = factory.losses_said
-    for loss in interface.losses():
-        if loss not in said:
-            said.add(loss)
-            log.info("%s: %s (a dmrpc_gym client gets the exact space)", factory.name, loss)
-
-
-def fidelity_properties(interface: "AgentInterface", env: Any,
-                        frame: Callable[[], Awaitable[np.ndarray]]) -> list[Property]:
-    """An agent's :data:`SPACES_PROPERTY` and, when ``env`` renders ``rgb_array``, its
-    :data:`FRAME_PROPERTY` (:mod:`dmrpc_gym.protocol.fidelity`)."""
-    props = [Property(SPACES_PROPERTY, pb.STRING, "the exact spaces (and dm_env specs) of this agent's env, "
-                      "as dmrpc_gym describes them", read=interface.description)]
-    if rgb_render(env) is not None:
-        props.append(Property(FRAME_PROPERTY, pb.UINT8, "the env's render() of its current state, made "
-                              "when read (uint8, H x W x C)", read=frame, shape=(-1, -1, -1)))
-    return props
 
 
 class StepAnswer(bulk.Pieces):

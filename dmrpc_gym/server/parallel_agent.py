@@ -13,8 +13,9 @@ from dmrpc_gym.protocol.fidelity import exact_step
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import render_threads
-from dmrpc_gym.server.interface import (AgentInterface, StepAnswer, current_frame, fidelity_properties,
-                                        sequence_state)
+from dmrpc_gym.server.fidelity import fidelity_properties
+from dmrpc_gym.server.interface import AgentInterface, StepAnswer, sequence_state
+from dmrpc_gym.server.rendering import current_frame
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.settings import SEED, pop_seed, refuse_unknown, unpack_settings
 

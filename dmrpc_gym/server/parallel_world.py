@@ -43,7 +43,9 @@ import numpy as np
 
 from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import Factory, close_quietly
-from dmrpc_gym.server.interface import AgentInterface, rgb_shape, say_losses, spec_names
+from dmrpc_gym.server.fidelity import say_losses
+from dmrpc_gym.server.interface import AgentInterface, spec_names
+from dmrpc_gym.server.rendering import rgb_shape
 from dmrpc_gym.server.parallel_agent import AGENT, ParallelAgent, names_text
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.workers import Lane

@@ -31,9 +31,11 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces as gs
 
+from dmrpc_gym.spaces.codec import WIDEN
 from dmrpc_gym.spaces.text import PrintableText
 
-__all__ = ["describe_space", "space_from_description", "describe_dm_spec", "dm_spec_from_description"]
+__all__ = ["describe_space", "space_from_description", "describe_dm_spec", "dm_spec_from_description",
+           "translation_losses"]
 
 
 def _array(value: Any, dtype: Any = None) -> np.ndarray:
@@ -141,3 +143,21 @@ def dm_spec_from_description(description: Any) -> Any:
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"a {kind} description that builds no dm_env spec: {type(exc).__name__}: {exc}") from None
     raise ValueError(f"unknown dm_env spec kind {kind!r}")
+
+
+def translation_losses(space: gs.Space, name: str) -> list[str]:
+    """What a foreign client cannot read back from ``space``'s TensorSpecs, by spec name (our client
+    reads the exact space instead).
+
+    >>> translation_losses(gs.Tuple((gs.Box(0, 1, (2,), np.float16),)), "observation")
+    ['observation is a Tuple: foreign clients get its parts as tensors observation.0 ...', 'observation.0 is float16: it travels as float32']
+    """
+    if isinstance(space, gs.Dict):
+        return [loss for k, s in space.spaces.items() for loss in translation_losses(s, f"{name}.{k}" if name else k)]
+    if isinstance(space, gs.Tuple):
+        head = [f"{name} is a Tuple: foreign clients get its parts as tensors {name}.0 ..."]
+        return head + [loss for i, s in enumerate(space.spaces) for loss in translation_losses(s, f"{name}.{i}")]
+    if isinstance(space, gs.Text):
+        return [f"{name} is Text: its length and charset do not travel (a STRING)"]
+    wide = WIDEN.get(np.dtype(space.dtype)) if space.dtype is not None else None
+    return [f"{name} is {space.dtype}: it travels as {wide}"] if wide is not None else []
