@@ -95,6 +95,8 @@ class DmEnvGym(gym.Env):
         env: the ``dm_env.Environment``.
         render_mode: ``"rgb_array"`` to render frames, when the env has a dm_control ``physics``.
         name: names the env in what is logged.
+        built_seed: the seed the env was built with (a factory taking ``seed``, as bsuite's): a first
+            reset with that seed leaves the env's random state as its construction made it.
 
     >>> import dm_env
     >>> from dm_env import specs
@@ -110,9 +112,11 @@ class DmEnvGym(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"]}
 
-    def __init__(self, env: Any, render_mode: str | None = None, name: str = "the dm_env"):
+    def __init__(self, env: Any, render_mode: str | None = None, name: str = "the dm_env",
+                 built_seed: int | None = None):
         self.dm_env = env
         self.name = name
+        self._built_seed = built_seed     # the seed its factory was built with: its first reset's
         self.observation_space = space_of(env.observation_spec(), "observation_spec()")
         self.action_space = space_of(env.action_spec(), "action_spec()")
         #: The env's own reward and discount specs.
@@ -127,6 +131,9 @@ class DmEnvGym(gym.Env):
         self._said_seed = False
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        if seed is not None and seed == self._built_seed:
+            seed = None                   # built with it: seeded as the env's own factory seeds it
+        self._built_seed = None
         if seed is not None and not self._seed(seed) and not self._said_seed:
             self._said_seed = True
             log.warning("%s: this dm_env has no seed() method nor a dm_control task, seed %d is not "

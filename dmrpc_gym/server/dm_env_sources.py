@@ -4,7 +4,8 @@ Each gives ``(name, factory, accepted settings)``. dm_control's factory routes
 the world settings to ``suite.load``: the task function's own parameters
 (``random``, and ``time_limit`` for most tasks) to ``task_kwargs``, and
 ``time_limit`` (when the task does not take it) / ``control_timestep`` /
-``n_sub_steps`` / ``flat_observation`` to ``environment_kwargs``. bsuite's id is its only setting (none accepted).
+``n_sub_steps`` / ``flat_observation`` to ``environment_kwargs``. bsuite's id is its only setting (none accepted);
+a world's seed builds a bsuite env as ``bsuite.load(experiment, {..., "seed": seed})`` does.
 An unknown domain, task or id is a ``ValueError`` naming what is available.
 
 >>> source("CartPole-v1") is None
@@ -62,7 +63,15 @@ def _bsuite(bsuite_id: str) -> tuple[str, Callable[..., Any], frozenset[str]]:
         experiments = sorted({key.split("/")[0] for key in sweep.SWEEP})
         raise ValueError(f"bsuite has no id {bsuite_id!r}: ids are EXPERIMENT/NUMBER, e.g. catch/0 "
                          f"(experiments: {', '.join(experiments)})")
-    return f"{BSUITE}{bsuite_id}", lambda: bsuite.load_from_id(bsuite_id), frozenset()
+    experiment = bsuite_id.split("/")[0]
+
+    def load(seed: int | None = None) -> Any:
+        """The id's env; with ``seed`` (a world's), built with it as ``bsuite.load`` builds it."""
+        if seed is None:
+            return bsuite.load_from_id(bsuite_id)
+        return bsuite.load(experiment, {**sweep.SETTINGS[bsuite_id], "seed": seed})
+
+    return f"{BSUITE}{bsuite_id}", load, frozenset()
 
 
 def source(target: str) -> tuple[str, Callable[..., Any], frozenset[str]] | None:

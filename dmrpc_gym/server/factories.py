@@ -317,9 +317,10 @@ class Factory:
             return Rendering(self.render_mode, self.render_mode == "rgb_array")
         return Rendering(None if asked == NO_RENDER else asked)
 
-    def make(self, kwargs: Mapping[str, Any]) -> tuple[Any, str]:
+    def make(self, kwargs: Mapping[str, Any], seed: int | None = None) -> tuple[Any, str]:
         """Build one env with ``kwargs`` (a recipe: settings and, under :data:`RENDER_MODE`, its
-        :class:`Rendering`; without one, a foreign client's): ``(env, kind)``.
+        :class:`Rendering`; without one, a foreign client's): ``(env, kind)``. A dm_env factory that
+        takes ``seed`` (bsuite's) is built with the agent's ``seed``, as its own users build it.
 
         A factory that refuses the settings (``TypeError`` or ``ValueError``: an unknown,
         ill-typed or out-of-range keyword) gives ``INVALID_ARGUMENT``; any other error of the
@@ -332,6 +333,9 @@ class Factory:
         if mode is not None and self.kind != "dm_env" and not self._refuses_render_mode:
             kw[RENDER_MODE] = mode
         settings = {k: v for k, v in kwargs.items() if k != RENDER_MODE}
+        seeded = seed is not None and self.kind == "dm_env" and SEED in _parameters(self._make)[0]
+        if seeded:
+            kw[SEED] = seed
         try:
             try:
                 env = self._make(**kw)
@@ -356,7 +360,7 @@ class Factory:
         if kind == "aec":
             env, kind = self._parallel(env)
         elif kind == "dm_env":
-            env = self._dm_env(env, mode)
+            env = self._dm_env(env, mode, seed if seeded else None)
         if kind is None or (self.kind is not None and kind != self.kind):
             close_quietly(env)
             got = f"a {kind} env" if kind else f"a {type(env).__name__}"
@@ -374,10 +378,10 @@ class Factory:
                       exc_info=(type(exc), exc, exc.__traceback__))
         return status.internal(f"{self.name} could not be created with {describe(settings)}: {said}")
 
-    def _dm_env(self, env: Any, mode: str | None) -> Any:
+    def _dm_env(self, env: Any, mode: str | None, built_seed: int | None) -> Any:
         """A dm_env as the gymnasium Env that gym worlds serve; it renders ``rgb_array`` when dm_control can."""
         try:
-            return DmEnvGym(env, mode, self.name)
+            return DmEnvGym(env, mode, self.name, built_seed)
         except (TypeError, ValueError) as exc:
             close_quietly(env)
             raise status.failed_precondition(f"{self.name} cannot be served: {exc}") from None

@@ -90,7 +90,7 @@ class GymWorld:
 
     def _build(self, kwargs: Mapping[str, Any], seed: int | None, describe: bool) -> tuple[Any, AgentInterface]:
         """Build (and unless ``describe`` is False, probe) an env; runs on a worker thread."""
-        env, kind = self.factory.make(kwargs)
+        env, kind = self.factory.make(kwargs, seed)
         try:
             if kind != self.kind:
                 raise status.failed_precondition(f"{self.factory.name} returned a {kind} env in a gym world")

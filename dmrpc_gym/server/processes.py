@@ -334,8 +334,8 @@ class RemoteFactory:
     def __init__(self, factory: Factory, host: ProcessHost):
         self._factory, self.host = factory, host
 
-    def make(self, kwargs: Mapping[str, Any]) -> tuple[RemoteEnv, str]:
-        return self.host.make(kwargs)
+    def make(self, kwargs: Mapping[str, Any], seed: int | None = None) -> tuple[RemoteEnv, str]:
+        return self.host.make(kwargs)    # (dm_env envs, the only ones built with a seed, are not served here)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._factory, name)

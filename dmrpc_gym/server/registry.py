@@ -95,7 +95,7 @@ class WorldRegistry:
 
     def _build(self, name: str, kwargs: dict[str, Any], seed: int | None, lane: Lane) -> Any:
         """Build a world and its first env (on a worker thread)."""
-        env, kind = self.factory.make(kwargs)
+        env, kind = self.factory.make(kwargs, seed)
         try:
             if kind in ("gym", "dm_env"):
                 return (GymWorld if kind == "gym" else DmEnvWorld)(name, self.factory, kwargs, seed, env, lane, self.pool)
