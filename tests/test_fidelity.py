@@ -103,43 +103,12 @@ AEC_CASES = [Case("classic", name, f"pettingzoo.classic.{name}:env", "aec", sett
 CASES += AEC_CASES      # issue 29 item 4: turn-based games are served, read back by dmrpc_gym.aec_env
 
 
-_REWARD = ("the reward comes back as a Python float where the env returns an int or a float32: the client "
-           "makes every reward a float (gymnasium's SupportsFloat); its type is not yet carried")
-_FRAME = "the served env's frame differs from the local render()"
-_SCALAR = "a scalar observation comes back as a 0-d array where the env gives a numpy scalar (or the reverse)"
-_ALL = ("steps", "frames", "second_world")
-#: Gaps the suite found and this change has not closed: the table in benchmarks/fidelity.md shows them.
-#: Not strict: a gap that closes shows as XPASS, to be taken off this list.
-KNOWN_GAPS: dict[str, dict[str, str]] = {
-    **{name: dict.fromkeys(_ALL, _REWARD) for name in (
-        "FrozenLake-v1", "FrozenLake8x8-v1", "CliffWalking-v1", "CliffWalkingSlippery-v1", "Taxi-v4",
-        "InvertedPendulum-v5", "BipedalWalker-v3", "BipedalWalkerHardcore-v3", "knights_archers_zombies_v11")},
-    **{name: {"frames": _FRAME + "; it comes and goes from run to run: render() runs on whichever worker thread of "
-                        "the server, and gymnasium's MuJoCo renderer draws an all-black frame off the thread that "
-                        "made its EGL context"} for name in (
-        "Ant-v5", "HalfCheetah-v5", "Hopper-v5", "Humanoid-v5", "HumanoidStandup-v5",
-        "Pusher-v5", "Reacher-v5", "Swimmer-v5", "Walker2d-v5")},
-    "InvertedDoublePendulum-v5": dict.fromkeys(("steps", "second_world"), (
-        "a step that is terminated and truncated at once (the time limit's last step ends the episode) comes "
-        "back terminated only: terminated=True, truncated=False where the local env has True, True")),
-    "rps_v2": dict.fromkeys(_ALL, _SCALAR),
-    **{name: {"steps": _SCALAR, "second_world": _SCALAR} for name in ("fish-upright", "humanoid-stand", "walker-stand")},
-    **{name: dict.fromkeys(("steps", "second_world"), (
-        "the world's seed replaces the env's RNG after the env is built (DmEnvGym._seed), but this env draws "
-        "from its RNG in __init__ (MemoryChain: context and query; UmbrellaChain: need_umbrella), so seed=7 "
-        "is not what building it with seed=7 gives")) for name in ("memory_len/0", "umbrella_length/0")},
-}
-
-
 def _params() -> list:
     params = []
     for case in CASES:
         for check in case.checks():
             reason = case.why_not(check)
             marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
-            gap = KNOWN_GAPS.get(case.name, {}).get(check)
-            if gap and not reason:
-                marks = [pytest.mark.xfail(reason=gap, strict=False)]
             params.append(pytest.param(case, check, marks=marks, id=f"{case.id}-{check}"))
     return params
 
