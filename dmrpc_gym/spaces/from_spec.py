@@ -62,7 +62,7 @@ def space_from_spec(spec: pb.TensorSpec, max_bytes: int = MAX_TENSOR_BYTES) -> S
                               f"which no gymnasium space can hold")
     if int(np.prod(shape, dtype=object)) > element_limit(dtype, max_bytes):
         raise ValueError(f"{name!r}: shape {list(shape)} of {dtype} holds more than {max_bytes} bytes, "
-                         f"the largest message")
+                         f"the largest message (set by max_message_size= of the client)")
     if dt == pb.STRING:
         if shape:
             raise UnsupportedSpec(f"{name!r}: string arrays (shape {list(shape)}) have no gymnasium "

@@ -1,0 +1,36 @@
+"""Bounded cost per byte (issue 30, item 3), and the leftovers of item 5: what a peer's bytes may
+cost in memory per message, in inflation across the server, in event-loop time per request and in
+a pending TLS handshake; a frozen server of ours found by our client's default keepalive."""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import servers
+
+from dmrpc_gym import DmRpcEnv
+
+
+class Wide(gym.Env):
+    """A world whose observation is ``size`` float32s and whose action is ``act`` float32s."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, size: int = 1, act: int = 1):
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (int(size),), np.float32)
+        self.action_space = gym.spaces.Box(0.0, 1.0, (int(act),), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(self.observation_space.shape, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(self.observation_space.shape, np.float32), 0.0, False, False, {}
+
+
+def test_a_spec_past_the_client_s_largest_message_names_max_message_size():
+    """A spec no message of the client's could carry is refused naming the option to raise."""
+    with servers.start(Wide, max_message_size=8 << 20) as server:
+        with pytest.raises(ValueError, match=r"more than 1048576 bytes, the largest message "
+                                             r"\(set by max_message_size= of the client\)"):
+            DmRpcEnv(server.address, max_message_size=1 << 20, world_settings={"size": 300_000})
