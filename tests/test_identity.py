@@ -270,3 +270,17 @@ def test_scalars_are_held_as_the_env_holds_them():
             assert type(ours) is type(theirs) and ours == theirs
         finally:
             env.close()
+
+
+def test_a_foreign_servers_frames_come_with_every_step_and_that_is_said_once():
+    """The official server renders nothing on demand: its camera observation is the frame source, and
+    the client says once what that costs (8 x 6 x 3 bytes a step here)."""
+    from official_servers import UNUSUAL_SPECS, start_official_server
+    with start_official_server(UNUSUAL_SPECS, episode_length=3) as server:
+        with pytest.warns(UserWarning, match=r"'camera' observation \(\[8, 6, 3\], 144 bytes\), sent with every step"):
+            env = DmRpcEnv(server.address, render_mode="rgb_array", render_observation="camera")
+        try:
+            env.reset()
+            assert env.render().shape == (8, 6, 3)
+        finally:
+            env.close()

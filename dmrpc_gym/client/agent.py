@@ -188,6 +188,8 @@ class RemoteAgent:
             wanted.discard(render_name)        # rendered only when asked for
             if o["render"] and not (self._fidelity and o["render_observation"] is None):
                 wanted.add(render_name)
+                if first and not self._fidelity:
+                    self._say_frames_cost(render_name, obs_specs[render_name])
         self._requested = sorted(self.specs.observations.uid(n) for n in wanted)
         if self._carries_info:
             self._requested.append(INFO_UID)
@@ -210,6 +212,14 @@ class RemoteAgent:
             self.observation_space, self.action_space = self.exact.observation_space, self.exact.action_space
             self._obs_codec, self._act_codec = self.exact.codecs
             self._obs_names, self._act_names = list(self._obs_codec.names), list(self._act_codec.names)
+
+    def _say_frames_cost(self, name: str, spec: pb.TensorSpec) -> None:
+        """Say once how a foreign server's frames come, and what they cost: every step carries one."""
+        size = int(np.prod(list(spec.shape), dtype=np.int64)) * tensors.np_dtype(spec.dtype).itemsize
+        warnings.warn(f"render_mode='rgb_array': the server at {self.connection.address} is not a dmrpc_gym "
+                      f"server and renders nothing on demand, so frames come from its {name!r} observation "
+                      f"({list(spec.shape)}, {size} bytes), sent with every step"
+                      + (f" (agent {self.agent!r})" if self.agent else ""), stacklevel=5)
 
     def _space(self, specs: Mapping[str, pb.TensorSpec], bare: bool, nested: bool, kind: str):
         spaces: dict[str, gym.Space] = {}

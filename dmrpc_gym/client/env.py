@@ -218,10 +218,6 @@ class DmRpcEnv(RemoteResource, gym.Env):
             self.close()
             raise
         self.connection.timeout = step_timeout
-        if render_mode is not None and self.connection.server_software is None and self._agent.render_name:
-            warnings.warn(f"render_mode={render_mode!r}: the server at {where} is not a dmrpc_gym server, "
-                          f"so frames come from its {self._agent.render_name!r} observation, sent with "
-                          f"every step", stacklevel=2)
         self.observation_space = self._agent.observation_space
         self.action_space = self._agent.action_space
         self._properties = None
