@@ -66,3 +66,26 @@ def measured(attack: str, figure: str, honest: "Honest | None" = None) -> None:
     figures of ``benchmarks/attacks.md``), with the honest client's time for its 100 steps."""
     beside = f"; honest client's 100 steps: {honest.elapsed:.2f} s" if honest is not None and honest.elapsed else ""
     print(f"\nattack | {attack} | {figure}{beside}")
+
+
+def _high_water() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+class Peak:
+    """What a block adds at its peak to this process's resident memory: the high-water mark
+    (``VmHWM``, reset on entry by writing 5 to ``/proc/self/clear_refs``) less the resident memory
+    on entry. ``grown``: that, in bytes, once the block is over."""
+
+    def __enter__(self) -> "Peak":
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        self.start, self.grown = resident(), 0
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.grown = _high_water() - self.start

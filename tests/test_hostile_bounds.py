@@ -7,8 +7,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import servers
+from hostile import BOUND, Honest, MB, Peak, measured
+from raw_h2 import RawClient, data
 
 from dmrpc_gym import DmRpcEnv
+from dmrpc_gym.transport import compression
+from dmrpc_gym.worlds.catch import Catch
 
 
 class Wide(gym.Env):
@@ -34,3 +38,31 @@ def test_a_spec_past_the_client_s_largest_message_names_max_message_size():
         with pytest.raises(ValueError, match=r"more than 1048576 bytes, the largest message "
                                              r"\(set by max_message_size= of the client\)"):
             DmRpcEnv(server.address, max_message_size=1 << 20, world_settings={"size": 300_000})
+
+
+# -- inflation: one budget per server -------------------------------------------------------------
+def test_gzip_bombs_at_once_share_one_inflation_budget():
+    """Twenty gzip bombs sent at once, each refused past 64 MiB, cost +535 MB together: each stream
+    inflated its own. Now one message past its first MiB inflates at a time per server."""
+    bomb = compression.compressor("gzip")(bytes(80 * MB))            # 80 KB that inflate to 80 MiB
+    raws = []
+    with servers.start(Catch) as server:
+        honest = Honest(server.address)
+        try:
+            with Peak() as peak:
+                for _ in range(20):
+                    raw = RawClient(server.address, timeout=60)
+                    raws.append(raw)
+                    raw.send(raw.request_headers(1, (("grpc-encoding", "gzip"),)))
+                honest.start()
+                for raw in raws:                     # all twenty arrive before the first is refused
+                    raw.send(data(1, b"\x01" + len(bomb).to_bytes(4, "big") + bomb))
+                for raw in raws:
+                    fields = raw.trailers(1)
+                    assert fields["grpc-status"] == "8" and "max_message_size" in fields["grpc-message"]
+                assert honest.finished(), honest.error
+        finally:
+            for raw in raws:
+                raw.close()
+    measured("20 gzip bombs at once, each refused past 64 MiB", f"{peak.grown / MB:+.0f} MB at the peak", honest)
+    assert peak.grown < BOUND, f"{peak.grown / MB:+.0f} MB at the peak for 20 gzip bombs at once"

@@ -7,7 +7,8 @@ connection's and each stream's) start at one largest message plus
 has taken the requests they carried. A peer that sends past a window ends the
 connection (FLOW_CONTROL_ERROR); a stream holds at most :data:`_MAX_QUEUED`
 requests; a compressed request stays compressed until the session takes it,
-and is then inflated a step at a time within the size limit.
+and is then inflated a step at a time within the size limit, one message larger
+than a step at a time per server (:func:`inflation_turn`).
 
 >>> receive_window(64 << 20) - (64 << 20)    # one largest message (and its prefix), and 1 MiB
 1048581
@@ -19,6 +20,7 @@ parallel should use a connection for each.
 from __future__ import annotations
 
 import asyncio
+import weakref
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport import frames as h2
@@ -26,7 +28,7 @@ from dmrpc_gym.transport.frames import (END_STREAM, FLOW_CONTROL_ERROR, MAX_WIND
                                         SERVER_MESSAGE_LIMIT, WINDOW_UPDATE, ProtocolError, StreamError, frame)
 from dmrpc_gym.transport.h2_calls import Stream
 
-__all__ = ["Requests", "receive_window"]
+__all__ = ["Requests", "receive_window", "inflation_turn"]
 
 #: Beyond the largest message, what a connection's receive window holds: one largest message
 #: always fits, with room for small ones beside it. Consumed bytes are given back in WINDOW_UPDATEs
@@ -101,11 +103,36 @@ class Requests:
         stream.client_done = True
         stream.inbox.append(None)
         self._run(stream)
-    async def _inflate(self, stream: Stream, raw: bytes) -> bytes:
-        """A compressed request inflated step by step, letting the other streams run between steps."""
-        pieces = []
-        for piece in encodings.inflating(stream.encoding, raw, self._max_message, SERVER_MESSAGE_LIMIT):
-            if pieces:
-                await asyncio.sleep(0)
-            pieces.append(piece)
-        return b"".join(pieces)
+    async def _inflate(self, stream: Stream, raw: bytes) -> bytes | bytearray:
+        """A compressed request inflated step by step, letting the other streams run between steps.
+
+        A message that inflates within one step (:data:`~dmrpc_gym.transport.compression.INFLATE_STEP`)
+        is inflated at once; a larger one waits for the server's turn (:func:`inflation_turn`) and
+        is inflated again from its start while it holds the turn, into one growing buffer.
+        """
+        first = next(encodings.inflating(stream.encoding, raw, self._max_message, SERVER_MESSAGE_LIMIT), b"")
+        if len(first) < encodings.INFLATE_STEP:
+            return first
+        del first                        # not held while waiting for the turn
+        async with inflation_turn():
+            out = bytearray()
+            for piece in encodings.inflating(stream.encoding, raw, self._max_message, SERVER_MESSAGE_LIMIT):
+                if out:
+                    await asyncio.sleep(0)
+                out += piece
+            return out
+
+
+_TURNS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
+
+
+def inflation_turn() -> asyncio.Lock:
+    """The lock a message larger than one inflation step holds while it inflates: one per event
+    loop, so one per server (each serves on a loop of its own). The server's inflation budget is
+    thus one largest message, however many compressed messages arrive at once; inflation runs on
+    the loop's thread either way, so taking turns costs no throughput."""
+    loop = asyncio.get_running_loop()
+    turn = _TURNS.get(loop)
+    if turn is None:
+        turn = _TURNS[loop] = asyncio.Lock()
+    return turn
