@@ -320,3 +320,9 @@ def test_render_is_the_local_frame():
             assert frame.dtype == np.uint8 and np.array_equal(frame, local.render())
         finally:
             local.close()
+
+
+def test_a_lone_gymnasium_env_on_a_turn_based_world_is_pointed_to_aec_env():
+    with Server(tictactoe_v3.env) as server:
+        with pytest.raises(ValueError, match=r"dmrpc_gym\.aec_env\("):
+            dmrpc_gym.DmRpcEnv(server.address, world_settings={})

@@ -90,8 +90,10 @@ def check_alone(connection: Connection, world_name: str, created: bool, where: s
     from dmrpc_gym.client.properties import Properties
     props = Properties(connection)
     try:
-        if "missing_agents" not in props.specs():   # listed first: a single-agent world is not asked
+        listed = props.specs()
+        if "missing_agents" not in listed:   # listed first: a single-agent world is not asked
             return
+        maker = "aec_env" if "agent_selection" in listed else "parallel_env"    # turn-based: AEC
         missing = [str(a) for a in props["missing_agents"].reshape(-1).tolist()]
         if not missing:
             return
@@ -105,7 +107,7 @@ def check_alone(connection: Connection, world_name: str, created: bool, where: s
         raise ValueError(
             f"{what}, and this DmRpcEnv created it and joined alone as {me!r}, so its first step would "
             f"wait for {_names(missing)} until the server's timeout. Play every agent with "
-            f"dmrpc_gym.parallel_env({where!r}, agents={everyone!r}), or join a world that one "
+            f"dmrpc_gym.{maker}({where!r}, agents={everyone!r}), or join a world that one "
             f"client per agent joins with world_name=")
     warnings.warn(f"{what}; this env plays {me!r} and reset() waits until {_names(missing)} "
                   f"have joined too (up to the server's timeout)", stacklevel=3)
