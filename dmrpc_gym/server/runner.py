@@ -22,7 +22,7 @@ from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
 from dmrpc_gym.transport.h2_server import GrpcProtocol
 from dmrpc_gym.transport.limits import ConnectionLimits
 from dmrpc_gym.transport.base import parse_address
-from dmrpc_gym.transport.security import server_context, token_metadata
+from dmrpc_gym.transport.security import behind_tls, server_context, token_metadata
 from dmrpc_gym.transport.unix import listen_unix, remove_socket_file, unix_address, unix_path
 from dmrpc_gym.server.session import Session
 from dmrpc_gym.server.registry import WorldRegistry
@@ -190,19 +190,19 @@ class Server:
         loop = asyncio.get_running_loop()
         self._connections, self._registry = connections, registry
 
-        def protocol() -> GrpcProtocol:
+        def grpc() -> GrpcProtocol:
             return GrpcProtocol(lambda headers: Session(registry, headers), connections, token=self._token,
                                 max_message_size=self._max_message, limits=self.limits)
-        tls = {"ssl": self._tls, "ssl_handshake_timeout": self.limits.handshake_timeout if self._tls else None}
+        protocol = behind_tls(grpc, self._tls, self.limits.handshake_timeout)
         where = []
         for bind in self._binds:
             path = unix_path(bind)
             if path is not None:
-                self._listeners.append(await listen_unix(protocol, path, **tls))
+                self._listeners.append(await listen_unix(protocol, path))
                 where.append(unix_address(path))
                 continue
             host, port = parse_address(bind)
-            listener = await loop.create_server(protocol, host, port, reuse_address=True, **tls)
+            listener = await loop.create_server(protocol, host, port, reuse_address=True)
             self._listeners.append(listener)
             where.append(f"{bind.rpartition(':')[0]}:{listener.sockets[0].getsockname()[1]}")
         ready.set_result(where)
