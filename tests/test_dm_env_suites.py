@@ -201,12 +201,12 @@ def test_sb3_ppo_trains_on_a_served_dm_control_task_through_the_flat_spaces_view
     torch = pytest.importorskip("torch")
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
-    from dmrpc_gym.integrations.sb3 import SB3Compat
+    from dmrpc_gym.integrations.sb3 import FlatSpaces
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     with servers.serve_like_cli(CARTPOLE) as server:
         # time_limit 0.5 s: 50-step episodes, each ended by the time limit (a truncation)
-        env = make_vec_env(lambda: SB3Compat(DmRpcEnv(server.address, world_settings={"time_limit": 0.5})),
+        env = make_vec_env(lambda: FlatSpaces(DmRpcEnv(server.address, world_settings={"time_limit": 0.5})),
                            n_envs=2, seed=0)
         try:
             assert sorted(env.observation_space) == ["position", "velocity"]

@@ -124,7 +124,7 @@ def test_sb3_training_survives_a_server_killed_and_restarted():
     restarter: list[threading.Thread] = []
     try:
         venv = DmRpcSB3VecEnv(2, f"127.0.0.1:{port}", reconnect=True, connect_timeout=60,
-                              sb3_compat=True)
+                              flat_spaces=True)
 
         class KillAt(BaseCallback):
             def _on_step(self) -> bool:

@@ -13,7 +13,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
 import dmrpc_gym  # noqa: E402,F401
 from dmrpc_gym.app.demo import RandomPolicy, catch_ppo_kwargs, evaluate  # noqa: E402
-from dmrpc_gym.integrations.sb3 import SB3Compat  # noqa: E402
+from dmrpc_gym.integrations.sb3 import FlatSpaces  # noqa: E402
 
 SEED = 0
 STEPS = 20_000
@@ -29,7 +29,7 @@ def one_torch_thread():
 
 
 def test_the_documented_line_builds_an_sb3_vec_env():
-    env = make_vec_env("dmrpc/Catch-v0", n_envs=4, wrapper_class=SB3Compat)
+    env = make_vec_env("dmrpc/Catch-v0", n_envs=4, wrapper_class=FlatSpaces)
     try:
         assert isinstance(env, DummyVecEnv) and env.num_envs == 4
         assert env.observation_space.shape == (100,) and env.action_space.n == 3
@@ -42,7 +42,7 @@ def test_the_documented_line_builds_an_sb3_vec_env():
 
 
 def test_ppo_learns_catch(one_torch_thread):
-    env = make_vec_env("dmrpc/Catch-v0", n_envs=4, seed=SEED, wrapper_class=SB3Compat)
+    env = make_vec_env("dmrpc/Catch-v0", n_envs=4, seed=SEED, wrapper_class=FlatSpaces)
     try:
         random_mean = evaluate(RandomPolicy(env.action_space, seed=SEED), EVAL_EPISODES)
         model = PPO("MlpPolicy", env, seed=SEED, **catch_ppo_kwargs())

@@ -326,8 +326,8 @@ def test_record_a_saved_model(workdir):
     pytest.importorskip("stable_baselines3")
     import gymnasium as gym
     from stable_baselines3 import PPO
-    from dmrpc_gym.integrations.flat_spaces import SB3Compat
-    env = SB3Compat(gym.make("dmrpc/Catch-v0"))
+    from dmrpc_gym.integrations.flat_spaces import FlatSpaces
+    env = FlatSpaces(gym.make("dmrpc/Catch-v0"))
     PPO("MlpPolicy", env, n_steps=64, device="cpu").save(workdir / "model.zip")
     env.close()
     result = console("record", "catch", "--out", "m.gif", "--steps", "9", "--model", "model.zip",
@@ -433,3 +433,29 @@ def test_the_readme_links_nothing_outside_the_repository():
             continue
         assert (root / target).resolve().is_relative_to(root) and (root / target).exists(), target
 
+
+
+# -- issue 33: one name per thing on the command line ------------------------------------------------
+
+@pytest.mark.parametrize("world, line", [
+    ("catch", 'import gymnasium as gym, dmrpc_gym; env = gym.make("dmrpc/Remote-v0"'),
+    ("tag", "import dmrpc_gym; env = dmrpc_gym.parallel_env("),
+])
+def test_serve_takes_the_bundled_worlds_by_the_client_commands_names(workdir, world, line):
+    served = Served(world, workdir)
+    try:
+        assert line in served.connect_line
+        result = console("inspect", served.address, "--json", cwd=workdir)
+        assert result.returncode == 0, result.stderr
+    finally:
+        assert served.stop() == ""
+
+
+def test_serve_help_lists_every_kind_of_target_with_an_example(workdir):
+    result = console("serve", "--help", cwd=workdir)
+    assert result.returncode == 0
+    for example in ("dmrpc-gym serve catch", "dmrpc-gym serve CartPole-v1", "dmrpc-gym serve dmrpc_gym.worlds:Catch",
+                    "dmrpc-gym serve ./envs/myenv.py:Corridor", "dmrpc-gym serve pettingzoo.butterfly.pistonball_v6",
+                    "dmrpc-gym serve pettingzoo.classic.tictactoe_v3:env",
+                    "dmrpc-gym serve dm_control/cartpole-balance", "dmrpc-gym serve bsuite/catch/0"):
+        assert example in result.stdout, example

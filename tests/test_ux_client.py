@@ -13,7 +13,7 @@ from pettingzoo import ParallelEnv
 import dmrpc_gym
 from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.client.env import DmRpcEnv
-from dmrpc_gym.integrations.flat_spaces import SB3Compat
+from dmrpc_gym.integrations.flat_spaces import FlatSpaces
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import Server
 from dmrpc_gym.worlds.catch import Catch
@@ -205,8 +205,8 @@ def test_dict_action_on_a_single_action_space_names_the_mistake():
 
 # -- items 5 and 9: SB3 ---------------------------------------------------------------------------
 
-def test_sb3_compat_pickles_with_plain_pickle():
-    env = SB3Compat(gym.make("dmrpc/Catch-v0"))
+def test_flat_spaces_pickles_with_plain_pickle():
+    env = FlatSpaces(gym.make("dmrpc/Catch-v0"))
     copy = pickle.loads(pickle.dumps(env))
     try:
         obs, _ = copy.reset(seed=0)
@@ -222,7 +222,7 @@ def test_sb3_vec_env_takes_a_bundled_world_and_reports_episodes_to_ppo():
     pytest.importorskip("stable_baselines3")
     from stable_baselines3 import PPO
     from dmrpc_gym.integrations.sb3 import DmRpcSB3VecEnv
-    venv = DmRpcSB3VecEnv(2, "catch", seed_setting="seed", sb3_compat=True)
+    venv = DmRpcSB3VecEnv(2, "catch", seed_setting="seed", flat_spaces=True)
     try:
         model = PPO("MlpPolicy", venv, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu")
         model.learn(64)

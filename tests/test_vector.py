@@ -496,7 +496,7 @@ def test_ppo_trains_on_catch_through_the_sb3_vec_env(catch_address):
     from stable_baselines3.common.vec_env import VecMonitor
     from dmrpc_gym.integrations.sb3 import DmRpcSB3VecEnv
 
-    venv = VecMonitor(DmRpcSB3VecEnv(4, catch_address, seed_setting="seed", sb3_compat=True))
+    venv = VecMonitor(DmRpcSB3VecEnv(4, catch_address, seed_setting="seed", flat_spaces=True))
     try:
         assert venv.observation_space == spaces.Box(0.0, 1.0, (100,), np.float32)
         assert venv.action_space == spaces.Discrete(3)

@@ -1,4 +1,4 @@
-"""SB3Compat and its per-space transforms: spaces in/out and values both ways."""
+"""FlatSpaces and its per-space transforms: spaces in/out and values both ways."""
 from __future__ import annotations
 
 import warnings
@@ -9,7 +9,7 @@ import pytest
 from gymnasium import spaces
 
 import dmrpc_gym  # noqa: F401  (registers dmrpc/Catch-v0)
-from dmrpc_gym.integrations.sb3 import SB3Compat, sb3_action_transform, sb3_observation_transform, sb3_spaces
+from dmrpc_gym.integrations.sb3 import FlatSpaces, sb3_action_transform, sb3_observation_transform, sb3_spaces
 
 
 def obs_t(space):
@@ -285,9 +285,9 @@ class _Nested(gym.Env):
         return self._obs(), 1.5, self.t >= 3, False, {}
 
 
-def test_sb3_compat_wraps_a_nested_env():
+def test_flat_spaces_wraps_a_nested_env():
     with pytest.warns(UserWarning, match="'label'"):
-        env = SB3Compat(_Nested())
+        env = FlatSpaces(_Nested())
     assert set(env.observation_space.spaces) == {"pos.x", "pos.y", "cell", "echo.push", "echo.turn"}
     assert env.action_space == spaces.Box(-1.0, 1.0, (3,), np.float32)
     obs, info = env.reset(seed=0)
@@ -304,7 +304,7 @@ def test_sb3_check_env_passes_on_a_wrapped_nested_env():
     from stable_baselines3.common.env_checker import check_env
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        env = SB3Compat(_Nested())
+        env = FlatSpaces(_Nested())
     with warnings.catch_warnings():
         warnings.simplefilter("error")   # not even a warning from SB3's checker
         check_env(env)
@@ -317,10 +317,10 @@ def nested_server():
         yield server
 
 
-def test_sb3_compat_over_dm_env_rpc_rescales_actions_and_flattens_observations(nested_server):
+def test_flat_spaces_over_dm_env_rpc_rescales_actions_and_flattens_observations(nested_server):
     from dmrpc_gym.client.env import DmRpcEnv
     with pytest.warns(UserWarning, match="'label'"):
-        env = SB3Compat(DmRpcEnv(nested_server.address, nested=True))
+        env = FlatSpaces(DmRpcEnv(nested_server.address, nested=True))
     try:
         assert set(env.observation_space.spaces) == {"pos.x", "pos.y", "cell", "echo.push", "echo.turn"}
         assert env.action_space == spaces.Box(-1.0, 1.0, (3,), np.float32)
@@ -339,7 +339,7 @@ def test_sb3_check_env_passes_over_dm_env_rpc_with_nested_spaces(nested_server):
     from dmrpc_gym.client.env import DmRpcEnv
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        env = SB3Compat(DmRpcEnv(nested_server.address, nested=True))
+        env = FlatSpaces(DmRpcEnv(nested_server.address, nested=True))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
@@ -351,12 +351,12 @@ def test_sb3_check_env_passes_over_dm_env_rpc_with_nested_spaces(nested_server):
 # -- the wrapper on the bundled Catch world (embedded server, real gRPC) ----------------------------
 @pytest.fixture
 def catch():
-    env = SB3Compat(gym.make("dmrpc/Catch-v0"))
+    env = FlatSpaces(gym.make("dmrpc/Catch-v0"))
     yield env
     env.close()
 
 
-def test_sb3_compat_on_catch(catch):
+def test_flat_spaces_on_catch(catch):
     inner = catch.unwrapped
     assert catch.observation_space.shape == (int(np.prod(inner.observation_space.shape)),)
     assert catch.action_space == spaces.Discrete(3)
@@ -382,3 +382,19 @@ def test_sb3_check_env_passes_on_catch(catch):
 def test_gymnasium_check_env_passes_on_catch(catch):
     from gymnasium.utils.env_checker import check_env
     check_env(catch, skip_render_check=True)
+
+
+def test_the_former_names_warn_and_name_their_replacements():
+    """Issue 33: one public name, ``FlatSpaces``; ``SB3Compat`` and ``sb3_compat=`` still work and warn."""
+    from dmrpc_gym.integrations.flat_spaces import FlatSpaces
+    for module in ("dmrpc_gym.integrations.flat_spaces", "dmrpc_gym.integrations.sb3"):
+        with pytest.warns(DeprecationWarning, match=r"SB3Compat is deprecated: use dmrpc_gym\.integrations\.flat_spaces\.FlatSpaces"):
+            old = getattr(__import__(module, fromlist=["SB3Compat"]), "SB3Compat")
+        assert old is FlatSpaces
+    from dmrpc_gym.integrations.sb3 import DmRpcSB3VecEnv
+    with pytest.warns(DeprecationWarning, match="use flat_spaces="):
+        venv = DmRpcSB3VecEnv(2, "catch", sb3_compat=True)
+    try:
+        assert venv.observation_space.shape == (100,)
+    finally:
+        venv.close()

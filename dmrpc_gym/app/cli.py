@@ -5,10 +5,12 @@ arguments and sets ``run=<function>``; the run function takes the parsed
 arguments and returns the exit status. Add a subcommand by appending its
 ``add_`` function to :data:`COMMANDS`.
 
-- ``serve TARGET``: serve a gymnasium env id, ``module:factory`` (a gymnasium or
-  PettingZoo factory, ``module`` found in the current directory as ``python -m``
-  finds it, or a file: ``./myenv.py:Corridor``) or a PettingZoo env module over
-  dm_env_rpc until interrupted; prints the address and a Python line to connect.
+- ``serve TARGET``: serve a bundled world (``catch``, ``tag``), a gymnasium env id,
+  ``module:factory`` (a gymnasium, PettingZoo or dm_env factory, ``module`` found in the
+  current directory as ``python -m`` finds it, or a file: ``./myenv.py:Corridor``), a
+  PettingZoo env module, ``dm_control/DOMAIN-TASK`` or ``bsuite/ID`` over dm_env_rpc until
+  interrupted (:data:`SERVE_TARGETS_HELP` lists them with examples); prints the address and
+  a Python line to connect.
 - ``inspect ADDRESS``: a world's actions, observations (of every agent) and properties, as tables or ``--json``.
 - ``check ADDRESS``: gymnasium's / PettingZoo's API checks against the world, one verdict each.
 - ``record ADDRESS --out run.gif``: a rollout (random or a saved SB3 model) rendered to a video.
@@ -36,7 +38,7 @@ from dmrpc_gym.client.seeding import AUTO
 from dmrpc_gym.server.factories import KINDS
 from dmrpc_gym._extras import install_hint
 
-__all__ = ["main", "build_parser", "COMMANDS", "add_serve", "run_serve", "add_inspect", "run_inspect", "add_check", "run_check", "add_record", "run_record",
+__all__ = ["main", "build_parser", "COMMANDS", "SERVE_TARGETS_HELP", "add_serve", "run_serve", "add_inspect", "run_inspect", "add_check", "run_check", "add_record", "run_record",
            "add_bench", "run_bench", "add_demo", "run_demo"]
 
 
@@ -47,16 +49,39 @@ def _fail(command: str, message: Any) -> int:
 
 # -- serve ------------------------------------------------------------------------------
 
+#: The kinds of target ``serve`` takes, each with an example (the epilog of ``serve --help``).
+SERVE_TARGETS_HELP = """\
+kinds of TARGET, each with an example:
+  catch, tag                        a bundled world, named as the client commands name it
+                                      dmrpc-gym serve catch
+  ENV_ID                            a registered gymnasium env id
+                                      dmrpc-gym serve CartPole-v1
+  module:factory                    a callable returning a gymnasium Env, a PettingZoo ParallelEnv
+                                    or AECEnv, or a dm_env.Environment (module found in the current
+                                    directory, as python -m finds it)
+                                      dmrpc-gym serve dmrpc_gym.worlds:Catch
+  path/to/file.py:factory           the same, from a file
+                                      dmrpc-gym serve ./envs/myenv.py:Corridor
+  PETTINGZOO_MODULE                 a PettingZoo env module (its parallel_env(); a turn-based
+                                    game's env(), played turn by turn)
+                                      dmrpc-gym serve pettingzoo.butterfly.pistonball_v6
+                                      dmrpc-gym serve pettingzoo.classic.tictactoe_v3:env
+  dm_control/DOMAIN-TASK            a dm_control suite task (the dm_control extra)
+                                      dmrpc-gym serve dm_control/cartpole-balance
+  bsuite/ID                         a bsuite experiment (the bsuite extra)
+                                      dmrpc-gym serve bsuite/catch/0
+"""
+
 def add_serve(subparsers: Any) -> None:
     """Declare ``dmrpc-gym serve``."""
     from dmrpc_gym.server.workers import DEFAULT_WORKERS, INLINE_BELOW
     parser = subparsers.add_parser(
-        "serve", help="serve a gymnasium or PettingZoo env over dm_env_rpc",
-        description="Serve a gymnasium or PettingZoo env over dm_env_rpc (gRPC) until interrupted. "
-                    "CreateWorld settings become the factory's keyword arguments; 'seed' seeds reset.")
-    parser.add_argument("target", help="a gymnasium env id (CartPole-v1), module:factory "
-                                       "(e.g. dmrpc_gym.worlds:Catch) or a PettingZoo env module "
-                                       "(module:name with a parallel_env function)")
+        "serve", help="serve a gymnasium, PettingZoo or dm_env environment over dm_env_rpc",
+        description="Serve a gymnasium, PettingZoo or dm_env environment over dm_env_rpc (gRPC) until "
+                    "interrupted. CreateWorld settings become the factory's keyword arguments; 'seed' "
+                    "seeds reset.",
+        epilog=SERVE_TARGETS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("target", help="what to serve: one of the kinds of target listed below")
     parser.add_argument("--host", default="127.0.0.1",
                         help="interface to listen on (default: %(default)s; 0.0.0.0 for every interface)")
     parser.add_argument("--port", type=int, default=10000,
@@ -193,7 +218,7 @@ def add_record(subparsers: Any) -> None:
     parser.add_argument("--steps", type=int, default=200, help="steps to play (default: %(default)s)")
     parser.add_argument("--fps", type=int, default=10, help="frames per second (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed (default: %(default)s)")
-    parser.add_argument("--model", metavar="FILE", help="a saved SB3 model (trained through SB3Compat) to play")
+    parser.add_argument("--model", metavar="FILE", help="a saved SB3 model (trained through FlatSpaces) to play")
     parser.add_argument("--algo", default="PPO", help="the SB3 algorithm of --model (default: %(default)s)")
     parser.add_argument("--render-observation", metavar="NAME",
                         help="the uint8 HxWx3 observation to record (default: RGB)")

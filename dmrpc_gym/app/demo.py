@@ -4,7 +4,7 @@
 measures a random policy, trains Stable-Baselines3's PPO through the
 documented line::
 
-    make_vec_env("dmrpc/Catch-v0", n_envs=4, wrapper_class=SB3Compat)
+    make_vec_env("dmrpc/Catch-v0", n_envs=4, wrapper_class=FlatSpaces)
 
 measures the trained policy, and saves a learning curve. Needs the ``sb3``
 extra (stable-baselines3, torch, matplotlib, tqdm).
@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from dmrpc_gym.integrations.flat_spaces import SB3Compat
+from dmrpc_gym.integrations.flat_spaces import FlatSpaces
 
 __all__ = ["ENV_ID", "catch_ppo_kwargs", "RandomPolicy", "make_sb3_env", "evaluate", "run_demo",
            "learning_curve"]
@@ -57,9 +57,9 @@ class RandomPolicy:
 
 
 def make_sb3_env(n_envs: int = 4, seed: int = 0, env_id: str = ENV_ID, **env_kwargs: Any):
-    """The documented SB3 line: ``make_vec_env(env_id, n_envs, wrapper_class=SB3Compat)``."""
+    """The documented SB3 line: ``make_vec_env(env_id, n_envs, wrapper_class=FlatSpaces)``."""
     from stable_baselines3.common.env_util import make_vec_env
-    return make_vec_env(env_id, n_envs=n_envs, seed=seed, wrapper_class=SB3Compat, env_kwargs=env_kwargs)
+    return make_vec_env(env_id, n_envs=n_envs, seed=seed, wrapper_class=FlatSpaces, env_kwargs=env_kwargs)
 
 
 def evaluate(policy: Any, episodes: int = 100, seed: int = 10_000) -> float:

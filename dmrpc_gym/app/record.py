@@ -1,7 +1,7 @@
 """``dmrpc-gym record ADDRESS --out run.gif``: a rollout of a world rendered to a video file.
 
 The world is played by a random policy, or by a saved Stable-Baselines3 model
-(``--model``, trained through :class:`~dmrpc_gym.integrations.flat_spaces.SB3Compat`),
+(``--model``, trained through :class:`~dmrpc_gym.integrations.flat_spaces.FlatSpaces`),
 and every step's ``RGB`` observation becomes a frame. A multi-agent world is
 played by every agent at once (random actions). ``.gif`` is written with
 Pillow, ``.mp4`` with the ffmpeg that the ``imageio-ffmpeg`` package ships
@@ -110,11 +110,11 @@ def _single_agent(address: str, kwargs: Mapping[str, Any], model_path: str | Non
             view = env
         else:
             import stable_baselines3
-            from dmrpc_gym.integrations.flat_spaces import SB3Compat
+            from dmrpc_gym.integrations.flat_spaces import FlatSpaces
             model_class = getattr(stable_baselines3, algo, None)
             if model_class is None:
                 raise ValueError(f"--algo {algo!r} is not a Stable-Baselines3 algorithm (e.g. PPO, A2C, DQN)")
-            view = SB3Compat(env)
+            view = FlatSpaces(env)
             model = model_class.load(model_path, device="cpu")
             act = lambda obs: model.predict(obs, deterministic=True)[0]   # noqa: E731
         state = {"obs": view.reset(seed=seed)[0]}

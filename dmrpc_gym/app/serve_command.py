@@ -21,11 +21,15 @@ __all__ = ["serve_target", "start_server", "connect_line", "serve_until_stopped"
 def serve_target(target: str) -> str:
     """``target`` made importable as ``python -m`` would import it, from the console script too.
 
+    A bundled world's name (``catch``, ``tag``) is its ``module:factory``.
     ``path/to/file.py:name`` puts the file's directory first on ``sys.path`` and
     becomes ``file:name``; otherwise the current directory goes on ``sys.path``
     (``python -m`` puts it there, a console script does not), so ``myenv:Corridor``
     next to ``myenv.py`` is found either way.
     """
+    from dmrpc_gym.worlds import SERVE_TARGETS
+    if target in SERVE_TARGETS:             # `serve catch`, as `inspect catch` names it
+        return SERVE_TARGETS[target]
     module, sep, name = target.rpartition(":") if ".py:" in target else target.partition(":")
     if sep and module.endswith(".py"):
         path = Path(module)

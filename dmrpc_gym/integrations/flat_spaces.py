@@ -17,7 +17,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
-__all__ = ["FlatSpaces", "FlatSpacesVector", "SB3Compat", "sb3_observation_transform", "sb3_action_transform", "sb3_spaces"]
+__all__ = ["FlatSpaces", "FlatSpacesVector", "sb3_observation_transform", "sb3_action_transform", "sb3_spaces"]
 
 #: A value map between a space and its SB3 form (leading batch axes are kept).
 Transform = Callable[[Any], Any]
@@ -143,7 +143,7 @@ def _observation_plan(space: spaces.Space) -> tuple[spaces.Space, Transform, dic
         if kind is None:
             dropped[name] = path
             warnings.warn(f"observation {name or '(bare)'!r} has no Stable-Baselines3 form ({leaf}); "
-                          "SB3Compat leaves it out of the observation", stacklevel=3)
+                          "FlatSpaces leaves it out of the observation", stacklevel=3)
             continue
         new, fn = kind(leaf)
         kept[name] = (path, new, fn)
@@ -325,7 +325,7 @@ class FlatSpaces(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
         make_vec_env("dmrpc/Catch-v0", n_envs=4, wrapper_class=FlatSpaces)
 
-    ``SB3Compat`` is the same class under its former name.
+    ``SB3Compat``, its former name, still works and warns (``DeprecationWarning``).
 
     >>> import gymnasium as gym, dmrpc_gym
     >>> env = FlatSpaces(gym.make("dmrpc/Catch-v0"))
@@ -365,8 +365,26 @@ class FlatSpaces(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return self._observe(obs, info), float(reward), bool(terminated), bool(truncated), info
 
 
-#: The former name of :class:`FlatSpaces`.
-SB3Compat = FlatSpaces
+def deprecated_name(module: str, name: str) -> Any:
+    """``SB3Compat``, the former name of :class:`FlatSpaces`: the class itself, with a
+    ``DeprecationWarning`` naming its replacement at the line that uses the old name.
+
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     from dmrpc_gym.integrations.flat_spaces import SB3Compat
+    >>> SB3Compat is FlatSpaces, str(caught[0].message)
+    (True, 'SB3Compat is deprecated: use dmrpc_gym.integrations.flat_spaces.FlatSpaces, the same class (also in dmrpc_gym.integrations.sb3)')
+    """
+    if name != "SB3Compat":
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    warnings.warn("SB3Compat is deprecated: use dmrpc_gym.integrations.flat_spaces.FlatSpaces, the same class "
+                  "(also in dmrpc_gym.integrations.sb3)", DeprecationWarning, stacklevel=3)
+    return FlatSpaces
+
+
+def __getattr__(name: str) -> Any:
+    return deprecated_name(__name__, name)
 
 
 class FlatSpacesVector(gym.vector.VectorWrapper):

@@ -12,7 +12,11 @@ from typing import Any
 
 from dmrpc_gym.worlds.catch import Catch, make_catch
 
-__all__ = ["Catch", "make_catch", "Tag"]
+__all__ = ["Catch", "make_catch", "Tag", "SERVE_TARGETS"]
+
+#: The bundled worlds by the names the client commands give them (``dmrpc-gym inspect catch``),
+#: as the ``module:factory`` targets ``dmrpc-gym serve catch`` serves.
+SERVE_TARGETS = {"catch": "dmrpc_gym.worlds:Catch", "tag": "dmrpc_gym.worlds:Tag"}
 
 
 def __getattr__(name: str) -> Any:

@@ -21,7 +21,7 @@ from dmrpc_gym.integrations.rllib import DmRpcMultiAgentEnv, role  # noqa: E402
 from dmrpc_gym.server import Server  # noqa: E402
 from dmrpc_gym.worlds.catch import Catch  # noqa: E402
 from dmrpc_gym.worlds.tag import Tag  # noqa: E402
-from dmrpc_gym.integrations.flat_spaces import FlatSpaces, SB3Compat  # noqa: E402
+from dmrpc_gym.integrations.flat_spaces import FlatSpaces  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +46,8 @@ def test_register_puts_every_name_in_rays_registry():
 
 
 def test_flat_spaces_is_the_sb3_wrapper_under_its_new_name():
+    with pytest.warns(DeprecationWarning, match="use dmrpc_gym.integrations.flat_spaces.FlatSpaces"):
+        from dmrpc_gym.integrations.flat_spaces import SB3Compat
     assert SB3Compat is FlatSpaces
 
 

@@ -7,7 +7,7 @@ right away (all in flight at once, through the fan-out engine
 time go to ``info["episode"]`` as SB3's ``Monitor`` puts them, so SB3 logs
 ``ep_rew_mean`` / ``ep_len_mean`` with no ``VecMonitor``.
 
->>> venv = DmRpcSB3VecEnv(2, "catch", sb3_compat=True)
+>>> venv = DmRpcSB3VecEnv(2, "catch", flat_spaces=True)
 >>> venv.seed(5)
 [5, 6]
 >>> venv.reset().shape
@@ -18,6 +18,7 @@ time go to ``info["episode"]`` as SB3's ``Monitor`` puts them, so SB3 logs
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -36,8 +37,9 @@ __all__ = ["DmRpcSB3VecEnv"]
 class DmRpcSB3VecEnv(VecEnv):
     """N dm_env_rpc connections as a Stable-Baselines3 ``VecEnv``, without subprocesses.
 
-    Takes :class:`DmRpcVectorEnv`'s arguments, plus ``sb3_compat=True`` for
-    the spaces SB3 can train on (the transforms of :class:`dmrpc_gym.integrations.flat_spaces.SB3Compat`). A
+    Takes :class:`~dmrpc_gym.client.vector.DmRpcVectorEnv`'s arguments, plus ``flat_spaces=True`` for
+    the spaces SB3 can train on (the transforms of :class:`~dmrpc_gym.integrations.flat_spaces.FlatSpaces`;
+    ``sb3_compat=``, its former name, still works and warns). A
     finished sub-env restarts within the step (all restarts in flight at
     once); its last observation is ``info["terminal_observation"]`` and
     ``info["TimeLimit.truncated"]`` says whether it was cut short.
@@ -55,7 +57,11 @@ class DmRpcSB3VecEnv(VecEnv):
 
     def __init__(self, num_envs: int | None = None, address: str | None = None, *,
                  addresses: Sequence[str] | None = None, max_episode_steps: int | None = None,
-                 sb3_compat: bool = False, **env_kwargs: Any):
+                 flat_spaces: bool = False, sb3_compat: bool | None = None, **env_kwargs: Any):
+        if sb3_compat is not None:
+            warnings.warn("DmRpcSB3VecEnv(sb3_compat=...) is deprecated: use flat_spaces=, the same switch",
+                          DeprecationWarning, stacklevel=2)
+            flat_spaces = flat_spaces or sb3_compat
         address = None if address is None else resolve_address(address)
         addresses = None if addresses is None else [resolve_address(a) for a in addresses]
         self._batch = Batch(num_envs, address, addresses=addresses,
@@ -66,7 +72,7 @@ class DmRpcSB3VecEnv(VecEnv):
         self._env_actions = batch_space(self._batch.action_space, n)
         obs_space, act_space = self._batch.observation_space, self._batch.action_space
         self._to_sb3 = self._to_env = None
-        if sb3_compat:
+        if flat_spaces:
             obs_space, self._to_sb3 = sb3_observation_transform(obs_space)
             act_space, self._to_env = sb3_action_transform(act_space)
         self._plan: dict[int, bool] | None = None
