@@ -4,7 +4,8 @@
 // CreateWorld, JoinWorld, a first Step, then Steps until the state is no longer RUNNING (or
 // -steps of them), LeaveWorld, DestroyWorld. Each Step asks for every observation. Every action tensor is filled with -fill, held
 // within the spec's bounds. Prints one JSON line: {"ok", "code", "errors", "streams_ok",
-// "steps", "max_obs_bytes", "obs_first", "obs_last"}; code is the first failure's gRPC code.
+// "steps", "max_obs_bytes", "obs_first", "obs_last",
+// "int64_obs"} (the largest uint8 observation's size, first and last byte); code is the first failure's gRPC code.
 //
 // With -wait, the first stream prints "READY" after its first Step and waits for a line on stdin
 // before going on (the test stops, drains or kills the server meanwhile).
@@ -65,6 +66,7 @@ type result struct {
 	MaxObsBytes int      `json:"max_obs_bytes"`
 	ObsFirst    int      `json:"obs_first"`
 	ObsLast     int      `json:"obs_last"`
+	Int64Obs    int64    `json:"int64_obs"` // the last int64 observation's first element
 }
 
 var (
@@ -209,6 +211,9 @@ func episode(ctx context.Context, conn *grpc.ClientConn, first bool) error {
 		steps++
 		res.Steps++
 		for _, t := range resp.GetStep().Observations {
+			if a := t.GetInt64S(); a != nil && len(a.Array) > 0 {
+				res.Int64Obs = a.Array[0]
+			}
 			if b := t.GetUint8S(); b != nil && len(b.Array) >= res.MaxObsBytes && len(b.Array) > 0 {
 				res.MaxObsBytes, res.ObsFirst, res.ObsLast = len(b.Array), int(b.Array[0]), int(b.Array[len(b.Array)-1])
 			}

@@ -1,8 +1,9 @@
 // A grpc-go server of the echo world, for our client (tests/test_interop_go.py).
 //
 // The echo world: action 1 "act" is an int32 in [0, 9]; observation 1 "obs" is -obs bytes, all
-// equal to the last "act"; with -act N > 0 there is also action 2 "blob" (N uint8s), and
-// observation 2 "received" says how many bytes the step's actions carried.
+// equal to the last "act" (the echo world of tests/interop_peers.py); with -act N > 0 there is also
+// action 2 "blob" (N uint8s), and observation 2 "received" says how many bytes the step's actions
+// carried.
 //
 // Prints "PORT <n>" once listening on 127.0.0.1:0, then a line per finished stream:
 // "STREAM <grpc code> <error or ok>". Reads commands on stdin: "graceful" (GracefulStop: GOAWAY,
@@ -54,10 +55,7 @@ func say(format string, args ...interface{}) {
 
 func specs() *pb.ActionObservationSpecs {
 	s := &pb.ActionObservationSpecs{
-		Observations: map[uint64]*pb.TensorSpec{
-			1: {Name: "obs", Dtype: pb.DataType_UINT8, Shape: []int32{int32(*obsSize)}},
-			2: {Name: "received", Dtype: pb.DataType_INT64},
-		},
+		Observations: map[uint64]*pb.TensorSpec{1: {Name: "obs", Dtype: pb.DataType_UINT8, Shape: []int32{int32(*obsSize)}}},
 		Actions: map[uint64]*pb.TensorSpec{1: {
 			Name: "act", Dtype: pb.DataType_INT32,
 			Min: &pb.TensorSpec_Value{Payload: &pb.TensorSpec_Value_Int32S{Int32S: &pb.Tensor_Int32Array{Array: []int32{0}}}},
@@ -66,6 +64,7 @@ func specs() *pb.ActionObservationSpecs {
 	}
 	if *actSize > 0 {
 		s.Actions[2] = &pb.TensorSpec{Name: "blob", Dtype: pb.DataType_UINT8, Shape: []int32{int32(*actSize)}}
+		s.Observations[2] = &pb.TensorSpec{Name: "received", Dtype: pb.DataType_INT64}
 	}
 	return s
 }
@@ -85,10 +84,12 @@ func step(req *pb.StepRequest) *pb.StepResponse {
 	for i := range obs {
 		obs[i] = value
 	}
-	return &pb.StepResponse{State: pb.EnvironmentStateType_RUNNING, Observations: map[uint64]*pb.Tensor{
-		1: {Shape: []int32{int32(*obsSize)}, Payload: &pb.Tensor_Uint8S{Uint8S: &pb.Tensor_Uint8Array{Array: obs}}},
-		2: {Payload: &pb.Tensor_Int64S{Int64S: &pb.Tensor_Int64Array{Array: []int64{received}}}},
-	}}
+	observations := map[uint64]*pb.Tensor{
+		1: {Shape: []int32{int32(*obsSize)}, Payload: &pb.Tensor_Uint8S{Uint8S: &pb.Tensor_Uint8Array{Array: obs}}}}
+	if *actSize > 0 {
+		observations[2] = &pb.Tensor{Payload: &pb.Tensor_Int64S{Int64S: &pb.Tensor_Int64Array{Array: []int64{received}}}}
+	}
+	return &pb.StepResponse{State: pb.EnvironmentStateType_RUNNING, Observations: observations}
 }
 
 func answer(req *pb.EnvironmentRequest) *pb.EnvironmentResponse {

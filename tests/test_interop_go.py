@@ -1,0 +1,467 @@
+"""Interop with grpc-go (Debian's 1.33.3, BDP pings on as it ships them), both directions, against
+real processes on loopback ports chosen by the OS: our client against a grpc-go server
+(``tests/interop/go/server``), and a grpc-go client (``tests/interop/go/client``) against our server.
+
+Episodes, 8 concurrent streams on one connection (20 connections in a row: the BDP pings that our
+server once answered with GOAWAY too_many_pings, issue 30), a 16 MiB observation and action, gzip,
+TLS with a token, keepalive at grpc-go's default and at an abusive rate, GOAWAY and graceful stop,
+SIGKILL of either side. Cleartext connections go through a frame tap (``frame_tap.FrameTap``), whose
+frames pytest shows when a test fails.
+
+Needs the two binaries that ``.ci/install_go_peer.sh`` builds, in the folder named by
+``DMRPC_GO_PEER_DIR``; skipped without them unless ``DMRPC_REQUIRE_INTEROP=1`` (CI) makes that a failure.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+import servers
+from echo_world import Echo
+from frame_tap import FrameTap
+from interop_peers import echo_on_one_connection, self_signed
+from processes import ROOT, ServedProcess
+
+from dmrpc_gym.client.connection import Connection
+from dmrpc_gym.client.env import DmRpcEnv
+from dmrpc_gym.protocol.errors import DmRpcError
+from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.worlds.catch import Catch
+
+PEER_DIR = os.environ.get("DMRPC_GO_PEER_DIR", "")
+GO_SERVER = os.path.join(PEER_DIR, "dmrpc-go-server")
+GO_CLIENT = os.path.join(PEER_DIR, "dmrpc-go-client")
+IDLE = 2.5
+MIB16 = 16 << 20
+OK, UNAVAILABLE, UNAUTHENTICATED = 0, 14, 16
+
+
+def _go_ready() -> str | None:
+    if not PEER_DIR:
+        return "DMRPC_GO_PEER_DIR is not set (.ci/install_go_peer.sh builds the grpc-go peers and prints it)"
+    for binary in (GO_SERVER, GO_CLIENT):
+        if not os.access(binary, os.X_OK):
+            return f"{binary} is missing: run .ci/install_go_peer.sh"
+    return None
+
+
+_missing = _go_ready()
+if _missing and os.environ.get("DMRPC_REQUIRE_INTEROP") == "1":
+    raise RuntimeError(f"DMRPC_REQUIRE_INTEROP=1 but {_missing}")
+pytestmark = pytest.mark.skipif(_missing is not None, reason=_missing or "")
+
+
+class GoServer:
+    """``dmrpc-go-server FLAGS`` (the echo world): ``address``; ``lines`` holds what it printed after
+    its port (``STREAM <code> <error>`` per finished stream, ``STOPPED``); ``command("graceful" or
+    "stop")``; closing its stdin stops it gracefully."""
+
+    def __init__(self, *flags: str):
+        self.proc = subprocess.Popen([GO_SERVER, *flags], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith("PORT "):
+            self.close()
+            raise RuntimeError(f"the grpc-go server said {line!r}")
+        self.address = f"127.0.0.1:{line.split()[1]}"
+        self.lines: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+
+    def next_line(self, prefix: str, timeout: float = 10.0) -> str:
+        """The next line it prints that starts with ``prefix`` (AssertionError after ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"the grpc-go server printed no {prefix!r} line in {timeout} s") from None
+            if line.startswith(prefix):
+                return line
+
+    def command(self, text: str) -> None:
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> GoServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _result(stdout: str) -> dict:
+    lines = stdout.strip().splitlines()
+    assert lines and lines[-1].startswith("{"), f"the grpc-go client printed {stdout!r}"
+    return json.loads(lines[-1])
+
+
+def go_client(address: str, *flags: str, timeout: float = 60) -> dict:
+    """Run ``dmrpc-go-client FLAGS ADDRESS``: its JSON result (see tests/interop/go/client/main.go)."""
+    out = subprocess.run([GO_CLIENT, *flags, address], capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr
+    return _result(out.stdout)
+
+
+class WaitingGoClient:
+    """``dmrpc-go-client -wait``: started, it runs to its first stream's first Step and prints READY;
+    ``go_on()`` lets it finish; ``result()`` is its JSON result."""
+
+    def __init__(self, address: str, *flags: str):
+        self.proc = subprocess.Popen([GO_CLIENT, "-wait", *flags, address], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().strip()
+        assert line == "READY", f"the grpc-go client said {line!r}: {self.proc.stderr.read()}"
+
+    def go_on(self) -> None:
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+
+    def result(self, timeout: float = 30) -> dict:
+        out, err = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, err
+        return _result(out)
+
+
+def goaways(tap: FrameTap) -> list[str]:
+    """The GOAWAY frames the server sent through ``tap``, described. (Asked before the peer server
+    stops: a tap's relay may still pass its closing GOAWAY after the tap is closed.)"""
+    return [frame.summary for frame in tap.frames_of("GOAWAY", "<")]
+
+
+def step(value: int = 7, blob: bytes = b"") -> pb.StepRequest:
+    actions = {1: pb.Tensor(int32s=pb.Tensor.Int32Array(array=[value]))}
+    if blob:
+        actions[2] = pb.Tensor(uint8s=pb.Tensor.Uint8Array(array=blob), shape=[len(blob)])
+    return pb.StepRequest(actions=actions, requested_observations=[1, 2] if blob else [1])
+
+
+def echoed(answer: pb.StepResponse) -> bytes:
+    return bytes(answer.observations[1].uint8s.array)
+
+
+# -- our client, grpc-go server ---------------------------------------------------------------------
+def test_our_env_runs_episodes_on_a_go_server():
+    with GoServer() as server, FrameTap(server.address) as tap:
+        env = DmRpcEnv(tap.address, seed_setting=None, step_timeout=10)
+        try:
+            obs, _ = env.reset()
+            assert obs.shape == (4,) and obs.dtype == np.uint8
+            for action in (3, 9, 0, 5):
+                obs, reward, terminated, truncated, _ = env.step(action)
+                assert (obs == action).all() and not terminated and not truncated
+            obs, _ = env.reset()
+            assert env.step(2)[0].tolist() == [2] * 4
+        finally:
+            env.close()
+        assert server.next_line("STREAM") == "STREAM 0 <nil>"     # the stream ended as it should
+        assert goaways(tap) == [] and tap.frames_of("RST_STREAM") == []
+
+
+def test_eight_streams_of_ours_on_one_connection_to_a_go_server():
+    with GoServer() as server, FrameTap(server.address) as tap:
+        echo_on_one_connection(tap.address, envs=8)
+        assert len({frame.connection for frame in tap.frames}) == 1 and goaways(tap) == []
+
+
+def test_our_client_takes_a_16mib_observation_and_sends_a_16mib_action():
+    """grpc-go's server sends BDP PINGs while it reads our 16 MiB action; we answer them."""
+    blob = bytes(range(256)) * (MIB16 // 256)
+    with GoServer("-obs", str(MIB16), "-act", str(MIB16)) as server, FrameTap(server.address) as tap:
+        with Connection(tap.address, timeout=30) as conn:
+            conn.send(pb.CreateWorldRequest())
+            answer = conn.send(step(6, blob))
+            assert echoed(answer) == bytes([6]) * MIB16
+            assert answer.observations[2].int64s.array[0] == MIB16 + 4
+            assert echoed(conn.send(step(1, blob))) == bytes([1]) * MIB16
+        assert tap.pings("<"), "grpc-go sent no BDP PING while reading 16 MiB"
+        assert goaways(tap) == []
+
+
+def test_our_client_sends_gzip_and_decodes_gzip_answers_of_go():
+    with GoServer("-obs", "100000") as server, FrameTap(server.address) as tap:
+        with Connection(tap.address, compression="gzip") as conn:
+            assert echoed(conn.send(step(5))) == bytes([5]) * 100_000
+        answers = [f.summary for f in tap.frames_of("HEADERS", "<") if ":status" in f.summary]
+        assert answers and all("grpc-encoding: gzip" in a for a in answers), answers
+        data = tap.frames_of("DATA", "<")
+        assert sum(int(f.summary.split()[0]) for f in data) < 10_000      # 100 kB of one byte, compressed
+
+
+def test_our_client_over_tls_with_a_token_to_go(tmp_path):
+    cert, key = self_signed(tmp_path)
+    with GoServer("-cert", cert, "-key", key, "-token", "s3cret") as server:
+        with Connection(server.address, tls=cert, token="s3cret") as conn:
+            assert conn.send(pb.CreateWorldRequest()).world_name == "echo"
+            assert echoed(conn.send(step(3))) == bytes([3]) * 4
+        with pytest.raises(DmRpcError) as refused:
+            with Connection(server.address, tls=cert) as conn:
+                conn.send(pb.CreateWorldRequest())
+        assert refused.value.code == UNAUTHENTICATED and "token" in str(refused.value)
+
+
+@pytest.mark.parametrize("flags", [(), ("-keepalive", "1s", "-keepalive-timeout", "1s")],
+                         ids=["go-default", "go-fastest-server-keepalive"])
+def test_our_client_through_an_idle_gap_under_go_keepalive(flags):
+    """grpc-go's server keepalive at its default (2 h) and at its fastest (1 s, a PING a second
+    through the gap): our client answers, and its own default sends grpc-go no PING that its
+    default enforcement policy (5 min, 2 strikes) would punish."""
+    with GoServer(*flags) as server, FrameTap(server.address) as tap:
+        with Connection(tap.address) as conn:
+            conn.send(pb.CreateWorldRequest())
+            time.sleep(IDLE)
+            assert echoed(conn.send(step(7))) == bytes([7]) * 4
+            time.sleep(IDLE)
+            assert echoed(conn.send(step(2))) == bytes([2]) * 4
+        assert goaways(tap) == []
+        if flags:
+            assert len(tap.pings("<")) >= 2
+            acks = [f for f in tap.frames_of("PING", ">") if f.flags & 1]
+            assert len(acks) >= len(tap.pings("<")) - 1
+
+
+def test_go_graceful_stop_lets_our_stream_finish():
+    """GracefulStop: grpc-go sends GOAWAY and waits; our open stream goes on to its end, and only
+    then does the server stop. A new connection is then refused, and says so."""
+    with GoServer() as server, FrameTap(server.address) as tap:
+        with Connection(tap.address) as conn:
+            conn.send(pb.CreateWorldRequest())
+            server.command("graceful")
+            deadline = time.monotonic() + 5
+            while not goaways(tap) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert goaways(tap), "grpc-go sent no GOAWAY on GracefulStop"
+            for value in range(5):
+                assert echoed(conn.send(step(value))) == bytes([value]) * 4
+            assert server.lines.empty()                 # still waiting for our stream
+        assert server.next_line("STREAM") == "STREAM 0 <nil>"
+        server.next_line("STOPPED")
+        started = time.monotonic()
+        with pytest.raises(Exception) as refused:
+            with Connection(server.address, connect_timeout=1) as conn:
+                conn.send(pb.CreateWorldRequest())
+        assert time.monotonic() - started < 5 and "refused" in str(refused.value).lower(), refused.value
+    assert all("NO_ERROR" in goaway for goaway in goaways(tap)), goaways(tap)
+
+
+def test_go_hard_stop_is_a_clear_error_at_once():
+    with GoServer() as server:
+        with Connection(server.address, connect_timeout=1) as conn:
+            conn.send(pb.CreateWorldRequest())
+            server.command("stop")
+            server.next_line("STOPPED")
+            started = time.monotonic()
+            with pytest.raises(Exception) as ended:
+                conn.send(step(1))
+            assert time.monotonic() - started < 5
+    assert isinstance(ended.value, (ConnectionError, DmRpcError)), repr(ended.value)
+
+
+def test_sigkill_of_the_go_server_is_a_clear_error_at_once():
+    with GoServer() as server:
+        with Connection(server.address, connect_timeout=1) as conn:
+            conn.send(pb.CreateWorldRequest())
+            server.proc.send_signal(signal.SIGKILL)
+            server.proc.wait(5)
+            started = time.monotonic()
+            with pytest.raises(Exception) as ended:
+                conn.send(step(1))
+            assert time.monotonic() - started < 5
+    assert isinstance(ended.value, (ConnectionError, DmRpcError)), repr(ended.value)
+
+
+def test_sigkill_of_our_client_ends_the_go_servers_stream():
+    client = textwrap.dedent("""
+        import sys, time
+        from dmrpc_gym.client.connection import Connection
+        from dmrpc_gym.protocol.wire import pb
+        conn = Connection(sys.argv[1])
+        conn.send(pb.CreateWorldRequest())
+        print("READY", flush=True)
+        time.sleep(60)
+    """)
+    with GoServer() as server:
+        proc = subprocess.Popen([sys.executable, "-c", client, server.address], stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            assert proc.stdout.readline().strip() == "READY"
+            proc.send_signal(signal.SIGKILL)
+        finally:
+            proc.wait(10)
+            proc.stdout.close()
+        line = server.next_line("STREAM", timeout=5)
+        assert line.startswith(f"STREAM 1 ") and "canceled" in line, line       # CANCELLED
+        with Connection(server.address) as conn:              # and it serves on
+            assert echoed(conn.send(step(4))) == bytes([4]) * 4
+
+
+# -- grpc-go client, our server -----------------------------------------------------------------------
+def test_go_client_runs_a_catch_episode():
+    server = servers.start(Catch)
+    try:
+        with FrameTap(server.address) as tap:
+            result = go_client(tap.address)
+        assert result["ok"] and result["steps"] == 10, result    # the first Step, then 9 to the end
+        assert goaways(tap) == [] and tap.frames_of("RST_STREAM") == []
+    finally:
+        server.stop()
+
+
+def test_go_client_eight_streams_on_one_connection_twenty_times_without_goaway():
+    """Issue 30's regression: grpc-go's BDP PINGs, one per burst of DATA it reads, met our server's
+    ping policy (strikes kept between answers) and got GOAWAY ENHANCE_YOUR_CALM too_many_pings
+    within milliseconds; the streams failed UNAVAILABLE "transport is closing"."""
+    server = servers.start(functools.partial(Echo, obs_size=128 << 10, episode=10))
+    try:
+        with FrameTap(server.address) as tap:
+            result = go_client(tap.address, "-streams", "8", "-runs", "20")
+        assert goaways(tap) == [], goaways(tap)
+        assert result["ok"] and result["streams_ok"] == 160 and result["steps"] == 160 * 11, result
+        assert len({frame.connection for frame in tap.frames}) == 20
+        assert tap.pings(">"), "grpc-go sent no BDP PING"
+    finally:
+        server.stop()
+
+
+def test_go_client_16mib_observation_and_action():
+    server = servers.start(functools.partial(Echo, obs_size=MIB16, action_size=MIB16, episode=2))
+    try:
+        with FrameTap(server.address) as tap:
+            result = go_client(tap.address, "-fill", "3")
+        assert result["ok"], result
+        assert (result["max_obs_bytes"], result["obs_first"], result["obs_last"]) == (MIB16, 3, 3)
+        assert result["int64_obs"] == 3 * MIB16                     # blob_sum: the whole action arrived
+        assert goaways(tap) == [] and tap.pings(">")
+    finally:
+        server.stop()
+
+
+def test_go_client_with_gzip():
+    server = servers.start(functools.partial(Echo, obs_size=100_000, episode=3))
+    try:
+        with FrameTap(server.address) as tap:
+            result = go_client(tap.address, "-gzip")
+        assert result["ok"] and result["max_obs_bytes"] == 100_000, result
+        requests = [f.summary for f in tap.frames_of("HEADERS", ">")]
+        assert requests and all("grpc-encoding: gzip" in r for r in requests), requests
+    finally:
+        server.stop()
+
+
+def test_go_client_over_tls_with_a_token(tmp_path):
+    cert, key = self_signed(tmp_path)
+    server = servers.start(Catch, tls=(cert, key), token="s3cret")
+    try:
+        result = go_client(server.address, "-ca", cert, "-token", "s3cret", "-gzip")
+        assert result["ok"] and result["steps"] == 10, result
+        refused = go_client(server.address, "-ca", cert)
+        assert refused["code"] == UNAUTHENTICATED, refused
+    finally:
+        server.stop()
+
+
+def test_go_keepalive_abusive_gets_too_many_pings_and_default_does_not():
+    """Two grpc-go clients at once through an idle gap, stream open: one at grpc-go's defaults
+    (no keepalive; BDP PINGs only), one with keepalive PINGs every 100 ms (grpc-go's 10 s floor
+    lowered, as its own tests do). Only the abusive one is sent GOAWAY too_many_pings."""
+    server = servers.start(functools.partial(Echo, obs_size=64 << 10, episode=3))
+    try:
+        with FrameTap(server.address) as polite_tap, FrameTap(server.address) as abusive_tap:
+            outcomes: dict = {}
+            threads = [threading.Thread(target=lambda: outcomes.__setitem__(
+                           "polite", go_client(polite_tap.address, "-pause", f"{IDLE}s"))),
+                       threading.Thread(target=lambda: outcomes.__setitem__(
+                           "abusive", go_client(abusive_tap.address, "-pause", f"{IDLE}s", "-keepalive", "100ms")))]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+        assert outcomes["polite"]["ok"], outcomes["polite"]
+        assert goaways(polite_tap) == [] and polite_tap.pings(">")      # BDP PINGs, never strikes
+        assert not outcomes["abusive"]["ok"] and outcomes["abusive"]["code"] == UNAVAILABLE, outcomes["abusive"]
+        assert len(goaways(abusive_tap)) == 1 and "ENHANCE_YOUR_CALM 'too_many_pings'" in goaways(abusive_tap)[0]
+    finally:
+        server.stop()
+
+
+def test_our_graceful_stop_lets_the_go_stream_finish():
+    """Server.stop(grace): GOAWAY NO_ERROR, the open grpc-go stream goes on to its end; a new
+    connection is refused at once, UNAVAILABLE."""
+    server = servers.start(functools.partial(Echo, episode=5))
+    try:
+        with FrameTap(server.address) as tap:
+            client = WaitingGoClient(tap.address)
+            stopping = threading.Thread(target=server.stop, kwargs={"grace": 10})
+            stopping.start()
+            deadline = time.monotonic() + 5
+            while not goaways(tap) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            client.go_on()
+            result = client.result()
+            stopping.join(15)
+        assert result["ok"] and result["steps"] == 6, result
+        assert goaways(tap) and all("NO_ERROR" in goaway for goaway in goaways(tap)), goaways(tap)
+        started = time.monotonic()
+        late = go_client(server.address)
+        assert late["code"] == UNAVAILABLE and "refused" in late["errors"][0], late
+        assert time.monotonic() - started < 5
+    finally:
+        server.stop()
+
+
+def test_sigkill_of_our_server_is_a_clear_error_for_go():
+    served = ServedProcess(0)
+    try:
+        client = WaitingGoClient(served.address, "-deadline", "60s")
+        served.kill()
+        started = time.monotonic()
+        client.go_on()
+        result = client.result(timeout=20)
+        assert time.monotonic() - started < 5
+        assert result["code"] == UNAVAILABLE, result
+    finally:
+        served.close()
+
+
+def test_sigkill_of_the_go_client_frees_its_world_on_our_server():
+    """One world at most: while a grpc-go client holds it, another cannot create one; once that
+    client is SIGKILLed mid-episode, our server sees its connection end and its world go (an orphan
+    for 0.5 s), and the next grpc-go client gets one."""
+    server = servers.start(functools.partial(Echo, episode=5), max_worlds=1, orphan_lifetime=0.5)
+    try:
+        client = WaitingGoClient(server.address)
+        assert not go_client(server.address)["ok"]                     # the one world is taken
+        client.proc.send_signal(signal.SIGKILL)
+        client.proc.wait(5)
+        for stream in (client.proc.stdin, client.proc.stdout, client.proc.stderr):
+            stream.close()
+        deadline = time.monotonic() + 5
+        while not (result := go_client(server.address))["ok"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert result["ok"] and result["steps"] == 6, result
+    finally:
+        server.stop()
