@@ -3,10 +3,13 @@
 // then half-closes and reads the status. Prints "STEP <stream> <t>" after each step and, last,
 // "RESULT [{...} per stream]" (code, details, answers, obs_ok, obs_bytes, blob_ok, world).
 //   --address=HOST:PORT  --streams=N (1)  --steps=N (3)  --deadline_ms=N (30000)
-//   --pause_ms=N  sleep that long before step --pause_at (steps / 2): an idle stream
+//   --pause_ms=N  idle that long before step --pause_at (steps / 2): a quiet stream
 //   --action_size=N  also send a uint8 action of that many bytes (any uint8 action spec)
 //   --max_recv=BYTES  receive limit (C++'s default is 4 MiB; raised here to 64 MiB)
+//   --setting.NAME=INT  an int64 world setting in CreateWorld
 //   --gzip  --ca=PEM (TLS)  --token=T  --grpc.<arg>=<int> any C-core channel argument
+// "states" has a letter per step: R running, T terminated, I interrupted. The first step of an
+// episode (after joining, or after T) may answer the reset's observation, so obs_ok skips it.
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -17,7 +20,7 @@ using Stream = grpc::ClientReaderWriter<pb::EnvironmentRequest, pb::EnvironmentR
 
 struct Outcome {
   int code = -1;
-  std::string details, world;
+  std::string details, world, states;
   int answers = 0;
   bool obs_ok = true, blob_ok = true;
   long obs_bytes = 0;
@@ -60,7 +63,16 @@ static void fill_actions(const pb::ActionObservationSpecs& specs, int value, pb:
 }
 
 
-static Outcome episode(dm_env_rpc::v1::Environment::Stub* stub, const Options& options, int index) {
+// An idle pause in which C-core still reads and writes (keepalive and BDP PINGs, their ACKs,
+// GOAWAY): a sync client does I/O only while some thread waits on gRPC, as a blocked Read would;
+// a sleeping thread would freeze the connection instead.
+static void idle(grpc::Channel* channel, long ms) {
+  auto until = std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::system_clock::now() < until) channel->WaitForStateChange(channel->GetState(false), until);
+}
+
+static Outcome episode(grpc::Channel* channel, dm_env_rpc::v1::Environment::Stub* stub, const Options& options,
+                       int index) {
   Outcome out;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(options.num("deadline_ms", 30000)));
@@ -77,6 +89,9 @@ static Outcome episode(dm_env_rpc::v1::Environment::Stub* stub, const Options& o
 
   long steps = options.num("steps", 3), pause_at = options.num("pause_at", steps / 2);
   pb::EnvironmentRequest request;
+  for (const auto& [name, value] : options.values)
+    if (name.rfind("setting.", 0) == 0)
+      (*request.mutable_create_world()->mutable_settings())[name.substr(8)].mutable_int64s()->add_array(std::atol(value.c_str()));
   request.mutable_create_world();
   bool going = exchange(request);
   pb::ActionObservationSpecs specs;
@@ -87,23 +102,31 @@ static Outcome episode(dm_env_rpc::v1::Environment::Stub* stub, const Options& o
     specs = answer.join_world().specs();
   }
   for (long t = 0; going && t < steps; ++t) {
-    if (t == pause_at && options.num("pause_ms"))
-      std::this_thread::sleep_for(std::chrono::milliseconds(options.num("pause_ms")));
+    if (t == pause_at && options.num("pause_ms")) idle(channel, options.num("pause_ms"));
     int value = static_cast<int>((index * 3 + t) % 10);
     long blob_sum = -1;
     request.Clear();
     fill_actions(specs, value, request.mutable_step(), &blob_sum);
+    for (const auto& observation : specs.observations()) request.mutable_step()->add_requested_observations(observation.first);
     if (!(going = exchange(request))) break;
+    bool first = out.states.empty() || out.states.back() != 'R';
+    pb::EnvironmentStateType state = answer.step().state();
+    out.states += state == pb::RUNNING ? 'R' : state == pb::TERMINATED ? 'T' : state == pb::INTERRUPTED ? 'I' : '?';
+    bool seen = false, summed = false;
     for (const auto& [uid, tensor] : answer.step().observations()) {
       const std::string& name = specs.observations().at(uid).name();
       if (name == "obs") {
         const std::string& bytes = tensor.uint8s().array();
         out.obs_bytes = static_cast<long>(bytes.size());
-        out.obs_ok = out.obs_ok && !bytes.empty() && bytes.find_first_not_of(static_cast<char>(value)) == std::string::npos;
-      } else if (name == "blob_sum" && blob_sum >= 0) {
+        seen = true;
+        out.obs_ok = out.obs_ok && !bytes.empty() && (first || bytes.find_first_not_of(static_cast<char>(value)) == std::string::npos);
+      } else if (name == "blob_sum" && blob_sum >= 0 && !first) {
+        summed = true;
         out.blob_ok = out.blob_ok && tensor.int64s().array_size() == 1 && tensor.int64s().array(0) == blob_sum;
       }
     }
+    out.obs_ok = out.obs_ok && (seen || first);
+    out.blob_ok = out.blob_ok && (summed || first || blob_sum < 0);
     say("STEP " + std::to_string(index) + " " + std::to_string(t));
   }
   if (going) {
@@ -139,7 +162,7 @@ int main(int argc, char** argv) {
   std::vector<Outcome> outcomes(streams);
   std::vector<std::thread> threads;
   for (int i = 0; i < streams; ++i)
-    threads.emplace_back([&, i] { outcomes[i] = episode(stub.get(), options, i); });
+    threads.emplace_back([&, i] { outcomes[i] = episode(channel.get(), stub.get(), options, i); });
   for (auto& thread : threads) thread.join();
 
   std::string line = "RESULT [";
@@ -148,7 +171,7 @@ int main(int argc, char** argv) {
     line += (i ? ", " : "") + std::string("{\"code\": ") + std::to_string(o.code) + ", \"details\": " + quoted(o.details) +
             ", \"answers\": " + std::to_string(o.answers) + ", \"obs_ok\": " + (o.obs_ok ? "true" : "false") +
             ", \"obs_bytes\": " + std::to_string(o.obs_bytes) + ", \"blob_ok\": " + (o.blob_ok ? "true" : "false") +
-            ", \"world\": " + quoted(o.world) + "}";
+            ", \"world\": " + quoted(o.world) + ", \"states\": " + quoted(o.states) + "}";
   }
   say(line + "]");
   return 0;
