@@ -36,6 +36,7 @@ from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.client.env import DmRpcEnv
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.transport.limits import ConnectionLimits
 from dmrpc_gym.worlds.catch import Catch
 
 PEER_DIR = os.environ.get("DMRPC_GO_PEER_DIR", "")
@@ -268,6 +269,35 @@ def test_go_graceful_stop_lets_our_stream_finish():
     assert all("NO_ERROR" in goaway for goaway in goaways(tap)), goaways(tap)
 
 
+def test_our_client_across_go_max_connection_age():
+    """grpc-go's MaxConnectionAge (a common production setting): GOAWAY at 1 s, then
+    MaxConnectionAgeGrace (1 s) for open streams, then the connection closes. Our stream lives
+    through the grace; a new connection made meanwhile is a new TCP connection; past the grace the
+    step raises ConnectionError naming the GOAWAY, and with ``reconnect=True`` the next reset
+    reconnects."""
+    with GoServer("-max-age", "1s", "-age-grace", "1s") as server, FrameTap(server.address) as tap:
+        env = DmRpcEnv(tap.address, seed_setting=None, reconnect=True, step_timeout=5)
+        try:
+            env.reset()
+            started = time.monotonic()
+            while not goaways(tap):
+                assert time.monotonic() - started < 5, "grpc-go sent no GOAWAY at its MaxConnectionAge"
+                assert env.step(3)[0].tolist() == [3] * 4
+                time.sleep(0.05)
+            with Connection(tap.address) as other:                       # made after the GOAWAY
+                assert echoed(other.send(step(4))) == bytes([4]) * 4
+            with pytest.raises(ConnectionError, match="GOAWAY"):
+                while time.monotonic() - started < 10:
+                    assert env.step(5)[0].tolist() == [5] * 4         # within the grace
+                    time.sleep(0.05)
+            with pytest.warns(RuntimeWarning, match="reconnected"):
+                env.reset()
+            assert env.step(6)[0].tolist() == [6] * 4 and env.reconnects == 1
+        finally:
+            env.close()
+        assert len({f.connection for f in tap.frames}) == 3
+
+
 def test_go_hard_stop_is_a_clear_error_at_once():
     with GoServer() as server:
         with Connection(server.address, connect_timeout=1) as conn:
@@ -384,27 +414,38 @@ def test_go_client_over_tls_with_a_token(tmp_path):
         server.stop()
 
 
-def test_go_keepalive_abusive_gets_too_many_pings_and_default_does_not():
-    """Two grpc-go clients at once through an idle gap, stream open: one at grpc-go's defaults
-    (no keepalive; BDP PINGs only), one with keepalive PINGs every 100 ms (grpc-go's 10 s floor
-    lowered, as its own tests do). Only the abusive one is sent GOAWAY too_many_pings."""
-    server = servers.start(functools.partial(Echo, obs_size=64 << 10, episode=3))
+def test_go_keepalive_only_the_abusive_client_gets_too_many_pings():
+    """Three grpc-go clients at once through an idle gap, stream open, on a server that permits a
+    PING a second (``min_ping_interval=1``, grpc-go's ``EnforcementPolicy.MinTime``): one at
+    grpc-go's defaults (no keepalive; BDP PINGs only), one with keepalive PINGs every 1.5 s (within
+    the policy), one every 100 ms (grpc-go's 10 s floor lowered, as its own tests do). Only the
+    last is sent GOAWAY ENHANCE_YOUR_CALM too_many_pings."""
+    server = servers.start(functools.partial(Echo, obs_size=64 << 10, episode=3),
+                           limits=ConnectionLimits(min_ping_interval=1.0))
+    clients = {"default": (), "permitted": ("-keepalive", "1500ms"), "abusive": ("-keepalive", "100ms")}
+    taps = {name: FrameTap(server.address) for name in clients}
+    outcomes: dict = {}
+
+    def run(name: str) -> None:
+        outcomes[name] = go_client(taps[name].address, "-pause", "3500ms", *clients[name])
+
     try:
-        with FrameTap(server.address) as polite_tap, FrameTap(server.address) as abusive_tap:
-            outcomes: dict = {}
-            threads = [threading.Thread(target=lambda: outcomes.__setitem__(
-                           "polite", go_client(polite_tap.address, "-pause", f"{IDLE}s"))),
-                       threading.Thread(target=lambda: outcomes.__setitem__(
-                           "abusive", go_client(abusive_tap.address, "-pause", f"{IDLE}s", "-keepalive", "100ms")))]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(60)
-        assert outcomes["polite"]["ok"], outcomes["polite"]
-        assert goaways(polite_tap) == [] and polite_tap.pings(">")      # BDP PINGs, never strikes
+        threads = [threading.Thread(target=run, args=(name,)) for name in clients]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        for name in ("default", "permitted"):
+            assert outcomes[name]["ok"], (name, outcomes[name])
+            assert goaways(taps[name]) == [], (name, goaways(taps[name]))
+        assert taps["default"].pings(">")                         # BDP PINGs, never strikes
+        assert len(taps["permitted"].pings(">")) >= 3              # BDP + keepalive
         assert not outcomes["abusive"]["ok"] and outcomes["abusive"]["code"] == UNAVAILABLE, outcomes["abusive"]
-        assert len(goaways(abusive_tap)) == 1 and "ENHANCE_YOUR_CALM 'too_many_pings'" in goaways(abusive_tap)[0]
+        assert len(goaways(taps["abusive"])) == 1, goaways(taps["abusive"])
+        assert "ENHANCE_YOUR_CALM 'too_many_pings'" in goaways(taps["abusive"])[0]
     finally:
+        for tap in taps.values():
+            tap.__exit__(None, None, None)
         server.stop()
 
 
@@ -429,6 +470,22 @@ def test_our_graceful_stop_lets_the_go_stream_finish():
         late = go_client(server.address)
         assert late["code"] == UNAVAILABLE and "refused" in late["errors"][0], late
         assert time.monotonic() - started < 5
+    finally:
+        server.stop()
+
+
+def test_our_stop_past_its_grace_ends_the_go_stream_unavailable():
+    server = servers.start(functools.partial(Echo, episode=5))
+    try:
+        with FrameTap(server.address) as tap:
+            client = WaitingGoClient(tap.address)
+            stopping = threading.Thread(target=server.stop, kwargs={"grace": 0.5})
+            stopping.start()
+            stopping.join(10)
+            client.go_on()
+            result = client.result()
+        assert result["code"] == UNAVAILABLE and "server shutting down" in result["errors"][0], result
+        assert any("grpc-status: 14" in f.summary for f in tap.frames_of("HEADERS", "<"))
     finally:
         server.stop()
 

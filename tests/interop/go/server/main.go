@@ -38,6 +38,8 @@ var (
 	actSize   = flag.Int("act", 0, "bytes of action 2 (0: no such action)")
 	kaTime    = flag.Duration("keepalive", 0, "server keepalive PING interval (0: grpc-go's default, 2 h)")
 	kaTimeout = flag.Duration("keepalive-timeout", 0, "wait for a PING ACK (0: grpc-go's default, 20 s)")
+	maxAge    = flag.Duration("max-age", 0, "MaxConnectionAge: GOAWAY a connection this old (0: never, grpc-go's default)")
+	ageGrace  = flag.Duration("age-grace", 0, "MaxConnectionAgeGrace: then wait this long for its streams (0: forever)")
 	minPing   = flag.Duration("min-ping", 0, "EnforcementPolicy.MinTime (0: grpc-go's default, 5 min)")
 	permit    = flag.Bool("permit-without-stream", false, "EnforcementPolicy.PermitWithoutStream")
 	cert      = flag.String("cert", "", "TLS certificate (PEM)")
@@ -142,7 +144,8 @@ func main() {
 	flag.Parse()
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: *kaTime, Timeout: *kaTimeout}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: *kaTime, Timeout: *kaTimeout,
+			MaxConnectionAge: *maxAge, MaxConnectionAgeGrace: *ageGrace}),
 	}
 	if *minPing > 0 || *permit {
 		opts = append(opts, grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: *minPing, PermitWithoutStream: *permit}))
