@@ -89,3 +89,28 @@ class Peak:
 
     def __exit__(self, *exc) -> None:
         self.grown = _high_water() - self.start
+
+
+class LoopLag:
+    """How late a server's event loop runs a callback that asks to run every ``every`` seconds:
+    what one request may hold every other client up by. ``worst``: the longest delay seen, in
+    seconds, between ``start()`` and ``stop()``."""
+
+    def __init__(self, loop, every: float = 0.005):
+        self.loop, self.every, self.worst = loop, every, 0.0
+        self._running = False
+
+    def _tick(self, due: float) -> None:
+        now = self.loop.time()
+        self.worst = max(self.worst, now - due)
+        if self._running:
+            self.loop.call_at(now + self.every, self._tick, now + self.every)
+
+    def start(self) -> "LoopLag":
+        self._running = True
+        self.loop.call_soon_threadsafe(lambda: self._tick(self.loop.time()))
+        return self
+
+    def stop(self) -> float:
+        self._running = False
+        return self.worst

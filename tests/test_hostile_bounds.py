@@ -11,13 +11,17 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import servers
-from hostile import BOUND, Honest, MB, Peak, measured, resident, stepped_beside
+from hostile import BOUND, Honest, MB, Peak, measured, stepped_beside
 from interop_peers import self_signed
 from processes import ServedProcess
-from raw_h2 import RawClient, data
+from raw_h2 import RawClient, data, message
+from test_hostile_server import joined
 
 from dmrpc_gym import DmRpcEnv
+from dmrpc_gym.protocol import bulk, tensors
+from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport import compression
+from dmrpc_gym.transport.frames import DATA
 from dmrpc_gym.worlds.catch import Catch
 
 
@@ -124,3 +128,82 @@ def test_a_pending_tls_handshake_holds_little(first, tmp_path):
     each = grown / n
     measured(f"{n} TLS handshakes left pending after {first}", f"{grown / MB:+.0f} MB, {each / 1024:.0f} KB each", honest)
     assert each < 64 << 10, f"{each / 1024:.0f} KB held by each pending TLS handshake"
+
+
+# -- memory per message: at most twice its size, lying tensors included ----------------------------
+LIE = 60 * MB                   # a message under the 64 MiB limit, most of it one tensor
+
+
+def framed(sid: int, request: pb.EnvironmentRequest) -> bytes:
+    """``request`` as one gRPC message in DATA frames of 1 MiB (the server's SETTINGS_MAX_FRAME_SIZE)."""
+    body = message(request)
+    return b"".join(data(sid, body[k:k + MB]) for k in range(0, len(body), MB))
+
+
+def answered(raw: RawClient, sid: int = 1) -> pb.EnvironmentResponse:
+    """The next whole answer on ``sid``."""
+    while (got := raw.next_frame()) is not None:
+        kind, _, stream, payload = got
+        if kind == DATA and stream == sid and payload:
+            return pb.EnvironmentResponse.FromString(payload[5:])
+    raise ConnectionError("closed before an answer")
+
+
+def lying(payload: str, shape: list[int]) -> pb.Tensor:
+    """A tensor of :data:`LIE` bytes of ``payload`` (``"floats"`` or ``"uint8s"``) claiming ``shape``."""
+    if payload == "uint8s":
+        return pb.Tensor(uint8s=pb.Tensor.Uint8Array(array=bytes(LIE)), shape=shape)
+    tensor = pb.Tensor(shape=shape)
+    tensor.MergeFromString(tensors.tensor_bytes(np.zeros(LIE // 4, np.float32)))
+    del tensor.shape[:]
+    tensor.shape.extend(shape)
+    return tensor
+
+
+@pytest.mark.parametrize("where, payload", [("a Step's action", "floats"), ("a Step's action", "uint8s"),
+                                            ("a CreateWorld setting", "floats"),
+                                            ("a CreateWorld setting", "uint8s")])
+def test_a_lying_tensor_costs_the_server_at_most_twice_its_message(where, payload):
+    """A 64 MiB-bounded message whose tensor lies about its shape cost 201 MB at the peak (3x):
+    the lie was found only after the payload was decoded. Now the shape is judged against the
+    payload's length first."""
+    with servers.start(Wide, workers=0) as server:
+        raw = RawClient(server.address, timeout=60)
+        try:
+            step = where == "a Step's action"
+            if step:
+                joined(raw, act=4)
+                raw.send(data(1, message(pb.EnvironmentRequest(step=pb.StepRequest()))))
+                answered(raw)                                # the sequence's first step
+                request = pb.EnvironmentRequest(step=pb.StepRequest(actions={1: lying(payload, [4])}))
+            else:
+                raw.send(raw.request_headers(1))
+                request = pb.EnvironmentRequest(create_world=pb.CreateWorldRequest(
+                    settings={"size": lying(payload, [3, 5])}))
+            frames = framed(1, request)
+            size = request.ByteSize()
+            del request
+            with Peak() as peak:
+                raw.send(frames)
+                answer = answered(raw)
+                error = answer.error
+        finally:
+            raw.close()
+    measured(f"a {size / MB:.0f} MB message whose {payload} tensor lies about its shape in {where}",
+             f"{peak.grown / MB:+.0f} MB at the peak ({peak.grown / size:.1f}x)")
+    assert "does not fit shape" in error.message and error.code == 3, answer
+    assert peak.grown < 2 * size + 8 * MB, f"{peak.grown / MB:+.0f} MB at the peak for a {size / MB:.0f} MB message"
+
+
+def test_a_lying_observation_costs_the_client_nothing_past_its_message():
+    """A foreign server's large observation whose shape lies is refused by the client's walk of the
+    answer (naming its UID) before protobuf copies the message, or any payload is copied."""
+    answer = pb.EnvironmentResponse(step=pb.StepResponse(observations={7: lying("floats", [3, 5])}))
+    received = bytearray(answer.SerializeToString())
+    del answer
+    with Peak() as peak:
+        with pytest.raises(ValueError, match=r"observation UID 7: cannot unpack a FLOAT tensor: "
+                                             r"a payload of 15728640 elements does not fit shape \[3, 5\]"):
+            bulk.split(received, bulk.OBSERVATIONS)
+    assert peak.grown < len(received) // 4, f"{peak.grown / MB:+.0f} MB at the peak"
+

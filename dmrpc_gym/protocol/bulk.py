@@ -194,7 +194,8 @@ def _fields(buf: Any, pos: int, end: int):
 
 
 def _tensor(buf: Any, pos: int, end: int) -> Decoded:
-    """A memory-kind Tensor from ``buf[pos:end]``, as an array over ``buf``."""
+    """A memory-kind Tensor from ``buf[pos:end]``, as an array over ``buf``; ``ValueError`` when
+    its shape does not fit its payload (a lie, refused before protobuf copies the message)."""
     shape, payload = None, None
     for number, kind, _, stop, value in _fields(buf, pos, end):
         if kind != 2:
@@ -224,12 +225,10 @@ def _tensor(buf: Any, pos: int, end: int) -> Decoded:
         if flat.size and flat.max() > 1:
             raise _Unexpected              # non-canonical bools: protobuf reads them
         flat = flat.view(np.bool_)
+    tensors.check_shape(shape or [], flat.size, c.name)          # before any copy
     if not flat.flags.writeable or not flat.flags.aligned:
         flat = flat.copy()
-    try:
-        return c.name, tensors.shaped(flat, shape or [], c.name)
-    except ValueError:
-        raise _Unexpected from None        # protobuf's path words the error
+    return c.name, tensors.shaped(flat, shape or [], c.name)    # ValueError: the shape lies
 
 
 def _entries(buf: Any, pos: int, end: int, map_field: int, found: dict[int, Decoded], kept: list) -> None:
@@ -251,15 +250,50 @@ def _entries(buf: Any, pos: int, end: int, map_field: int, found: dict[int, Deco
                     continue
                 except _Unexpected:
                     pass
+                except ValueError as lie:
+                    raise ValueError(f"{_KINDS[map_field]} UID {uid}: {lie}") from None
             found.pop(uid, None)           # a later entry for a UID replaces an earlier one
         kept.append(view[start:stop])
+
+
+#: EnvironmentRequest fields whose message has a settings map -> that map's field number.
+_SETTINGS = {1: 1, 2: 2, 4: 1, 5: 2}        # create_world, join_world, reset, reset_world
+_KINDS = {ACTIONS: "action", OBSERVATIONS: "observation"}
+#: Settings entries judged at most per request (a few are what requests carry).
+_JUDGED = 256
+
+
+def _judge_settings(buf: Any, pos: int, end: int, map_field: int) -> None:
+    """``ValueError`` naming the first large memory-kind setting of a request (in ``buf[pos:end]``)
+    whose shape does not fit its payload: refused before protobuf copies the message. Other
+    entries, and entries past the first :data:`_JUDGED`, are left to protobuf."""
+    for judged, (number, kind, _, stop, value) in enumerate(_fields(buf, pos, end)):
+        if judged >= _JUDGED:
+            return
+        if number != map_field or kind != 2:
+            continue
+        name, tensor = None, None
+        for n, k, _, b, v in _fields(buf, value, stop):
+            if n == 1 and k == 2:
+                name = bytes(buf[v:b]).decode("utf-8", "replace")
+            elif n == 2 and k == 2:
+                tensor = v, b
+        if tensor is not None and tensor[1] - tensor[0] >= LARGE:
+            try:
+                _tensor(buf, *tensor)
+            except _Unexpected:
+                pass
+            except ValueError as lie:
+                raise ValueError(f"setting {name!r}: {lie}") from None
 
 
 def split(message: Any, map_field: int) -> tuple[Any, dict[int, Decoded]]:
     """``message`` (an envelope) without the large tensors of its step's map, and those tensors by UID.
 
     Messages under :data:`LARGE` bytes, and any the walk does not expect,
-    come back whole with no tensors. The arrays share memory with
+    come back whole with no tensors. A large memory-kind tensor whose shape
+    does not fit its payload is a ``ValueError`` naming it (its UID; in a
+    request's settings, its name), found before protobuf copies the message. The arrays share memory with
     ``message`` when it is a writable buffer (a ``bytearray``); over read-only
     ``bytes`` they are copies. Protobuf's later entries win: a tensor found
     here replaces an earlier entry for its UID left in the message.
@@ -274,6 +308,8 @@ def split(message: Any, map_field: int) -> tuple[Any, dict[int, Decoded]]:
                 kept: list[Any] = []
                 _entries(message, value, stop, map_field, found, kept)
                 steps.append((start, stop, kept))
+            elif number in _SETTINGS and kind == 2 and map_field == ACTIONS:
+                _judge_settings(message, value, stop, _SETTINGS[number])
     except _Unexpected:
         return message, {}
     if not found:

@@ -38,7 +38,7 @@ from dmrpc_gym.protocol.wire import pb
 __all__ = [
     "DTYPES", "np_dtype", "data_type", "data_type_name",
     "pack", "pack_into", "unpack", "unpack_flat", "pack_flat_into", "tensor_bytes",
-    "resolve_shape", "shaped", "prepare", "varint", "MAX_TENSOR_BYTES", "element_limit",
+    "resolve_shape", "shaped", "check_shape", "prepare", "varint", "MAX_TENSOR_BYTES", "element_limit",
 ]
 
 
@@ -340,6 +340,24 @@ def unpack_flat(source: Any) -> np.ndarray:
     return _DECODERS[name](getattr(source, name))
 
 
+def _full_shape(shape: list[int], size: int, name: str, dtype: np.dtype, max_elements: int | None) -> tuple[int, ...]:
+    """The shape a payload of ``size`` elements of ``name`` takes in ``shape``: -1 resolved, a single
+    element broadcast within ``max_elements`` (the spec's size, where a spec is known) or what
+    :data:`MAX_TENSOR_BYTES` holds; ``ValueError`` naming the misfit."""
+    dt = data_type_name(BY_FIELD_NAME[name].dt)
+    try:
+        full = resolve_shape(shape, size)
+    except ValueError as e:
+        raise ValueError(f"cannot unpack a {dt} tensor: {e}") from None
+    count = math.prod(full)
+    if count != size:
+        limit = element_limit(dtype) if max_elements is None else max_elements
+        if count > limit:
+            raise ValueError(f"cannot unpack a {dt} tensor: its one element would be broadcast to shape "
+                             f"{list(full)} ({count} elements), more than the {limit} allowed")
+    return full
+
+
 def _fit(flat: np.ndarray, shape: list[int], name: str, max_elements: int | None = None) -> np.ndarray:
     """``flat`` in ``shape``: -1 resolved, a single element broadcast (the slow path).
 
@@ -347,18 +365,10 @@ def _fit(flat: np.ndarray, shape: list[int], name: str, max_elements: int | None
     ``max_elements`` (the spec's size, where a spec is known) or what
     :data:`MAX_TENSOR_BYTES` holds, so a few bytes cannot claim gigabytes.
     """
-    dt = data_type_name(BY_FIELD_NAME[name].dt)
-    try:
-        full = resolve_shape(shape, flat.size)
-    except ValueError as e:
-        raise ValueError(f"cannot unpack a {dt} tensor: {e}") from None
+    full = _full_shape(shape, flat.size, name, flat.dtype, max_elements)
     size = math.prod(full)
     if flat.size == size:
         return flat.reshape(full)
-    limit = element_limit(flat.dtype) if max_elements is None else max_elements
-    if size > limit:
-        raise ValueError(f"cannot unpack a {dt} tensor: its one element would be broadcast to shape "
-                         f"{list(full)} ({size} elements), more than the {limit} allowed")
     if flat.dtype == object:     # a message of its own in every cell
         out = np.empty(full, dtype=object)
         cells = out.reshape(-1)  # a view; np.ndindex would first build a tuple of every range, 0-sized too
@@ -384,7 +394,29 @@ def unpack(tensor: pb.Tensor, max_elements: int | None = None) -> np.ndarray:
     name = tensor.WhichOneof("payload")
     if name is None:
         raise ValueError("tensor has no payload (no data type is set)")
-    return shaped(_DECODERS[name](getattr(tensor, name)), tensor.shape[:], name, max_elements)
+    payload, shape = getattr(tensor, name), tensor.shape[:]
+    if name == "int8s" or name == "uint8s":        # protobuf copies a bytes field when it is read
+        data = payload.array
+        if shape:
+            check_shape(shape, len(data), name, max_elements)
+        return shaped(np.frombuffer(bytearray(data), BY_FIELD_NAME[name].dtype), shape, name, max_elements)
+    if shape:
+        check_shape(shape, len(payload.array), name, max_elements)
+    return shaped(_DECODERS[name](payload), shape, name, max_elements)
+
+
+def check_shape(shape: list[int], size: int, name: str, max_elements: int | None = None) -> None:
+    """``ValueError`` when a payload of ``size`` elements of ``name`` (e.g. ``"floats"``) cannot
+    take ``shape``: a lie is found before the payload is decoded or copied (a 64 MiB payload
+    claiming another shape cost 3x its message).
+
+    >>> check_shape([2, 3], 5, "floats")
+    Traceback (most recent call last):
+    ...
+    ValueError: cannot unpack a FLOAT tensor: a payload of 5 elements does not fit shape [2, 3] (needs 6, or 1 to broadcast)
+    """
+    if size != 1 and (not shape or min(shape) < 0 or math.prod(shape) != size):
+        _full_shape(shape, size, name, BY_FIELD_NAME[name].dtype, max_elements)
 
 
 def shaped(flat: np.ndarray, shape: list[int], name: str, max_elements: int | None = None) -> np.ndarray:
