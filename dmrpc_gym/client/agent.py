@@ -3,19 +3,17 @@
 A ``RemoteAgent`` owns one joined connection. It turns the specs the server
 sent into gymnasium spaces, a space-shaped action into a StepRequest, and a
 StepResponse into ``(observation, reward, terminated, truncated, info)``.
-
-From a dmrpc_gym server (:mod:`dmrpc_gym.protocol.fidelity`) the spaces are the
-served env's own, read from its ``spaces`` property, and frames are rendered
-when asked for; ``info`` is the served env's own. The bridge's own view of a
-step, dm_env_rpc's ``state`` and ``discount``, is kept apart from ``info``:
-:attr:`RemoteAgent.state` and :attr:`RemoteAgent.last_discount`.
 ``DmRpcEnv`` holds one, ``DmRpcVectorEnv`` and ``DmRpcParallelEnv`` hold
-several and keep all their steps in flight at once through
-``submit_step`` / ``receive_step``.
+several and keep all their steps in flight at once (``submit_step`` / ``receive_step``).
+
+From a dmrpc_gym server the spaces, values and ``info`` are the served env's own and
+frames are rendered when asked for (:mod:`dmrpc_gym.protocol.fidelity`); dm_env_rpc's
+``state`` and the step's discount are apart from ``info``: :attr:`RemoteAgent.state`, ``last_discount``.
 """
 from __future__ import annotations
 
 import enum
+import math
 import warnings
 from collections.abc import Mapping
 from typing import Any, Sequence
@@ -215,11 +213,10 @@ class RemoteAgent:
 
     def _say_frames_cost(self, name: str, spec: pb.TensorSpec) -> None:
         """Say once how a foreign server's frames come, and what they cost: every step carries one."""
-        size = int(np.prod(list(spec.shape), dtype=np.int64)) * tensors.np_dtype(spec.dtype).itemsize
-        warnings.warn(f"render_mode='rgb_array': the server at {self.connection.address} is not a dmrpc_gym "
-                      f"server and renders nothing on demand, so frames come from its {name!r} observation "
-                      f"({list(spec.shape)}, {size} bytes), sent with every step"
-                      + (f" (agent {self.agent!r})" if self.agent else ""), stacklevel=5)
+        size, who = math.prod(spec.shape) * tensors.np_dtype(spec.dtype).itemsize, self.agent or "the agent"
+        warnings.warn(f"render_mode='rgb_array': the server at {self.connection.address} renders nothing on demand "
+                      f"(no dmrpc_gym server), so {who}'s frames come from its {name!r} observation "
+                      f"({list(spec.shape)}, {size} bytes), sent with every step", stacklevel=5)
 
     def _space(self, specs: Mapping[str, pb.TensorSpec], bare: bool, nested: bool, kind: str):
         spaces: dict[str, gym.Space] = {}
