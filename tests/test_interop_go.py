@@ -74,7 +74,7 @@ class GoServer:
         if not line.startswith("PORT "):
             self.close()
             raise RuntimeError(f"the grpc-go server said {line!r}")
-        self.address = f"127.0.0.1:{line.split()[1]}"
+        self.address = f"unix:{flags[flags.index('-unix') + 1]}" if "-unix" in flags else f"127.0.0.1:{line.split()[1]}"
         self.lines: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -298,6 +298,12 @@ def test_our_client_across_go_max_connection_age():
         assert len({f.connection for f in tap.frames}) == 3
 
 
+def test_our_client_over_a_unix_socket_to_go(tmp_path):
+    with GoServer("-unix", str(tmp_path / "go.sock")) as server:
+        with Connection(server.address) as conn:
+            assert echoed(conn.send(step(8))) == bytes([8]) * 4
+
+
 def test_go_hard_stop_is_a_clear_error_at_once():
     with GoServer() as server:
         with Connection(server.address, connect_timeout=1) as conn:
@@ -373,6 +379,30 @@ def test_go_client_eight_streams_on_one_connection_twenty_times_without_goaway()
         assert result["ok"] and result["streams_ok"] == 160 and result["steps"] == 160 * 11, result
         assert len({frame.connection for frame in tap.frames}) == 20
         assert tap.pings(">"), "grpc-go sent no BDP PING"
+    finally:
+        server.stop()
+
+
+def test_go_client_over_a_unix_socket(tmp_path):
+    server = servers.start(Catch, address=f"unix:{tmp_path / 'ours.sock'}")
+    try:
+        result = go_client(server.address)
+        assert result["ok"] and result["steps"] == 10, result
+    finally:
+        server.stop()
+
+
+def test_go_client_metadata_up_to_our_header_list_limit():
+    """Our SETTINGS_MAX_HEADER_LIST_SIZE (16 KiB) reaches grpc-go, which refuses a larger list
+    itself (INTERNAL, naming the size); a list within it is accepted."""
+    server = servers.start(Catch)
+    try:
+        with FrameTap(server.address) as tap:
+            assert go_client(tap.address, "-token", "t" * 15_000, "-steps", "1")["ok"]
+            refused = go_client(tap.address, "-token", "t" * 16_500, "-steps", "1")
+            assert refused["code"] == 13 and "16384" in refused["errors"][0], refused
+            assert any("MAX_HEADER_LIST_SIZE=16384" in f.summary for f in tap.frames_of("SETTINGS", "<"))
+            assert goaways(tap) == [] and tap.frames_of("RST_STREAM") == []
     finally:
         server.stop()
 

@@ -5,7 +5,7 @@
 // action 2 "blob" (N uint8s), and observation 2 "received" says how many bytes the step's actions
 // carried.
 //
-// Prints "PORT <n>" once listening on 127.0.0.1:0, then a line per finished stream:
+// Prints "PORT <n>" once listening on 127.0.0.1:0 (or on -unix PATH), then a line per finished stream:
 // "STREAM <grpc code> <error or ok>". Reads commands on stdin: "graceful" (GracefulStop: GOAWAY,
 // then wait for the open streams), "stop" (Stop: close every connection now); each prints
 // "STOPPED" when done. End of stdin is a graceful stop, then exit.
@@ -45,6 +45,7 @@ var (
 	cert      = flag.String("cert", "", "TLS certificate (PEM)")
 	key       = flag.String("key", "", "TLS key (PEM)")
 	token     = flag.String("token", "", "require 'authorization: Bearer TOKEN'")
+	unix      = flag.String("unix", "", "listen on this Unix socket instead (prints PORT 0)")
 )
 
 var out sync.Mutex
@@ -160,12 +161,20 @@ func main() {
 	}
 	server := grpc.NewServer(opts...)
 	envpb.RegisterEnvironmentServer(server, echo{})
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	network, address := "tcp", "127.0.0.1:0"
+	if *unix != "" {
+		network, address = "unix", *unix
+	}
+	listener, err := net.Listen(network, address)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	say("PORT %d", listener.Addr().(*net.TCPAddr).Port)
+	port := 0
+	if tcp, ok := listener.Addr().(*net.TCPAddr); ok {
+		port = tcp.Port
+	}
+	say("PORT %d", port)
 	served := make(chan struct{})
 	go func() { server.Serve(listener); close(served) }()
 
