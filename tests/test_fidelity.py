@@ -208,7 +208,13 @@ CHECKS = {"spaces": check_spaces, "steps": check_steps, "frames": check_frames, 
 @pytest.mark.parametrize("case, check", _params())
 def test_served_env_is_the_local_env(case: Case, check: str, servers: Servers):
     served = servers.get(case)
-    found = CHECKS[check](case, served.address)
+    try:
+        found = CHECKS[check](case, served.address)
+    except Exception as exc:
+        if served.alive():
+            raise
+        raise AssertionError(f"the server exited ({type(exc).__name__}: {exc}); its last lines:\n"
+                             f"{served.tail()}") from exc
     if found:
         if not served.alive():
             found.append(f"the server exited; its last lines:\n{served.tail()}")
