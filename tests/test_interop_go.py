@@ -314,7 +314,7 @@ def test_go_hard_stop_is_a_clear_error_at_once():
             with pytest.raises(Exception) as ended:
                 conn.send(step(1))
             assert time.monotonic() - started < 5
-    assert isinstance(ended.value, (ConnectionError, DmRpcError)), repr(ended.value)
+    assert isinstance(ended.value, ConnectionError) and server.address in str(ended.value), repr(ended.value)
 
 
 def test_sigkill_of_the_go_server_is_a_clear_error_at_once():
@@ -327,7 +327,7 @@ def test_sigkill_of_the_go_server_is_a_clear_error_at_once():
             with pytest.raises(Exception) as ended:
                 conn.send(step(1))
             assert time.monotonic() - started < 5
-    assert isinstance(ended.value, (ConnectionError, DmRpcError)), repr(ended.value)
+    assert isinstance(ended.value, ConnectionError) and server.address in str(ended.value), repr(ended.value)
 
 
 def test_sigkill_of_our_client_ends_the_go_servers_stream():
@@ -350,7 +350,7 @@ def test_sigkill_of_our_client_ends_the_go_servers_stream():
             proc.wait(10)
             proc.stdout.close()
         line = server.next_line("STREAM", timeout=5)
-        assert line.startswith(f"STREAM 1 ") and "canceled" in line, line       # CANCELLED
+        assert line.startswith("STREAM 1 ") and "canceled" in line, line       # CANCELLED
         with Connection(server.address) as conn:              # and it serves on
             assert echoed(conn.send(step(4))) == bytes([4]) * 4
 
@@ -447,17 +447,17 @@ def test_go_client_over_tls_with_a_token(tmp_path):
 def test_go_keepalive_only_the_abusive_client_gets_too_many_pings():
     """Three grpc-go clients at once through an idle gap, stream open, on a server that permits a
     PING a second (``min_ping_interval=1``, grpc-go's ``EnforcementPolicy.MinTime``): one at
-    grpc-go's defaults (no keepalive; BDP PINGs only), one with keepalive PINGs every 1.5 s (within
+    grpc-go's defaults (no keepalive; BDP PINGs only), one with keepalive PINGs every 2 s (within
     the policy), one every 100 ms (grpc-go's 10 s floor lowered, as its own tests do). Only the
     last is sent GOAWAY ENHANCE_YOUR_CALM too_many_pings."""
     server = servers.start(functools.partial(Echo, obs_size=64 << 10, episode=3),
                            limits=ConnectionLimits(min_ping_interval=1.0))
-    clients = {"default": (), "permitted": ("-keepalive", "1500ms"), "abusive": ("-keepalive", "100ms")}
+    clients = {"default": (), "permitted": ("-keepalive", "2s"), "abusive": ("-keepalive", "100ms")}
     taps = {name: FrameTap(server.address) for name in clients}
     outcomes: dict = {}
 
     def run(name: str) -> None:
-        outcomes[name] = go_client(taps[name].address, "-pause", "3500ms", *clients[name])
+        outcomes[name] = go_client(taps[name].address, "-pause", "4500ms", *clients[name])
 
     try:
         threads = [threading.Thread(target=run, args=(name,)) for name in clients]
