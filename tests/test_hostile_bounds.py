@@ -6,22 +6,23 @@ from __future__ import annotations
 import os
 import socket
 import ssl
+import time
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import servers
-from hostile import BOUND, Honest, MB, Peak, measured, stepped_beside
+from hostile import BOUND, Honest, LoopLag, MB, Peak, measured, stepped_beside
 from interop_peers import self_signed
 from processes import ServedProcess
 from raw_h2 import RawClient, data, message
-from test_hostile_server import joined
+from test_hostile_server import first_answer, joined
 
 from dmrpc_gym import DmRpcEnv
 from dmrpc_gym.protocol import bulk, tensors
+from dmrpc_gym.protocol.protowire import varint
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport import compression
-from dmrpc_gym.transport.frames import DATA
 from dmrpc_gym.worlds.catch import Catch
 
 
@@ -140,15 +141,6 @@ def framed(sid: int, request: pb.EnvironmentRequest) -> bytes:
     return b"".join(data(sid, body[k:k + MB]) for k in range(0, len(body), MB))
 
 
-def answered(raw: RawClient, sid: int = 1) -> pb.EnvironmentResponse:
-    """The next whole answer on ``sid``."""
-    while (got := raw.next_frame()) is not None:
-        kind, _, stream, payload = got
-        if kind == DATA and stream == sid and payload:
-            return pb.EnvironmentResponse.FromString(payload[5:])
-    raise ConnectionError("closed before an answer")
-
-
 def lying(payload: str, shape: list[int]) -> pb.Tensor:
     """A tensor of :data:`LIE` bytes of ``payload`` (``"floats"`` or ``"uint8s"``) claiming ``shape``."""
     if payload == "uint8s":
@@ -174,7 +166,7 @@ def test_a_lying_tensor_costs_the_server_at_most_twice_its_message(where, payloa
             if step:
                 joined(raw, act=4)
                 raw.send(data(1, message(pb.EnvironmentRequest(step=pb.StepRequest()))))
-                answered(raw)                                # the sequence's first step
+                first_answer(raw, 1)                                # the sequence's first step
                 request = pb.EnvironmentRequest(step=pb.StepRequest(actions={1: lying(payload, [4])}))
             else:
                 raw.send(raw.request_headers(1))
@@ -185,7 +177,7 @@ def test_a_lying_tensor_costs_the_server_at_most_twice_its_message(where, payloa
             del request
             with Peak() as peak:
                 raw.send(frames)
-                answer = answered(raw)
+                answer = first_answer(raw, 1)
                 error = answer.error
         finally:
             raw.close()
@@ -207,3 +199,50 @@ def test_a_lying_observation_costs_the_client_nothing_past_its_message():
             bulk.split(received, bulk.OBSERVATIONS)
     assert peak.grown < len(received) // 4, f"{peak.grown / MB:+.0f} MB at the peak"
 
+
+
+# -- work per byte: bounded by the spec, and no request holds the loop ----------------------------
+def naming_uids(uid: int, count: int) -> bytes:
+    """A Step request (serialized) whose ``requested_observations`` name ``uid`` ``count`` times
+    (packed: a byte each for a UID under 128)."""
+    packed = varint(uid) * count
+    step = b"\x12" + varint(len(packed)) + packed
+    return b"\x1a" + varint(len(step)) + step
+
+
+@pytest.mark.parametrize("uid, what", [(99, "a UID the spec lacks"), (1, "a UID of the spec")])
+def test_uid_floods_are_refused_without_holding_the_loop(uid, what):
+    """Four 16 KB gzip Steps inflating to 16 MB that name 16,777,216 UIDs each held the event loop
+    2.2 s apiece while every other client waited. A request naming a UID the spec lacks is now
+    refused at the first one, and a long list of known ones costs the loop no more than ~50 ms."""
+    count = 1 << 24
+    bomb = compression.compressor("gzip")(naming_uids(uid, count))
+    gzip = (("grpc-encoding", "gzip"),)
+    with servers.start(Catch) as server:
+        raws = [RawClient(server.address, timeout=60) for _ in range(4)]
+        honest = Honest(server.address)
+        try:
+            for raw in raws:
+                joined(raw, 1, gzip)
+                raw.send(data(1, message(pb.EnvironmentRequest(step=pb.StepRequest()))))
+                first_answer(raw, 1)                                # the sequence's first step
+            honest.start()
+            time.sleep(0.2)
+            lag = LoopLag(server._loop).start()
+            start = time.monotonic()
+            for raw in raws:
+                raw.send(data(1, b"\x01" + len(bomb).to_bytes(4, "big") + bomb))
+            answers = [first_answer(raw, 1) for raw in raws]
+            took = time.monotonic() - start
+            worst = lag.stop()
+            assert honest.finished(), honest.error
+        finally:
+            for raw in raws:
+                raw.close()
+    measured(f"4 gzip Steps of {len(bomb) // 1024} KB naming {what} {count} times",
+             f"the loop held {worst * 1000:.0f} ms at most; {took:.2f} s until the 4 answers", honest)
+    if uid == 99:
+        assert all("no observation has UID 99" in a.error.message for a in answers), answers[0]
+    else:
+        assert all(a.WhichOneof("payload") == "step" for a in answers), answers[0]
+    assert worst < 0.05, f"the loop was held {worst * 1000:.0f} ms"

@@ -39,10 +39,13 @@ import numpy as np
 
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol.dtypes import BY_DATA_TYPE, MEMORY, DataTypeInfo
+from dmrpc_gym.protocol.fidelity import EXACT_UID
+from dmrpc_gym.protocol.info import INFO_UID
+from dmrpc_gym.protocol.turns import TURN_UID
 from dmrpc_gym.protocol.protowire import ONE_BYTE, memory_head, varint
 from dmrpc_gym.protocol.wire import pb
 
-__all__ = ["LARGE", "ACTIONS", "OBSERVATIONS", "STEP_TAG", "Pieces", "split", "Decoded"]
+__all__ = ["LARGE", "ACTIONS", "OBSERVATIONS", "STEP_TAG", "Pieces", "split", "Decoded", "NO_SPECS", "MAX_WALKED"]
 
 #: Tensors of this many payload bytes or more travel outside protobuf.
 LARGE = 1 << 16
@@ -54,6 +57,7 @@ _SHAPE = 15                                 # Tensor ``shape``
 #: ``(payload field name, array)``: a Tensor decoded by :func:`split`.
 Decoded = tuple[str, np.ndarray]
 _MEMORY = {c.dt: c for c in BY_DATA_TYPE.values() if c.kind is MEMORY}   # payload field number == DataType
+_HIDDEN = frozenset((INFO_UID, EXACT_UID, TURN_UID))   # observations our clients ask for that no spec lists
 
 
 _KEYS: dict[int, bytes] = {}
@@ -231,10 +235,17 @@ def _tensor(buf: Any, pos: int, end: int) -> Decoded:
     return c.name, tensors.shaped(flat, shape or [], c.name)    # ValueError: the shape lies
 
 
-def _entries(buf: Any, pos: int, end: int, map_field: int, found: dict[int, Decoded], kept: list) -> None:
-    """Walk a StepRequest/StepResponse: large entries of its map into ``found``, the rest into ``kept``."""
+def _entries(buf: Any, pos: int, end: int, map_field: int, found: dict[int, Decoded], kept: list,
+             screen: "_Screen | None" = None) -> None:
+    """Walk a StepRequest/StepResponse: large entries of its map into ``found``, the rest into
+    ``kept``; with ``screen`` (a request, and the spec it must keep to), its UIDs are judged on
+    the way (:class:`_Screen`)."""
     view = memoryview(buf)
     for number, kind, start, stop, value in _fields(buf, pos, end):
+        if screen is not None and screen.walked(number, kind, value, stop):   # requested: kept there
+            if screen.stopped is not None:
+                return
+            continue
         if number == map_field and kind == 2:
             uid, tensor = 0, None
             for n, k, _, b, v in _fields(buf, value, stop):
@@ -244,6 +255,8 @@ def _entries(buf: Any, pos: int, end: int, map_field: int, found: dict[int, Deco
                     tensor = v, b
                 else:
                     raise _Unexpected
+            if screen is not None and not screen.action(uid):
+                return
             if tensor is not None and tensor[1] - tensor[0] >= LARGE:
                 try:
                     found[uid] = _tensor(buf, *tensor)
@@ -254,6 +267,114 @@ def _entries(buf: Any, pos: int, end: int, map_field: int, found: dict[int, Deco
                     raise ValueError(f"{_KINDS[map_field]} UID {uid}: {lie}") from None
             found.pop(uid, None)           # a later entry for a UID replaces an earlier one
         kept.append(view[start:stop])
+
+
+#: StepRequest ``requested_observations``.
+_REQUESTED = 2
+#: Fields of a StepRequest (map entries, unpacked UIDs) and UIDs of 2 bytes or more that the
+#: server's walk reads at most; a request with more is refused (no spec has that many).
+MAX_WALKED = 1 << 16
+
+
+class _Screen:
+    """A StepRequest's UIDs judged against the spec of the agent it goes to, as they are walked:
+    the walk stops at the first UID the spec lacks (an action or a requested observation), and
+    the step is then written again with that one only, which the session refuses by name;
+    requested observations are kept once each, in the order they came (what the server answers),
+    so that neither protobuf nor the session reads a list longer than the spec. One-byte UIDs are
+    judged together (:meth:`_one_byte`); longer ones one by one, :data:`MAX_WALKED` at most."""
+
+    def __init__(self, buf: Any, specs: Any):
+        self._buf = buf
+        self.actions = frozenset(specs.actions)
+        self.observations = frozenset(specs.observations) | _HIDDEN
+        self._small = small = sorted(uid for uid in self.observations if uid < 0x80)
+        self._unknown_byte = bytes(0 if b in small else 1 for b in range(256))
+        self.requested: dict[int, None] = {}         # in the order first requested
+        self.stopped: bytes | None = None            # the step written again, past a UID unknown
+        self.fields = 0
+
+    def walked(self, number: int, kind: int, value: int, stop: int) -> bool:
+        """Count a field of the step; True when it is a requested observation (taken here)."""
+        self.fields += 1
+        if self.fields > MAX_WALKED:
+            raise ValueError(f"a StepRequest of more than {MAX_WALKED} fields (map entries or unpacked "
+                             f"UIDs): the spec has {len(self.actions)} actions and "
+                             f"{len(self.observations)} observations")
+        if number != _REQUESTED:
+            return False
+        if kind == 0:
+            self._request(value)
+        elif kind == 2:
+            self._requested_packed(self._buf, value, stop)
+        else:
+            raise _Unexpected
+        return True
+
+    def action(self, uid: int) -> bool:
+        """Whether the spec has action ``uid`` (else the walk stops here)."""
+        if uid in self.actions:
+            return True
+        entry = b"\x08" + varint(uid) + b"\x12\x00"          # the UID, with an empty Tensor
+        self.stopped = b"\x0a" + varint(len(entry)) + entry
+        return False
+
+    def _request(self, uid: int) -> None:
+        if self.stopped is not None or uid in self.requested:
+            return
+        if uid not in self.observations:
+            packed = varint(uid)
+            self.stopped = b"\x12" + varint(len(packed)) + packed
+            return
+        self.requested[uid] = None
+
+    def _requested_packed(self, buf: Any, pos: int, end: int) -> None:
+        if end - pos >= 64 and np.frombuffer(buf, np.uint8, end - pos, pos).max() < 0x80:
+            self._one_byte(buf, pos, end)
+            return
+        walked = 0
+        while pos < end and self.stopped is None:
+            uid, pos = _varint(buf, pos)
+            self._request(uid)
+            walked += 1
+            if walked > MAX_WALKED:
+                raise ValueError(f"a StepRequest naming more than {MAX_WALKED} observation UIDs, some of "
+                                 f"2 bytes or more; the spec has {len(self.observations)} observations")
+
+    def _one_byte(self, buf: Any, pos: int, end: int) -> None:
+        """Packed UIDs under 128, a byte each, judged a MiB at a time with no Python loop per UID:
+        against the spec's range of one-byte UIDs where they are consecutive (as our servers number
+        them: SIMD passes), else by ``bytes.translate``."""
+        arr = np.frombuffer(buf, np.uint8, end - pos, pos)
+        small, bad, view = self._small, -1, memoryview(buf)
+        consecutive = small and small[-1] - small[0] + 1 == len(small)
+        for at in range(0, end - pos, 1 << 20):
+            if consecutive:
+                chunk = arr[at:at + (1 << 20)] - np.uint8(small[0])    # below the range wraps past it
+                found = int(np.argmax(chunk > small[-1] - small[0])) if chunk.max() > small[-1] - small[0] else -1
+            else:
+                found = bytes(view[pos + at:min(end, pos + at + (1 << 20))]).translate(self._unknown_byte).find(1)
+            if found >= 0:
+                bad = at + found
+                break
+        upto = end if bad < 0 else pos + bad
+        whole = buf if hasattr(buf, "find") else bytes(buf)
+        firsts = sorted((i, uid) for uid in small if uid not in self.requested
+                        and (i := whole.find(bytes((uid,)), pos, upto)) >= 0)
+        for _, uid in firsts:
+            self.requested[uid] = None
+        if bad >= 0:
+            self._request(int(arr[bad]))
+
+    def step(self, kept: list) -> bytes:
+        """The step's fields as written again: the one past which the walk stopped, or what was
+        kept and the requested observations, once each."""
+        if self.stopped is not None:
+            return self.stopped
+        if self.requested:
+            packed = b"".join(varint(uid) for uid in self.requested)
+            kept.append(b"\x12" + varint(len(packed)) + packed)
+        return b"".join(kept)
 
 
 #: EnvironmentRequest fields whose message has a settings map -> that map's field number.
@@ -287,8 +408,17 @@ def _judge_settings(buf: Any, pos: int, end: int, map_field: int) -> None:
                 raise ValueError(f"setting {name!r}: {lie}") from None
 
 
-def split(message: Any, map_field: int) -> tuple[Any, dict[int, Decoded]]:
+#: The specs of a session joined to no agent: every UID is unknown to it.
+NO_SPECS = pb.ActionObservationSpecs()
+
+
+def split(message: Any, map_field: int, specs: Any = None) -> tuple[Any, dict[int, Decoded]]:
     """``message`` (an envelope) without the large tensors of its step's map, and those tensors by UID.
+
+    ``specs`` (a server reading a request: the ``ActionObservationSpecs`` of the agent it goes to,
+    :data:`NO_SPECS` for none) bounds the walk of a StepRequest by the spec (:class:`_Screen`):
+    it stops at the first action or requested observation UID the spec lacks, the step then
+    holding that one only, and its requested observations come back once each.
 
     Messages under :data:`LARGE` bytes, and any the walk does not expect,
     come back whole with no tensors. A large memory-kind tensor whose shape
@@ -301,22 +431,23 @@ def split(message: Any, map_field: int) -> tuple[Any, dict[int, Decoded]]:
     if len(message) < LARGE or not map_field:
         return message, {}
     found: dict[int, Decoded] = {}
-    steps = []                              # (start, stop, kept pieces) of each step field
+    steps = []                              # (start, stop, kept pieces, screen) of each step field
     try:
         for number, kind, start, stop, value in _fields(message, 0, len(message)):
             if number == _STEP and kind == 2:
                 kept: list[Any] = []
-                _entries(message, value, stop, map_field, found, kept)
-                steps.append((start, stop, kept))
+                screen = None if specs is None or map_field != ACTIONS else _Screen(message, specs)
+                _entries(message, value, stop, map_field, found, kept, screen)
+                steps.append((start, stop, kept, screen))
             elif number in _SETTINGS and kind == 2 and map_field == ACTIONS:
                 _judge_settings(message, value, stop, _SETTINGS[number])
     except _Unexpected:
         return message, {}
-    if not found:
+    if not found and all(screen is None for *_, screen in steps):
         return message, {}
     view, out, done = memoryview(message), [], 0
-    for start, stop, kept in steps:
-        body = b"".join(kept)
+    for start, stop, kept, screen in steps:
+        body = b"".join(kept) if screen is None else screen.step(kept)
         out += (view[done:start], STEP_TAG, varint(len(body)), body)
         done = stop
     out.append(view[done:])

@@ -89,7 +89,7 @@ class Session:
         try:
             large = None
             if len(raw) >= bulk.LARGE:
-                raw, large = bulk.split(raw, bulk.ACTIONS)
+                raw, large = bulk.split(raw, bulk.ACTIONS, bulk.NO_SPECS if self.agent is None else self.agent.specs)
             request = _parse(raw)
         except Exception as exc:  # noqa: BLE001 - any parse failure is the client's
             return error_response(status.code(grpc.StatusCode.INVALID_ARGUMENT),

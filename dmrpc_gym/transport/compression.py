@@ -53,8 +53,9 @@ def decompressor(name: str, limit: int, option: str = CLIENT_MESSAGE_LIMIT) -> C
     return lambda message: b"".join(inflating(name, message, limit, option))
 
 
-#: Bytes inflated at a time: a server yields to its other connections between steps.
-INFLATE_STEP = 1 << 20
+#: Bytes inflated at a time: a server yields to its other connections between steps (a step
+#: holds its event loop a few ms at most).
+INFLATE_STEP = 1 << 18
 
 
 def inflating(name: str, message: bytes, limit: int, option: str = CLIENT_MESSAGE_LIMIT) -> Iterator[bytes]:
