@@ -49,9 +49,11 @@ def _fail(command: str, message: Any) -> int:
 
 # -- serve ------------------------------------------------------------------------------
 
-#: The kinds of target ``serve`` takes, each with an example (the epilog of ``serve --help``).
+#: The kinds of target ``serve`` takes, each with an example (the epilog of ``serve --help``; a
+#: reStructuredText literal block too, as the docs' CLI reference renders it).
 SERVE_TARGETS_HELP = """\
-kinds of TARGET, each with an example:
+kinds of TARGET, each with an example::
+
   catch, tag                        a bundled world, named as the client commands name it
                                       dmrpc-gym serve catch
   ENV_ID                            a registered gymnasium env id

@@ -85,10 +85,11 @@ class DmRpcAECEnv(AECEnv):
     """A turn-based world of a dmrpc_gym server as a PettingZoo ``AECEnv`` (see the module doc).
 
     Args:
-        address, world_settings, world_name, agents, reset_settings, seed_setting,
-        connect_timeout, step_timeout, metadata, tls, token, compression,
-        max_message_size, keepalive, share_connections: as for
-        :class:`~dmrpc_gym.client.parallel.DmRpcParallelEnv`.
+        address: the server; this and ``world_settings``, ``world_name``, ``agents``,
+            ``reset_settings``, ``seed_setting``, ``connect_timeout``, ``step_timeout``,
+            ``metadata``, ``tls``, ``token``, ``compression``, ``max_message_size``,
+            ``keepalive`` and ``share_connections`` are as for
+            :class:`~dmrpc_gym.client.parallel.DmRpcParallelEnv`.
         render_mode: ``"rgb_array"``: ``render()`` returns the frame of the current state.
 
     ``reset(options={"settings": {...}})`` sends reset settings. A move waits for the next

@@ -164,15 +164,19 @@ class RemoteDmEnv(dm_env.Environment):
         return dm_env.TimeStep(kind, reward, discount, self._observation(obs, info))
 
     def observation_spec(self) -> Any:
+        """The observation specs, nested again from dotted names (a served dm_env's own, exactly)."""
         return self._observation_spec
 
     def action_spec(self) -> Any:
+        """The action spec (a lone action's bare spec, else a dict of them)."""
         return self._action_spec
 
     def reward_spec(self) -> dm_specs.Array:
+        """The spec of the ``reward`` observation (a float64 scalar when the world has none)."""
         return self._reward_spec
 
     def discount_spec(self) -> dm_specs.Array:
+        """The spec of the ``discount`` observation (a float64 scalar in [0, 1] when the world has none)."""
         return self._discount_spec
 
     def close(self) -> None:

@@ -277,6 +277,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
 
     @property
     def agent(self) -> RemoteAgent:
+        """The joined agent behind this env (its connection, specs, codec and last state)."""
         return self._agent
 
     @property

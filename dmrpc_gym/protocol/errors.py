@@ -37,6 +37,7 @@ class DmRpcError(RuntimeError):
 
     @property
     def code_name(self) -> str:
+        """The status code's name, as gRPC spells it (``"INVALID_ARGUMENT"``)."""
         return status_name(self.code)
 
     def __reduce__(self):

@@ -288,8 +288,8 @@ class Server:
 
     @property
     def addresses(self) -> list[str]:
-        """Every address listened on, for clients: ``host:port`` (the actual port for port 0) or
-        ``unix:PATH``; ``RuntimeError`` before ``start()``."""
+        """Every address listened on, as clients name it (``host:port`` with the actual port for
+        port 0, or ``unix:PATH``); ``RuntimeError`` before ``start()``."""
         if self._where is None:
             raise RuntimeError("the server is not started; call start() first")
         return list(self._where)

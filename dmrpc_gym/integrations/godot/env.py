@@ -267,6 +267,7 @@ class GodotEnv(gym.Env):
         return _recreate, (type(self), self._arguments)
 
     def close_at_exit(self) -> None:
+        """Called at interpreter exit for an env still alive then: closes it, so that no game outlives Python."""
         self.close()
 
     def __del__(self) -> None:
