@@ -4,10 +4,13 @@ interop tests): the same world as their own servers serve (tests/interop/cpp/com
 Observation ``obs``: ``obs_size`` uint8s, all equal to the last action ``act`` (Discrete(10)),
 which is also the reward. With ``action_size`` > 0, action ``blob`` is that many uint8s and
 observation ``blob_sum`` their sum. With ``episode`` > 0, every episode ends after that many steps.
+With ``delay_ms`` > 0, each step takes that long.
 Served by ``dmrpc-gym serve tests.echo_world:Echo`` or ``Server(Echo)``; the factory's keywords are
 world settings.
 """
 from __future__ import annotations
+
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -15,8 +18,9 @@ from gymnasium import spaces
 
 
 class Echo(gym.Env):
-    def __init__(self, obs_size: int = 4, action_size: int = 0, episode: int = 0):
+    def __init__(self, obs_size: int = 4, action_size: int = 0, episode: int = 0, delay_ms: int = 0):
         self.obs_size, self.action_size, self.episode = int(obs_size), int(action_size), int(episode)
+        self.delay = int(delay_ms) / 1000
         observations = {"obs": spaces.Box(0, 255, (self.obs_size,), np.uint8)}
         actions = {"act": spaces.Discrete(10)}
         if self.action_size:
@@ -37,6 +41,7 @@ class Echo(gym.Env):
         return self._observe(0), {}
 
     def step(self, action):
+        time.sleep(self.delay)
         self.t += 1
         value = int(action["act"])
         ended = bool(self.episode) and self.t >= self.episode

@@ -31,6 +31,7 @@ from processes import ServedProcess
 
 import dmrpc_gym
 from dmrpc_gym.client.connection import Connection
+from dmrpc_gym.client.vector import DmRpcVectorEnv
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import Server
 from dmrpc_gym.transport.limits import ConnectionLimits
@@ -76,10 +77,11 @@ class _Peer:
     def _read(self) -> None:
         for line in self.proc.stdout:
             self.lines.put(line.rstrip("\n"))
+        self.proc.stdout.close()
         self.lines.put(None)
 
-    def wait_for(self, prefix: str, timeout: float = 20.0) -> str:
-        """The next stdout line that starts with ``prefix`` (AssertionError after ``timeout``)."""
+    def wait_for(self, prefix: str | tuple[str, ...], timeout: float = 20.0) -> str:
+        """The next stdout line that starts with ``prefix`` (or one of them); AssertionError after ``timeout``."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -301,26 +303,88 @@ def test_our_stream_past_a_cpp_servers_grace_ends_with_a_clear_error():
     print("our client said:", failed.value)
 
 
-def test_sigkill_of_the_cpp_server_is_a_clear_error_for_our_client():
-    with CppServer() as server:
+@pytest.mark.parametrize("when", ["between steps", "mid-step"])
+def test_sigkill_of_the_cpp_server_is_a_clear_error_for_our_client(when):
+    with CppServer(delay_ms=0 if when == "between steps" else 5000) as server:
         env = dmrpc_gym.DmRpcEnv(server.address)
         try:
-            env.reset()
-            env.step(1)
-            server.kill()
+            env.reset()                  # the first step of an episode: no delay
+            if when == "between steps":
+                env.step(1)
+                server.kill()
+            else:
+                threading.Timer(0.5, server.kill).start()
             started = time.monotonic()
-            with pytest.raises(Exception) as failed:
+            with pytest.raises(ConnectionError) as failed:
                 env.step(2)
-            assert time.monotonic() - started < 5
+            assert time.monotonic() - started < 4
         finally:
             env.close()
     print("our client said:", failed.value)
-    assert str(failed.value), repr(failed.value)
+    assert server.address in str(failed.value) and "step" in str(failed.value), str(failed.value)
+
+
+def test_our_vector_env_past_a_cpp_servers_max_concurrent_streams():
+    """A C++ server that takes 2 streams per connection: 4 sub-envs open a second connection."""
+    with CppServer(**{"grpc.max_concurrent_streams": 2}) as server, FrameTap(server.address) as tap:
+        env = DmRpcVectorEnv(4, tap.address, seed_setting=None, step_timeout=10.0)
+        try:
+            env.reset()
+            actions = np.array([1, 2, 3, 4])
+            assert (env.step(actions)[0] == actions[:, None]).all()
+        finally:
+            env.close()
+        streams = [(f.connection, f.stream) for f in tap.frames_of("HEADERS", ">")]
+        assert sorted(streams) == [(0, 1), (0, 3), (1, 1), (1, 3)], tap.dump()
+        assert not tap.frames_of("GOAWAY"), tap.dump()
+
+
+def test_our_env_through_a_cpp_servers_max_connection_age():
+    """C-core's max_connection_age: GOAWAY at 1 s; the open stream may finish within the grace
+    (0.5 s), a new env meanwhile takes a new connection; past the grace the step fails naming the
+    server, and with reconnect=True the next reset() connects again."""
+    age = {"grpc.max_connection_age_ms": 1000, "grpc.max_connection_age_grace_ms": 800}
+    with CppServer(**age) as server, FrameTap(server.address) as tap:
+        env = dmrpc_gym.DmRpcEnv(tap.address, reconnect=True)
+        other = None
+        try:
+            env.reset()
+            deadline = time.monotonic() + 5
+            while not tap.frames_of("GOAWAY", "<") and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert env.step(2)[1] == 2                   # within the grace
+            other = dmrpc_gym.DmRpcEnv(tap.address)
+            other.reset()
+            assert other.step(3)[1] == 3
+            time.sleep(1.0)
+            with pytest.raises(ConnectionError, match=tap.address):
+                env.step(4)
+            with pytest.warns(RuntimeWarning, match="reconnected"):
+                env.reset()
+            assert env.step(5)[1] == 5
+        finally:
+            env.close()
+            if other is not None:
+                other.close()
+        assert len({f.connection for f in tap.frames}) >= 2, tap.dump()
+
+
+@pytest.mark.xfail(reason="our client's close() half-closes its stream and closes the socket at once, without "
+                          "waiting for the server's status: a C++ server that takes a moment to end the call "
+                          "(here 200 ms) sees every env.close() as a cancelled call", strict=False)
+def test_our_env_close_lets_a_cpp_server_end_the_call():
+    with CppServer(finish_delay_ms=200) as server, FrameTap(server.address) as tap:
+        env = dmrpc_gym.DmRpcEnv(tap.address)
+        env.reset()
+        env.step(1)
+        env.close()
+        assert server.wait_for(("FINISHED", "CANCELLED"), timeout=5) == "FINISHED", tap.dump()
 
 
 _OUR_CLIENT = """
 import sys, time
 from dmrpc_gym.client.connection import Connection
+from dmrpc_gym.client.vector import DmRpcVectorEnv
 from dmrpc_gym.protocol.wire import pb
 conn = Connection(sys.argv[1])
 conn.send(pb.CreateWorldRequest())
@@ -471,16 +535,23 @@ def test_cpp_clients_stream_past_our_grace_ends_unavailable():
     assert outcome["code"] == UNAVAILABLE and outcome["answers"] == 4, outcome
 
 
-def test_sigkill_of_our_server_is_unavailable_for_the_cpp_client():
+@pytest.mark.parametrize("when", ["between steps", "mid-step"])
+def test_sigkill_of_our_server_is_unavailable_for_the_cpp_client(when):
     served = ServedProcess(0, "tests.echo_world:Echo")
     try:
-        client = CppClient(served.address, steps=4, pause_ms=1500)
-        client.wait_for("STEP 0 1")
+        if when == "between steps":
+            client = CppClient(served.address, steps=4, pause_ms=1500)
+            client.wait_for("STEP 0 1")
+        else:                                    # blocked in Read: the second step takes 5 s
+            client = CppClient(served.address, steps=4, **{"setting.delay_ms": 5000})
+            client.wait_for("STEP 0 0")
+            time.sleep(0.5)
         served.kill()
         started = time.monotonic()
         [outcome] = client.result()
-        assert time.monotonic() - started < 5
-        assert outcome["code"] == UNAVAILABLE and outcome["answers"] == 4, outcome
+        assert time.monotonic() - started < 4
+        answers = 4 if when == "between steps" else 3
+        assert outcome["code"] == UNAVAILABLE and outcome["answers"] == answers, outcome
     finally:
         served.close()
 

@@ -7,6 +7,7 @@
 //   --action_size=N  also send a uint8 action of that many bytes (any uint8 action spec)
 //   --max_recv=BYTES  receive limit (C++'s default is 4 MiB; raised here to 64 MiB)
 //   --setting.NAME=INT  an int64 world setting in CreateWorld
+//   --metadata_bytes=N  also send a header x-long-token of N bytes
 //   --gzip  --ca=PEM (TLS)  --token=T  --grpc.<arg>=<int> any C-core channel argument
 // "states" has a letter per step: R running, T terminated, I interrupted. The first step of an
 // episode (after joining, or after T) may answer the reset's observation, so obs_ok skips it.
@@ -76,8 +77,10 @@ static Outcome episode(grpc::Channel* channel, dm_env_rpc::v1::Environment::Stub
   Outcome out;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(options.num("deadline_ms", 30000)));
-  if (!options.str("token").empty()) context.AddMetadata("authorization", "Bearer " + options.str("token"));
+  if (!options.str("token").empty() && options.str("ca").empty())   // over TLS: call credentials (main)
+    context.AddMetadata("authorization", "Bearer " + options.str("token"));
   if (options.num("gzip")) context.set_compression_algorithm(GRPC_COMPRESS_GZIP);
+  if (options.num("metadata_bytes")) context.AddMetadata("x-long-token", std::string(options.num("metadata_bytes"), 't'));
   std::unique_ptr<Stream> stream = stub->Process(&context);
   pb::EnvironmentResponse answer;
   auto exchange = [&](const pb::EnvironmentRequest& request) {
@@ -151,6 +154,8 @@ int main(int argc, char** argv) {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = read_file(options.str("ca"));
     credentials = grpc::SslCredentials(ssl);
+    if (!options.str("token").empty())   // sent as "authorization: Bearer <token>"
+      credentials = grpc::CompositeChannelCredentials(credentials, grpc::AccessTokenCredentials(options.str("token")));
   }
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(static_cast<int>(options.num("max_recv", 64 << 20)));

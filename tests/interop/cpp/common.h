@@ -2,11 +2,13 @@
 // given as "--grpc.<arg>=<int>", lines on stdout, and the echo world (as tests/interop/dm_env.js).
 #pragma once
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include <grpcpp/grpcpp.h>
 
@@ -65,9 +67,10 @@ inline unsigned char blob_byte(long i) { return static_cast<unsigned char>(i * 3
 // The echo world: observation "obs" (uid 1) is obs_size bytes all equal to action "act" (uid 1,
 // int32 in [0, 9]); "reward" (uid 3) is that value too. With action_size > 0, action "blob"
 // (uid 2) is that many uint8s and observation "blob_sum" (uid 2, int64) their sum. With
-// episode > 0, every episode-th step is TERMINATED.
+// episode > 0, every episode-th step is TERMINATED. With delay_ms > 0, each step but the first
+// after joining takes that long.
 struct EchoWorld {
-  long obs_size, action_size, episode, steps = 0;
+  long obs_size, action_size, episode, delay_ms = 0, steps = 0;
 
   void specs(pb::ActionObservationSpecs* out) const {
     auto& obs = (*out->mutable_observations())[1];
@@ -111,6 +114,7 @@ struct EchoWorld {
   }
 
   void step(const pb::StepRequest& request, pb::StepResponse* out) {
+    if (delay_ms > 0 && steps > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     const auto& actions = request.actions();
     auto act = actions.find(1);
     int value = act != actions.end() && act->second.int32s().array_size() ? act->second.int32s().array(0) : 0;

@@ -1,8 +1,10 @@
 // A gRPC C++ (C-core) dm_env_rpc server of the echo world (common.h), for the interop tests.
 // Prints "PORT <n>" once listening on 127.0.0.1 (port 0: the OS chooses), "CANCELLED" when a
-// client goes away mid-stream, "STOPPED" on exit. Reads commands from stdin: "stop <ms>" shuts
+// client goes away before its stream's status was sent, "FINISHED" when a stream ended normally,
+// "STOPPED" on exit. Reads commands from stdin: "stop <ms>" shuts
 // down gracefully (GOAWAY; open streams get <ms> to finish), end of input stops within 1 s.
-//   --obs_size=N --action_size=N --episode=N   the world (common.h); defaults 4, 0, 0
+//   --obs_size=N --action_size=N --episode=N --delay_ms=N   the world (common.h); defaults 4, 0, 0, 0
+//   --finish_delay_ms=N  how long a stream takes to end once the client half-closed it (0)
 //   --max_recv=BYTES   receive limit (C++'s default is 4 MiB; raised here to 64 MiB)
 //   --gzip             compress answers with gzip
 //   --cert=PEM --key=PEM   TLS;  --token=T   require "authorization: Bearer T"
@@ -26,11 +28,14 @@ class Environment final : public dm_env_rpc::v1::Environment::Service {
           std::string(found->second.data(), found->second.size()) != "Bearer " + token)
         return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "a valid bearer token is required");
     }
-    EchoWorld world{options_.num("obs_size", 4), options_.num("action_size"), options_.num("episode")};
+    EchoWorld world{options_.num("obs_size", 4), options_.num("action_size"), options_.num("episode"),
+                    options_.num("delay_ms")};
     pb::EnvironmentRequest request;
     while (stream->Read(&request))
       if (!stream->Write(world.answer(request))) break;
-    if (context->IsCancelled()) say("CANCELLED");
+    // Time a real world may take to close once the client has half-closed its stream.
+    std::this_thread::sleep_for(std::chrono::milliseconds(options_.num("finish_delay_ms")));
+    say(context->IsCancelled() ? "CANCELLED" : "FINISHED");
     return grpc::Status::OK;
   }
 
