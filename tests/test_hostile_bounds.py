@@ -135,9 +135,10 @@ def test_a_pending_tls_handshake_holds_little(first, tmp_path):
 LIE = 60 * MB                   # a message under the 64 MiB limit, most of it one tensor
 
 
-def framed(sid: int, request: pb.EnvironmentRequest) -> bytes:
-    """``request`` as one gRPC message in DATA frames of 1 MiB (the server's SETTINGS_MAX_FRAME_SIZE)."""
-    body = message(request)
+def framed(sid: int, request: "pb.EnvironmentRequest | bytes", flag: int = 0) -> bytes:
+    """``request`` (a message, or its bytes as they are sent: compressed with ``flag`` 1) as one
+    gRPC message in DATA frames of 1 MiB (the server's SETTINGS_MAX_FRAME_SIZE)."""
+    body = message(request) if flag == 0 else bytes([flag]) + len(request).to_bytes(4, "big") + request
     return b"".join(data(sid, body[k:k + MB]) for k in range(0, len(body), MB))
 
 
@@ -245,4 +246,46 @@ def test_uid_floods_are_refused_without_holding_the_loop(uid, what):
         assert all("no observation has UID 99" in a.error.message for a in answers), answers[0]
     else:
         assert all(a.WhichOneof("payload") == "step" for a in answers), answers[0]
+    assert worst < 0.05, f"the loop was held {worst * 1000:.0f} ms"
+
+
+def flood(kind: str) -> tuple[bytes, str]:
+    """A request (serialized) of 16 MB or more made of tiny fields, and what its refusal says."""
+    if kind == "settings":                      # a CreateWorld of a million settings
+        one = tensors.tensor_bytes(1.0)
+        entries = (b"\x0a\x07s" + b"%06d" % k + b"\x12" + varint(len(one)) + one for k in range(1_000_000))
+        body = b"".join(b"\x0a" + varint(len(e)) + e for e in entries)
+        return b"\x0a" + varint(len(body)) + body, "more than 1024 settings"
+    if kind == "actions":                       # a Step giving action UID 1 four million times
+        body = b"\x0a\x02\x08\x01" * (1 << 22)
+        return b"\x1a" + varint(len(body)) + body, "a StepRequest of more than 8192 fields"
+    return b"\xa0\x06\x01" * (1 << 22), "an EnvironmentRequest of more than 64 fields"   # unknown fields
+
+
+@pytest.mark.parametrize("kind", ["settings", "actions", "envelope"])
+def test_floods_of_tiny_fields_are_refused_without_holding_the_loop(kind):
+    """A request of millions of tiny fields was read field by field (a million settings: 0.7 s of
+    protobuf and seconds of unpacking, all on the event loop). The walk now refuses it past a
+    bound: settings, fields of a Step, fields of the envelope."""
+    request, refusal = flood(kind)
+    bomb = compression.compressor("gzip")(request)
+    with servers.start(Catch) as server:
+        raw = RawClient(server.address, timeout=60)
+        honest = Honest(server.address)
+        try:
+            joined(raw, 1, (("grpc-encoding", "gzip"),))
+            honest.start()
+            time.sleep(0.2)
+            lag = LoopLag(server._loop).start()
+            start = time.monotonic()
+            raw.send(framed(1, bomb, flag=1))
+            answer = first_answer(raw, 1)
+            took = time.monotonic() - start
+            worst = lag.stop()
+            assert honest.finished(), honest.error
+        finally:
+            raw.close()
+    measured(f"a {len(request) / MB:.0f} MB request ({len(bomb) // 1024} KB of gzip) of tiny fields: {kind}",
+             f"the loop held {worst * 1000:.0f} ms at most; answered in {took:.2f} s", honest)
+    assert refusal in answer.error.message and answer.error.code == 3, answer
     assert worst < 0.05, f"the loop was held {worst * 1000:.0f} ms"

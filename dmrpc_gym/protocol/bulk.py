@@ -45,7 +45,8 @@ from dmrpc_gym.protocol.turns import TURN_UID
 from dmrpc_gym.protocol.protowire import ONE_BYTE, memory_head, varint
 from dmrpc_gym.protocol.wire import pb
 
-__all__ = ["LARGE", "ACTIONS", "OBSERVATIONS", "STEP_TAG", "Pieces", "split", "Decoded", "NO_SPECS", "MAX_WALKED"]
+__all__ = ["LARGE", "ACTIONS", "OBSERVATIONS", "STEP_TAG", "Pieces", "split", "Decoded", "NO_SPECS", "MAX_WALKED",
+           "MAX_SETTINGS"]
 
 #: Tensors of this many payload bytes or more travel outside protobuf.
 LARGE = 1 << 16
@@ -271,9 +272,10 @@ def _entries(buf: Any, pos: int, end: int, map_field: int, found: dict[int, Deco
 
 #: StepRequest ``requested_observations``.
 _REQUESTED = 2
-#: Fields of a StepRequest (map entries, unpacked UIDs) and UIDs of 2 bytes or more that the
-#: server's walk reads at most; a request with more is refused (no spec has that many).
-MAX_WALKED = 1 << 16
+#: Fields of a StepRequest (map entries, unpacked UIDs), and UIDs of 2 bytes or more, that the
+#: server's walk reads at most (a few ms of its loop); a request with more is refused: no
+#: spec has that many. Settings: :data:`MAX_SETTINGS`.
+MAX_WALKED = 1 << 13
 
 
 class _Screen:
@@ -380,17 +382,18 @@ class _Screen:
 #: EnvironmentRequest fields whose message has a settings map -> that map's field number.
 _SETTINGS = {1: 1, 2: 2, 4: 1, 5: 2}        # create_world, join_world, reset, reset_world
 _KINDS = {ACTIONS: "action", OBSERVATIONS: "observation"}
-#: Settings entries judged at most per request (a few are what requests carry).
-_JUDGED = 256
+#: Settings a request may carry (a world's keyword arguments): past them it is refused before
+#: protobuf reads them (a million settings held the server's loop for seconds).
+MAX_SETTINGS = 1 << 10
 
 
 def _judge_settings(buf: Any, pos: int, end: int, map_field: int) -> None:
     """``ValueError`` naming the first large memory-kind setting of a request (in ``buf[pos:end]``)
-    whose shape does not fit its payload: refused before protobuf copies the message. Other
-    entries, and entries past the first :data:`_JUDGED`, are left to protobuf."""
+    whose shape does not fit its payload, or saying that it has more than :data:`MAX_SETTINGS`
+    fields: refused before protobuf copies or reads the message. Other entries are left to it."""
     for judged, (number, kind, _, stop, value) in enumerate(_fields(buf, pos, end)):
-        if judged >= _JUDGED:
-            return
+        if judged >= MAX_SETTINGS:
+            raise ValueError(f"a request of more than {MAX_SETTINGS} settings")
         if number != map_field or kind != 2:
             continue
         name, tensor = None, None
@@ -408,6 +411,7 @@ def _judge_settings(buf: Any, pos: int, end: int, map_field: int) -> None:
                 raise ValueError(f"setting {name!r}: {lie}") from None
 
 
+_ENVELOPE_FIELDS = 64
 #: The specs of a session joined to no agent: every UID is unknown to it.
 NO_SPECS = pb.ActionObservationSpecs()
 
@@ -433,7 +437,11 @@ def split(message: Any, map_field: int, specs: Any = None) -> tuple[Any, dict[in
     found: dict[int, Decoded] = {}
     steps = []                              # (start, stop, kept pieces, screen) of each step field
     try:
-        for number, kind, start, stop, value in _fields(message, 0, len(message)):
+        for walked, (number, kind, start, stop, value) in enumerate(_fields(message, 0, len(message))):
+            if walked >= _ENVELOPE_FIELDS:      # an envelope has one payload: the rest is a flood
+                if specs is None:
+                    raise _Unexpected
+                raise ValueError(f"an EnvironmentRequest of more than {_ENVELOPE_FIELDS} fields")
             if number == _STEP and kind == 2:
                 kept: list[Any] = []
                 screen = None if specs is None or map_field != ACTIONS else _Screen(message, specs)
