@@ -1,6 +1,6 @@
 """RLlib sampling throughput (env steps/s): Catch over dm_env_rpc vs Catch run locally in the env runners.
 
-One run (needs ``ray[rllib]``: ``pip install -e '.[rllib]'`` in a venv of its
+One run (needs ``ray[rllib]``: ``pip install -e ".[rllib]"`` in a venv of its
 own) builds a PPO algorithm (new API stack) per case, each with ``N`` env
 runners of ``E`` Catch envs each, then times ``EnvRunner.sample`` on all runners at
 once, case after case, round after round (A, B, C, A, B, C...), and reports

@@ -21,8 +21,8 @@ from tests.test_dm_env_client import _Served
 from tests.test_dm_env_serve import _run, assert_same_timesteps
 
 os.environ.setdefault("MUJOCO_GL", "egl")
-suite = pytest.importorskip("dm_control.suite", reason="pip install 'dmrpc-gym[dm_control]'")
-bsuite = pytest.importorskip("bsuite", reason="pip install 'dmrpc-gym[bsuite]'")
+suite = pytest.importorskip("dm_control.suite", reason='pip install -e ".[dm_control]"')
+bsuite = pytest.importorskip("bsuite", reason='pip install -e ".[bsuite]"')
 
 CARTPOLE = "dm_control/cartpole-balance"
 

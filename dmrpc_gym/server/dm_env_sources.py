@@ -29,7 +29,8 @@ def _import(package: str, extra: str) -> Any:
     try:
         return __import__(package, fromlist=["_"])
     except ImportError as exc:
-        raise ValueError(f"{package} is not installed ({exc}); pip install 'dmrpc-gym[{extra}]'") from None
+        from dmrpc_gym._extras import install_hint
+        raise ValueError(f"{package} is not installed ({exc}); {install_hint(extra)}") from None
 
 
 def _dm_control(name: str) -> tuple[str, Callable[..., Any], frozenset[str]]:

@@ -22,7 +22,7 @@ def require_ray() -> Any:
     if os.environ.get("DMRPC_REQUIRE_RAY") == "1":
         import ray     # CI's RLlib stage: a missing ray is a failure, not a skip
         return ray
-    return pytest.importorskip("ray", reason="Ray RLlib is not installed (pip install -e '.[rllib]'; "
+    return pytest.importorskip("ray", reason='Ray RLlib is not installed (pip install -e ".[rllib]"; '
                                              ".ci/run runs these tests in .venv-rllib)")
 
 
