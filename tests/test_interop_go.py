@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import queue
 import signal
@@ -24,11 +25,13 @@ import textwrap
 import threading
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import servers
 from echo_world import Echo
 from frame_tap import FrameTap
+from gymnasium import spaces
 from interop_peers import echo_on_one_connection, self_signed
 from processes import ROOT, ServedProcess
 
@@ -550,5 +553,59 @@ def test_sigkill_of_the_go_client_frees_its_world_on_our_server():
         while not (result := go_client(server.address))["ok"] and time.monotonic() < deadline:
             time.sleep(0.2)
         assert result["ok"] and result["steps"] == 6, result
+    finally:
+        server.stop()
+
+
+class Big(gym.Env):
+    """16 MiB observations, all equal to the last action; ``returning`` is set as the
+    ``signal_at``-th step returns (the server then writes its answer)."""
+
+    returning = threading.Event()
+
+    def __init__(self, signal_at: int = 4):
+        self.observation_space, self.action_space = spaces.Box(0, 255, (MIB16,), np.uint8), spaces.Discrete(10)
+        self.signal_at, self.t = signal_at, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(MIB16, np.uint8), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = np.full(MIB16, int(action), np.uint8)
+        if self.t == self.signal_at:
+            Big.returning.set()
+        return obs, 0.0, False, False, {}
+
+
+def test_sigkill_of_a_go_client_mid_answer_stops_our_writes(caplog):
+    """grpc-go clients SIGKILLed as our server begins a 16 MiB answer (their 4th): the server must
+    stop writing to a connection once its socket has failed. It does not: while a large answer
+    goes out in a loop of DATA frames (16 KiB each, grpc-go's SETTINGS_MAX_FRAME_SIZE, as grpc-js's
+    and C-core's), ``Replies._write`` checks only its own ``_closed``, which ``connection_lost``
+    sets later, from the event loop; a send that fails inside that loop leaves the transport lost
+    and every further frame of the window is still written to it, each making asyncio log
+    "socket.send() raised exception." (hundreds of lines per client). The failure needs the kill to
+    land while that loop runs; up to 12 clients are killed, stopping at the first such log."""
+    server = servers.start(Big)
+    try:
+        dead: list = []
+        with caplog.at_level(logging.WARNING, logger="asyncio"):
+            for _ in range(12):
+                Big.returning.clear()
+                proc = subprocess.Popen([GO_CLIENT, "-steps", "1000", server.address],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                assert Big.returning.wait(20)
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(5)
+                time.sleep(0.2)
+                dead = [r for r in caplog.records if "socket.send() raised exception" in r.getMessage()]
+                if dead:
+                    break
+            result = go_client(server.address, "-steps", "1")                 # it serves on
+        assert result["ok"], result
+        assert dead == [], f"{len(dead)} writes to a connection already lost, after a SIGKILL"
     finally:
         server.stop()
