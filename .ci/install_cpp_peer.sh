@@ -3,7 +3,9 @@
 # builds tests/interop/cpp into DMRPC_CPP_PEER_DIR (default ~/.cache/dmrpc-cpp), skipping the
 # build when neither the sources, the protos nor the gRPC version changed. Idempotent.
 # Prints the directory holding dmrpc_cpp_server and dmrpc_cpp_client on stdout (all else on
-# stderr), so that:  export DMRPC_CPP_PEER_DIR="$(.ci/install_cpp_peer.sh)"
+# stderr), so that (two lines, so that set -e sees a failure):
+#   DMRPC_CPP_PEER_DIR="$(.ci/install_cpp_peer.sh)"
+#   export DMRPC_CPP_PEER_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${DMRPC_CPP_PEER_DIR:-$HOME/.cache/dmrpc-cpp}"

@@ -192,9 +192,34 @@ class FrameTap:
         return [f for f in self.frames_of("PING", direction) if not f.flags & ACK]
 
     def dump(self) -> str:
+        """Every frame, one line each, but a run of DATA (or WINDOW_UPDATE) frames of one stream in
+        one direction is one line: its first frame and the run's count and bytes."""
         with self._lock:
-            lines = [str(f) for f in self.frames]
-        return f"frames through the tap to {self.upstream[0]}:{self.upstream[1]} ({len(lines)}):\n" + "\n".join(lines)
+            frames = list(self.frames)
+        lines: list[str] = []
+        run: list[Frame] = []
+
+        def flush() -> None:
+            if len(run) > 2:
+                size = sum(int(f.summary.split()[0].lstrip("+")) for f in run)
+                lines.append(f"{run[0]}  ... {len(run)} {run[0].kind} frames to {run[-1].time * 1000:.1f} ms, "
+                             f"{size} bytes in all")
+            else:
+                lines.extend(str(f) for f in run)
+            run.clear()
+
+        for f in frames:
+            bulk = f.kind in ("DATA", "WINDOW_UPDATE") and not f.flags & END_STREAM
+            if run and not (bulk and (f.connection, f.direction, f.kind, f.stream) ==
+                            (run[0].connection, run[0].direction, run[0].kind, run[0].stream)):
+                flush()
+            if bulk:
+                run.append(f)
+            else:
+                lines.append(str(f))
+        flush()
+        return (f"frames through the tap to {self.upstream[0]}:{self.upstream[1]} ({len(frames)}):\n"
+                + "\n".join(lines))
 
     def close(self) -> None:
         self._listener.close()
