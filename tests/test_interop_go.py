@@ -37,6 +37,7 @@ from processes import ROOT, ServedProcess
 
 from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.client.env import DmRpcEnv
+from dmrpc_gym.client.vector import DmRpcVectorEnv
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport.limits import ConnectionLimits
@@ -305,6 +306,35 @@ def test_our_client_over_a_unix_socket_to_go(tmp_path):
     with GoServer("-unix", str(tmp_path / "go.sock")) as server:
         with Connection(server.address) as conn:
             assert echoed(conn.send(step(8))) == bytes([8]) * 4
+
+
+def test_our_vector_env_within_a_go_servers_max_concurrent_streams():
+    """grpc-go's MaxConcurrentStreams(2): our 4 sub-envs' streams do not all go on one connection."""
+    with GoServer("-max-streams", "2") as server, FrameTap(server.address) as tap:
+        env = DmRpcVectorEnv(4, tap.address, seed_setting=None, step_timeout=10)
+        try:
+            env.reset()
+            assert env.step(np.arange(4, dtype=np.int32))[0][:, 0].tolist() == [0, 1, 2, 3]
+        finally:
+            env.close()
+        assert len({f.connection for f in tap.frames}) == 2 and tap.frames_of("RST_STREAM") == []
+
+
+def test_our_client_honours_a_go_servers_max_header_list_size():
+    """grpc-go's MaxHeaderListSize(8 KiB) is advertised in its SETTINGS; a header list past it makes
+    grpc-go close the connection. gRPC's clients (grpc-go, C-core) read the setting and fail such a
+    call at once, naming the limit (grpc-go: "header list size to send violates the maximum size
+    (8192 bytes) set by server"). Ours sends the 12 kB list anyway, takes the closed connection for
+    an unreachable server, retries for the whole connect_timeout and then reports "the server
+    closed the connection", naming neither the metadata nor the limit."""
+    with GoServer("-max-header-list", "8192") as server, FrameTap(server.address) as tap:
+        started = time.monotonic()
+        with pytest.raises(Exception) as refused:
+            with Connection(tap.address, metadata=[("x-long", "t" * 12_000)], connect_timeout=3) as conn:
+                conn.send(pb.CreateWorldRequest())
+        took = time.monotonic() - started
+        assert any("MAX_HEADER_LIST_SIZE=8192" in f.summary for f in tap.frames_of("SETTINGS", "<"))
+        assert "8192" in str(refused.value) and took < 1.5, f"after {took:.1f} s: {refused.value!r}"
 
 
 def test_go_hard_stop_is_a_clear_error_at_once():

@@ -45,6 +45,8 @@ var (
 	cert      = flag.String("cert", "", "TLS certificate (PEM)")
 	key       = flag.String("key", "", "TLS key (PEM)")
 	token     = flag.String("token", "", "require 'authorization: Bearer TOKEN'")
+	streams   = flag.Uint("max-streams", 0, "MaxConcurrentStreams per connection (0: grpc-go's default, unlimited)")
+	headers   = flag.Uint("max-header-list", 0, "MaxHeaderListSize (0: grpc-go's default, 16 MiB, not advertised)")
 	unix      = flag.String("unix", "", "listen on this Unix socket instead (prints PORT 0)")
 )
 
@@ -147,6 +149,12 @@ func main() {
 		grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: *kaTime, Timeout: *kaTimeout,
 			MaxConnectionAge: *maxAge, MaxConnectionAgeGrace: *ageGrace}),
+	}
+	if *streams > 0 {
+		opts = append(opts, grpc.MaxConcurrentStreams(uint32(*streams)))
+	}
+	if *headers > 0 {
+		opts = append(opts, grpc.MaxHeaderListSize(uint32(*headers)))
 	}
 	if *minPing > 0 || *permit {
 		opts = append(opts, grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: *minPing, PermitWithoutStream: *permit}))
