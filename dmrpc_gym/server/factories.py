@@ -325,15 +325,15 @@ class Factory:
         A factory that refuses the settings (``TypeError`` or ``ValueError``: an unknown,
         ill-typed or out-of-range keyword) gives ``INVALID_ARGUMENT``; any other error of the
         factory (or any error with no settings given) is the server's, ``INTERNAL`` with its
-        text, and is logged with its traceback once per distinct error. An object that is no env, or not of the
-        server's kind, gives ``FAILED_PRECONDITION``.
+        text, and is logged with its traceback once per distinct error. An object that is no
+        env, or not of the server's kind, gives ``FAILED_PRECONDITION``.
         """
         kw = dict(kwargs)
         mode = (kw.pop(RENDER_MODE, None) or self.rendering(None)).mode
         if mode is not None and self.kind != "dm_env" and not self._refuses_render_mode:
             kw[RENDER_MODE] = mode
         settings = {k: v for k, v in kwargs.items() if k != RENDER_MODE}
-        seeded = seed is not None and self.kind == "dm_env" and SEED in _parameters(self._make)[0]
+        seeded = seed is not None and self.kind == "dm_env" and self._takes_seed
         if seeded:
             kw[SEED] = seed
         try:
@@ -368,6 +368,11 @@ class Factory:
                 "a gymnasium Env, a PettingZoo ParallelEnv or a dm_env.Environment"
             raise status.failed_precondition(f"{self.name} returned {got}, expected {want}")
         return env, kind
+
+    @functools.cached_property
+    def _takes_seed(self) -> bool:
+        """Whether the factory takes ``seed`` (then a dm_env is built with its agent's seed)."""
+        return SEED in _parameters(self._make)[0]
 
     def _failed(self, settings: Mapping[str, Any], exc: BaseException) -> Exception:
         """``INTERNAL`` for a factory that raised; its traceback is logged once per distinct error."""
