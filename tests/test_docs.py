@@ -138,3 +138,20 @@ def test_the_docs_extra_builds_the_site():
     for package in ("sphinx", "myst-parser", "furo", "sphinx-argparse"):
         assert package in extras["docs"], package
     assert "docs" in extras["test"]
+
+
+def test_the_cli_reference_has_every_command_and_option(site):
+    """The CLI reference is rendered from the parsers themselves: every subcommand and every option string is on it."""
+    import argparse
+
+    from dmrpc_gym.app.cli import build_parser
+    import html as html_text
+    import re
+    page = html_text.unescape(re.sub(r"<[^>]+>", "", (site / "reference" / "cli.html").read_text()))
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in subparsers.choices.items():
+        assert f"dmrpc-gym {name} [-h]" in page, name                     # its usage line
+        for action in parser._actions:
+            for option in action.option_strings:
+                assert option in page, f"{name} {option}"
+    assert "dmrpc-gym serve dm_control/cartpole-balance" in page       # serve's kinds of target
