@@ -3,9 +3,10 @@ real processes on loopback ports chosen by the OS: our client against a grpc-go 
 (``tests/interop/go/server``), and a grpc-go client (``tests/interop/go/client``) against our server.
 
 Episodes, 8 concurrent streams on one connection (20 connections in a row: the BDP pings that our
-server once answered with GOAWAY too_many_pings, issue 30), a 16 MiB observation and action, gzip,
-TLS with a token, keepalive at grpc-go's default and at an abusive rate, GOAWAY and graceful stop,
-SIGKILL of either side. Cleartext connections go through a frame tap (``frame_tap.FrameTap``), whose
+server once answered with GOAWAY too_many_pings, issue 30), a 16 MiB observation and action (BDP
+PINGs and window growth), gzip, TLS with a token, Unix sockets, keepalive at grpc-go's default and
+at an abusive rate, GOAWAY and graceful stop (grpc-go's GracefulStop, MaxConnectionAge, our
+Server.stop(grace)), grpc-go's stream and header-list limits, SIGKILL of either side. Cleartext connections go through a frame tap (``frame_tap.FrameTap``), whose
 frames pytest shows when a test fails.
 
 Needs the two binaries that ``.ci/install_go_peer.sh`` builds, in the folder named by
@@ -158,6 +159,12 @@ def goaways(tap: FrameTap) -> list[str]:
     return [frame.summary for frame in tap.frames_of("GOAWAY", "<")]
 
 
+def window_growth(tap: FrameTap, direction: str) -> list[str]:
+    """The SETTINGS_INITIAL_WINDOW_SIZE changes sent in ``direction`` (grpc-go's BDP estimator
+    sends one each time it grows its receive window; the peer must resize open streams' windows)."""
+    return [f.summary for f in tap.frames_of("SETTINGS", direction) if "INITIAL_WINDOW_SIZE" in f.summary]
+
+
 def step(value: int = 7, blob: bytes = b"") -> pb.StepRequest:
     actions = {1: pb.Tensor(int32s=pb.Tensor.Int32Array(array=[value]))}
     if blob:
@@ -204,6 +211,7 @@ def test_our_client_takes_a_16mib_observation_and_sends_a_16mib_action():
             assert answer.observations[2].int64s.array[0] == MIB16 + 4
             assert echoed(conn.send(step(1, blob))) == bytes([1]) * MIB16
         assert tap.pings("<"), "grpc-go sent no BDP PING while reading 16 MiB"
+        assert len(window_growth(tap, "<")) >= 2       # BDP: its window grew mid-stream, we followed
         assert goaways(tap) == []
 
 
@@ -449,6 +457,7 @@ def test_go_client_16mib_observation_and_action():
         assert (result["max_obs_bytes"], result["obs_first"], result["obs_last"]) == (MIB16, 3, 3)
         assert result["int64_obs"] == 3 * MIB16                     # blob_sum: the whole action arrived
         assert goaways(tap) == [] and tap.pings(">")
+        assert len(window_growth(tap, ">")) >= 2       # BDP: its window grew mid-stream, we followed
     finally:
         server.stop()
 
