@@ -9,18 +9,32 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dir="${1:-${DMRPC_GO_PEER_DIR:-$HOME/.cache/dmrpc-go}}"
 
-# Debian 12 (bookworm): golang-go 1.19, grpc-go 1.33.3, protobuf-go 1.28.1, protoc 3.21.12. grpc-go 1.33
-# marshals through github.com/golang/protobuf: its 1.5 package (a wrapper of protobuf-go), not the
-# 1.3 one that Debian may pick for grpc-go, whose old marshaler crashes on protoc-gen-go 1.28 code.
-packages=(golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-github-golang-protobuf-1-5-dev protoc-gen-go protoc-gen-go-grpc protobuf-compiler)
+# Pinned to Debian 12 (bookworm): Go 1.19, grpc-go 1.33.3, protobuf-go 1.28.1, protoc 3.21.12.
+# grpc-go 1.33 marshals through github.com/golang/protobuf: its 1.5 package (a wrapper of
+# protobuf-go), not the 1.3 one that Debian may pick for grpc-go, whose old marshaler crashes on
+# protoc-gen-go 1.28 code. A pin apt does not offer (another Debian release) falls back to apt's
+# candidate, with a warning; $DIR/versions records what was built with.
+pins=(golang-go=2:1.19~1 golang-google-grpc-dev=1.33.3-2 golang-google-protobuf-dev=1.28.1-3
+      golang-github-golang-protobuf-1-5-dev=1.5.2-3 protoc-gen-go=1.28.1-3+b2 protoc-gen-go-grpc=1.33.3-2+b4
+      protobuf-compiler=3.21.12-3+deb12u1)
+packages=("${pins[@]%%=*}")
 missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+for pin in "${pins[@]}"; do
+  dpkg-query -W -f='${Status}' "${pin%%=*}" 2>/dev/null | grep -q "install ok installed" || missing+=("$pin")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >&2
+  wanted=()
+  for pin in "${missing[@]}"; do
+    if apt-cache madison "${pin%%=*}" | awk -F'|' '{gsub(/ /, "", $2); print $2}' | grep -qxF "${pin#*=}"; then
+      wanted+=("$pin")
+    else
+      echo "install_go_peer.sh: apt offers no ${pin}; installing its candidate" >&2
+      wanted+=("${pin%%=*}")
+    fi
+  done
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${wanted[@]}" >&2
 fi
 
 # What the build depends on: our sources, the protos and the packages' versions.
