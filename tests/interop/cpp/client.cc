@@ -80,7 +80,7 @@ static Outcome episode(grpc::Channel* channel, dm_env_rpc::v1::Environment::Stub
   if (!options.str("token").empty() && options.str("ca").empty())   // over TLS: call credentials (main)
     context.AddMetadata("authorization", "Bearer " + options.str("token"));
   if (options.num("gzip")) context.set_compression_algorithm(GRPC_COMPRESS_GZIP);
-  if (options.num("metadata_bytes")) context.AddMetadata("x-long-token", std::string(options.num("metadata_bytes"), 't'));
+  if (long size = options.num("metadata_bytes")) context.AddMetadata("x-long-token", std::string(size, 't'));
   std::unique_ptr<Stream> stream = stub->Process(&context);
   pb::EnvironmentResponse answer;
   auto exchange = [&](const pb::EnvironmentRequest& request) {
@@ -94,7 +94,8 @@ static Outcome episode(grpc::Channel* channel, dm_env_rpc::v1::Environment::Stub
   pb::EnvironmentRequest request;
   for (const auto& [name, value] : options.values)
     if (name.rfind("setting.", 0) == 0)
-      (*request.mutable_create_world()->mutable_settings())[name.substr(8)].mutable_int64s()->add_array(std::atol(value.c_str()));
+      (*request.mutable_create_world()->mutable_settings())[name.substr(8)].mutable_int64s()->add_array(
+          std::atol(value.c_str()));
   request.mutable_create_world();
   bool going = exchange(request);
   pb::ActionObservationSpecs specs;
@@ -110,7 +111,8 @@ static Outcome episode(grpc::Channel* channel, dm_env_rpc::v1::Environment::Stub
     long blob_sum = -1;
     request.Clear();
     fill_actions(specs, value, request.mutable_step(), &blob_sum);
-    for (const auto& observation : specs.observations()) request.mutable_step()->add_requested_observations(observation.first);
+    for (const auto& observation : specs.observations())
+      request.mutable_step()->add_requested_observations(observation.first);
     if (!(going = exchange(request))) break;
     bool first = out.states.empty() || out.states.back() != 'R';
     pb::EnvironmentStateType state = answer.step().state();
@@ -122,7 +124,8 @@ static Outcome episode(grpc::Channel* channel, dm_env_rpc::v1::Environment::Stub
         const std::string& bytes = tensor.uint8s().array();
         out.obs_bytes = static_cast<long>(bytes.size());
         seen = true;
-        out.obs_ok = out.obs_ok && !bytes.empty() && (first || bytes.find_first_not_of(static_cast<char>(value)) == std::string::npos);
+        bool echoed = bytes.find_first_not_of(static_cast<char>(value)) == std::string::npos;
+        out.obs_ok = out.obs_ok && !bytes.empty() && (first || echoed);
       } else if (name == "blob_sum" && blob_sum >= 0 && !first) {
         summed = true;
         out.blob_ok = out.blob_ok && tensor.int64s().array_size() == 1 && tensor.int64s().array(0) == blob_sum;
@@ -173,9 +176,10 @@ int main(int argc, char** argv) {
   std::string line = "RESULT [";
   for (int i = 0; i < streams; ++i) {
     const Outcome& o = outcomes[i];
-    line += (i ? ", " : "") + std::string("{\"code\": ") + std::to_string(o.code) + ", \"details\": " + quoted(o.details) +
-            ", \"answers\": " + std::to_string(o.answers) + ", \"obs_ok\": " + (o.obs_ok ? "true" : "false") +
-            ", \"obs_bytes\": " + std::to_string(o.obs_bytes) + ", \"blob_ok\": " + (o.blob_ok ? "true" : "false") +
+    auto boolean = [](bool b) { return std::string(b ? "true" : "false"); };
+    line += std::string(i ? ", " : "") + "{\"code\": " + std::to_string(o.code) + ", \"details\": " + quoted(o.details) +
+            ", \"answers\": " + std::to_string(o.answers) + ", \"obs_ok\": " + boolean(o.obs_ok) +
+            ", \"obs_bytes\": " + std::to_string(o.obs_bytes) + ", \"blob_ok\": " + boolean(o.blob_ok) +
             ", \"world\": " + quoted(o.world) + ", \"states\": " + quoted(o.states) + "}";
   }
   say(line + "]");
