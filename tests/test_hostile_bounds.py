@@ -4,8 +4,10 @@ a pending TLS handshake; a frozen server of ours found by our client's default k
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import ssl
+import threading
 import time
 
 import gymnasium as gym
@@ -14,15 +16,18 @@ import pytest
 import servers
 from hostile import BOUND, Honest, LoopLag, MB, Peak, measured, stepped_beside
 from interop_peers import self_signed
+from official_servers import start_official_server
 from processes import ServedProcess
 from raw_h2 import RawClient, data, message
 from test_hostile_server import first_answer, joined
 
 from dmrpc_gym import DmRpcEnv
+from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.protocol.protowire import varint
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport import compression
+from dmrpc_gym.transport.h2_idle import MIN_KEEPALIVE, PING_TIMEOUT
 from dmrpc_gym.worlds.catch import Catch
 
 
@@ -289,3 +294,51 @@ def test_floods_of_tiny_fields_are_refused_without_holding_the_loop(kind):
              f"the loop held {worst * 1000:.0f} ms at most; answered in {took:.2f} s", honest)
     assert refusal in answer.error.message and answer.error.code == 3, answer
     assert worst < 0.05, f"the loop was held {worst * 1000:.0f} ms"
+
+
+# -- a frozen server of ours is found by default ------------------------------------------------------
+def test_a_frozen_server_of_ours_is_found_by_default():
+    """A frozen server (SIGSTOP) hung step() forever with the default settings, even between our own
+    client and server. Toward our servers the client now PINGs by default (every MIN_KEEPALIVE s
+    in which nothing came, as our servers permit), so the call fails naming the unanswered PING
+    within MIN_KEEPALIVE + PING_TIMEOUT (30 s) of the server's last word."""
+    served = ServedProcess(0)
+    process = served.processes[-1]
+    killer = threading.Timer(MIN_KEEPALIVE + PING_TIMEOUT + 20, process.kill)   # the test never hangs
+    env = None
+    try:
+        env = DmRpcEnv(served.address)
+        assert env.unwrapped.connection.server_software is not None
+        env.reset(seed=0)
+        env.step(env.action_space.sample())
+        process.send_signal(signal.SIGSTOP)
+        killer.start()
+        start = time.monotonic()
+        with pytest.raises(ConnectionError, match=r"did not answer a keepalive PING within 20 s.*frozen"):
+            env.step(env.action_space.sample())
+        took = time.monotonic() - start
+    finally:
+        killer.cancel()
+        process.send_signal(signal.SIGCONT)
+        if env is not None:
+            env.close()
+        served.close()
+    measured("a server of ours frozen (SIGSTOP) during a step, default settings",
+             f"the step failed naming the unanswered PING after {took:.1f} s")
+    assert took < MIN_KEEPALIVE + PING_TIMEOUT + 3, f"found after {took:.1f} s"
+
+
+def test_toward_a_foreign_server_the_default_sends_no_pings():
+    """grpc servers allow one PING per 5 minutes on a connection without data: toward a server
+    that is not ours the default stays silent (keepalive=300 or more gives the same finding)."""
+    with start_official_server() as server:
+        with Connection(server.address) as conn:
+            conn.send(pb.CreateWorldRequest())
+            assert conn.server_software is None
+            assert conn._transport._stream.connection._ping_every is None
+    with servers.start(Catch) as server, Connection(server.address) as conn:
+        conn.send(pb.CreateWorldRequest())
+        assert conn._transport._stream.connection._ping_every == MIN_KEEPALIVE
+    with servers.start(Catch) as server, Connection(server.address, keepalive=False) as conn:
+        conn.send(pb.CreateWorldRequest())
+        assert conn._transport._stream.connection._ping_every is None

@@ -66,11 +66,14 @@ class Connection(ConnectRetries):
             naming the address and the last cause. ``None``: one attempt, no time limit.
         timeout: seconds to wait for each answer, however it trickles in (``None``: no
             limit); then ``TimeoutError``.
-        keepalive: seconds (at least 10) of quiet after which the idle connection PINGs the
-            server, so a dead peer is found before the next step (``ConnectionError`` naming
-            the unanswered PING); None: no PINGs. grpc servers by default allow one PING per
-            5 minutes on a connection that carries no data: give them at least 300. Our own
-            servers permit this client's keepalive at any interval it takes.
+        keepalive: seconds (at least 10) of quiet after which the connection PINGs the server
+            (idle, or waiting for an answer), so that a dead or frozen peer is found
+            (``ConnectionError`` naming the PING unanswered for 20 s); False: no PINGs. None
+            (the default): every 10 s toward our own servers (known from their first answer,
+            :attr:`server_software`), which permit that, so a call fails within 30 s of the
+            server's last word; none toward any other server. grpc servers by default allow
+            one PING per 5 minutes on a connection that carries no data: give them at least
+            300 for the same.
         shared: a :class:`~dmrpc_gym.transport.h2_pool.SharedConnections`: the stream goes on
             the HTTP/2 connection it keeps for this server, with every other given the same.
 
@@ -88,7 +91,7 @@ class Connection(ConnectRetries):
                  metadata: Iterable[tuple[str, str]] | None = None,
                  connect_timeout: float | None = 10.0, timeout: float | None = None,
                  tls: Any = None, token: str | None = None, compression: str | None = None,
-                 max_message_size: int = DEFAULT_MAX_MESSAGE, keepalive: float | None = None,
+                 max_message_size: int = DEFAULT_MAX_MESSAGE, keepalive: float | bool | None = None,
                  shared: SharedConnections | None = None):
         if (address is None) == (channel is None):
             raise ValueError("give exactly one of address= or channel=")
@@ -97,6 +100,9 @@ class Connection(ConnectRetries):
         if tls not in (None, False) and (channel is not None or credentials is not None):
             raise ValueError("tls= is for our own client; with channel= or credentials= grpcio does TLS")
         check_keepalive(keepalive, channel)
+        # None: PINGs every MIN_KEEPALIVE s once the server's first answer says it is one of ours.
+        self._auto_keepalive = keepalive is None and channel is None and credentials is None
+        keepalive = keepalive or None
         self.address = address if address is not None else getattr(channel, "_target", "<channel>")
         if isinstance(self.address, bytes):
             self.address = self.address.decode()
@@ -224,6 +230,8 @@ class Connection(ConnectRetries):
             if which == "error" and response.error.code == _UNAVAILABLE and len(first) == 1 and not pending:
                 self._ask_again(first, field, response.error)
                 return self._receive(map_field)
+            if self._auto_keepalive and self.server_software is not None:
+                self._transport.keep_pinging(MIN_KEEPALIVE)     # our server permits it at this floor
         if which == field:
             return getattr(response, which), large
         if which == "error":
@@ -357,13 +365,13 @@ def settings_tensors(settings: Mapping[str, Any] | None) -> dict[str, pb.Tensor]
             for k, v in (settings or {}).items()}
 
 
-def check_keepalive(keepalive: float | None, channel: Any = None) -> None:
-    """``ValueError`` unless ``keepalive`` is None or at least ``MIN_KEEPALIVE`` seconds (and we own the channel)."""
-    if keepalive is None:
+def check_keepalive(keepalive: float | bool | None, channel: Any = None) -> None:
+    """``ValueError`` unless ``keepalive`` is None, False or at least ``MIN_KEEPALIVE`` seconds (and we own the channel)."""
+    if keepalive is None or keepalive is False:
         return
     if isinstance(keepalive, bool) or not isinstance(keepalive, (int, float)) or not keepalive >= MIN_KEEPALIVE:
-        raise ValueError(f"keepalive must be None or at least {MIN_KEEPALIVE:g} seconds (servers end connections "
-                         f"that PING more often, GOAWAY too_many_pings), got {keepalive!r}")
+        raise ValueError(f"keepalive must be None or at least {MIN_KEEPALIVE:g} seconds, or False for no PINGs "
+                         f"(servers end connections that PING more often, GOAWAY too_many_pings), got {keepalive!r}")
     if channel is not None:
         raise ValueError("keepalive= is for connections we open; give your channel= the option grpc.keepalive_time_ms")
 

@@ -155,8 +155,10 @@ class DmRpcEnv(RemoteResource, gym.Env):
             ``ssl.SSLContext``), the server's shared secret (default: ``$DMRPC_GYM_TOKEN``),
             gzip/deflate requests, and the largest answer accepted; they go to the
             :class:`~dmrpc_gym.client.connection.Connection`.
-        keepalive: seconds (>= 10) of quiet after which the idle connection PINGs the server,
-            so that a dead server is found before the next step; None: no PINGs.
+        keepalive: seconds (>= 10) in which nothing came after which the connection PINGs the
+            server, so that a dead or frozen server is found (a PING unanswered for 20 s fails the
+            call); None (default): every 10 s toward our own servers, none toward others; False:
+            no PINGs (see :class:`~dmrpc_gym.client.connection.Connection`).
         reconnect: make a lost connection again on the next ``reset()`` (below).
         connections: a :class:`~dmrpc_gym.transport.h2_pool.SharedConnections` to put this
             env's stream on the HTTP/2 connection it keeps for the server (a vector env's
@@ -192,7 +194,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
                  step_timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
                  metadata: Sequence[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
                  compression: str | None = None, max_message_size: int | None = None,
-                 keepalive: float | None = None, reconnect: bool = False,
+                 keepalive: float | bool | None = None, reconnect: bool = False,
                  connections: SharedConnections | None = None):
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.reconnects = 0

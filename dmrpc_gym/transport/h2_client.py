@@ -155,11 +155,16 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
 
     def keepalive(self, ping_every: float | None = None) -> None:
         """Answer the server's PINGs (and other control frames) while no call is running; with
-        ``ping_every``, also PING a connection quiet that long (see :mod:`~dmrpc_gym.transport.h2_idle`)."""
+        ``ping_every``, also PING a connection quiet that long (see :mod:`~dmrpc_gym.transport.h2_idle`),
+        from now on where the watcher already runs without."""
         if self._watcher is None:
             self._ping_every = ping_every
             self._watcher = IdleWatcher(self._sock, self.lock, lambda: self.messages_sent, self._pump,
                                         self._tick if ping_every else None)
+        elif ping_every and self._ping_every is None:
+            with self.lock:
+                self._ping_every = ping_every
+                self._watcher.tick = self._tick
 
     def write(self, stream: GrpcStream, *parts: bytes | memoryview) -> None:
         """Send the concatenation of ``parts`` as one gRPC message on ``stream`` (blocks only while
@@ -310,6 +315,8 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
         while len(buf) < n:
             if self._dead is not None:
                 raise self._dead
+            if self._ping_every is not None:      # waiting on the server: is it there?
+                self._await_peer()
             if self._deadline is not None:
                 self._arm()
             if self._kernel and interrupts.guarded():    # a Ctrl-C must not lose what was read

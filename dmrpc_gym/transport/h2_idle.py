@@ -8,13 +8,19 @@ is readable and no call runs, and, with keepalive on (``ping_every`` seconds,
 off by default), :meth:`_Idle._tick` about once a second: a connection quiet
 ``ping_every`` seconds gets a PING, and one whose PING waits
 :data:`PING_TIMEOUT` seconds for its ACK is declared dead, so the next call
-fails at once, naming the cause. :meth:`_Idle.answer_ready` lets a caller
+fails at once, naming the cause. A call waiting for its answer does the same
+(:meth:`_Idle._await_peer`): after ``ping_every`` seconds in which nothing came,
+it PINGs, and it fails :data:`PING_TIMEOUT` seconds later if the PING is not
+answered (a frozen server), so a call never waits longer than the two for a
+server that says nothing at all. :meth:`_Idle.answer_ready` lets a caller
 with many streams (the vector env's async batches) wait for whichever
 answers first, on the sockets that :meth:`_Idle.fileno` gives.
 """
 from __future__ import annotations
 
+import select
 import socket
+import ssl
 import time
 
 from dmrpc_gym.transport import interrupts
@@ -40,6 +46,7 @@ class _Idle:
     _ping_out: float | None = None    # when our unanswered PING went out
     _quiet_since: float = 0.0         # since when no call was made, nor a PING answered
     _calls_seen = -1                  # messages_sent at the last tick (calls since: not quiet)
+    _silent_from: float | None = None  # (a read of several streams) since when nothing came
 
     def answer_ready(self, stream) -> bool:
         """Whether ``stream.read`` would return at once (an answer, or the end of the stream): what
@@ -65,17 +72,25 @@ class _Idle:
         left = _SLICE if deadline is None else min(_SLICE, deadline - time.monotonic())
         if left <= 0:
             raise socket.timeout("timed out")
+        quiet = False
         try:
             lock.release()     # inside the try: an interrupt right after it still takes the lock back
             interrupts.wait_ready(self._sock, left)
         except socket.timeout:
-            return             # this slice passed: the read looks at its answers again
+            quiet = True
         finally:
             lock.acquire()
             # Another thread's call may have moved the clock meanwhile: this call's again.
             self._deadline = deadline
             if deadline is None:
                 self._set_timeout(None)
+        if quiet:              # this slice passed: the read looks at its answers again
+            if self._ping_every is not None:                 # is the server there?
+                now = time.monotonic()
+                if self._silent_from is None:
+                    self._silent_from = now
+                self._check_peer(self._silent_from, now)
+            return
         if self._take_in() == 0:   # (without blocking: another thread may have taken these bytes in)
             self._dead = ConnectionResetError("the server closed the connection"
                                               + (f" after GOAWAY ({self._goaway})" if self._goaway else ""))
@@ -91,6 +106,7 @@ class _Idle:
             got = self._at_once(lambda flags: self._sock.recv_into(self._rbuf, 0, flags))
             if got:
                 self._buf += self._rview[:got]
+                self._silent_from = None
             return got
         finally:
             if guard:
@@ -138,6 +154,45 @@ class _Idle:
             self.send(frame(PING, 0, 0, KEEPALIVE_PING))
             self._ping_out = now
         return True
+
+    def _await_peer(self) -> None:
+        """(A call about to block on the socket, with keepalive PINGs on.) Wait until the socket
+        has bytes, PINGing the server after ``ping_every`` seconds in which nothing came, and
+        failing :data:`PING_TIMEOUT` seconds later should the PING not be answered; the call's
+        own deadline still applies (``socket.timeout``)."""
+        sock = self._sock
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return
+        silent_from = time.monotonic()
+        while True:
+            now = time.monotonic()
+            due = silent_from + self._ping_every if self._ping_out is None else self._ping_out + PING_TIMEOUT
+            if self._deadline is not None:
+                due = min(due, self._deadline)
+            if select.select([sock], [], [], max(0.0, due - now))[0]:
+                return
+            now = time.monotonic()
+            if self._deadline is not None and now >= self._deadline:
+                raise socket.timeout("timed out")
+            self._check_peer(silent_from, now)
+
+    def _check_peer(self, silent_from: float, now: float) -> None:
+        """Nothing came from the server since ``silent_from``: PING it after ``ping_every`` seconds
+        of that; ``ConnectionError`` once a PING has waited :data:`PING_TIMEOUT` seconds."""
+        if self._ping_out is None:
+            if now - silent_from >= self._ping_every:
+                self.send(frame(PING, 0, 0, KEEPALIVE_PING))
+                self._ping_out = now
+            return
+        if now - self._ping_out >= PING_TIMEOUT:
+            self._dead = ConnectionError(
+                f"the server did not answer a keepalive PING within {PING_TIMEOUT:g} s, and nothing came from "
+                f"it for {now - silent_from:.0f} s: it is frozen or unreachable; the connection is dead")
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            raise self._dead
 
     def _pong(self) -> None:
         """Our PING was answered."""

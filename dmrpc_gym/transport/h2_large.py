@@ -79,6 +79,8 @@ class _LargeMessages:
             left = length - got
         while left:
             room = splitter.room() if stream.ended is None else None
+            if self._ping_every is not None:      # waiting on the server: is it there?
+                self._await_peer()
             if self._deadline is not None:
                 self._arm()
             guard = self._kernel and interrupts.guarded()    # a Ctrl-C must not lose what was read

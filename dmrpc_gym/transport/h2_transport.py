@@ -103,6 +103,11 @@ class H2Transport:
         self.answer_ready = functools.partial(conn.answer_ready, self._stream)
         self.fileno = conn.fileno
 
+    def keep_pinging(self, every: float) -> None:
+        """From now on, PING the server after ``every`` seconds in which nothing came (idle or
+        waiting for an answer): one of ours, which permits it (see :mod:`~dmrpc_gym.transport.h2_idle`)."""
+        self._stream.connection.keepalive(every)
+
     @property
     def initial_metadata(self) -> dict[str, str]:
         return self._stream.initial_metadata

@@ -27,7 +27,8 @@ class IdleWatcher:
         lock: held by every call while it uses the socket; the watcher only ever try-acquires it.
         activity: a counter that a new call changes (requests sent).
         pump: reads what is available without blocking and handles it; False when the connection is over.
-        tick: called at least once a second while idle (keepalive PINGs); False when the connection is over.
+        tick: called at least once a second while idle (keepalive PINGs); False when the connection is
+            over. It may be set later (``watcher.tick``), once the server is known.
 
     >>> import socket, threading
     >>> a, b = socket.socketpair()
@@ -41,7 +42,7 @@ class IdleWatcher:
 
     def __init__(self, sock, lock: threading.Lock, activity: Callable[[], int], pump: Callable[[], bool],
                  tick: Callable[[], bool] | None = None):
-        self._sock, self._lock, self._activity, self._pump, self._tick = sock, lock, activity, pump, tick
+        self._sock, self._lock, self._activity, self._pump, self.tick = sock, lock, activity, pump, tick
         self._stop = threading.Event()
         threading.Thread(target=self._run, name="dmrpc-keepalive", daemon=True).start()
 
@@ -59,7 +60,7 @@ class IdleWatcher:
                 continue                          # busy: look again later
             ready = True                          # frames may already sit in a buffer
             while not stop.is_set():
-                if ready or self._tick is not None:
+                if ready or self.tick is not None:
                     if not lock.acquire(blocking=False):
                         break
                     try:
@@ -67,7 +68,7 @@ class IdleWatcher:
                             break
                         if ready and not self._pump():
                             return
-                        if self._tick is not None and not self._tick():
+                        if self.tick is not None and not self.tick():
                             return
                     finally:
                         lock.release()
