@@ -94,6 +94,9 @@ class _Peer:
                 return line
 
     def stderr(self) -> str:
+        """What C-core logged (the last 4000 characters); kept in ``errors`` once closed."""
+        if self.log.closed:
+            return self.errors
         self.log.seek(0)
         return self.log.read()[-4000:]
 
@@ -102,16 +105,20 @@ class _Peer:
         self.proc.wait(10)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.close()
-                self.proc.wait(10)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
-        if self.stderr():
-            print(f"{os.path.basename(self.proc.args[0])} stderr:\n{self.stderr()}")
-        self.log.close()
+        try:
+            self.proc.stdin.close()          # the server's cue to stop
+        except OSError:
+            pass                             # it died: its pipe is broken
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if not self.log.closed:
+            self.errors = self.stderr()
+            self.log.close()
+            if self.errors:
+                print(f"{os.path.basename(self.proc.args[0])} stderr:\n{self.errors}")
 
 
 class CppServer(_Peer):
@@ -490,7 +497,7 @@ def test_only_the_abusive_cpp_client_is_told_too_many_pings():
     clients = [{}, {"grpc.keepalive_time_ms": 3000, **keepalive}, {"grpc.keepalive_time_ms": 100, **keepalive}]
     try:
         with FrameTap(server.address) as tap:
-            running = []
+            running: list[CppClient] = []
             for options in clients:     # one at a time, so that tap connection i is client i
                 running.append(CppClient(tap.address, steps=2, pause_ms=5000, **options))
                 running[-1].wait_for("STEP 0 0")
@@ -502,6 +509,8 @@ def test_only_the_abusive_cpp_client_is_told_too_many_pings():
             assert [f.connection for f in goaways] == [2], tap.dump()
             assert "ENHANCE_YOUR_CALM" in goaways[0].summary and "too_many_pings" in goaways[0].summary, tap.dump()
             assert abusive[0]["code"] == UNAVAILABLE, abusive
+            assert 'ENHANCE_YOUR_CALM and debug data equal to "too_many_pings"' in running[2].stderr()
+            assert "too_many_pings" not in running[0].stderr() + running[1].stderr()
     finally:
         server.stop()
 
