@@ -135,13 +135,23 @@ def go_client(address: str, *flags: str, timeout: float = 60) -> dict:
 
 class WaitingGoClient:
     """``dmrpc-go-client -wait``: started, it runs to its first stream's first Step and prints READY;
-    ``go_on()`` lets it finish; ``result()`` is its JSON result."""
+    ``go_on()`` lets it finish; ``result()`` is its JSON result. Killed on leaving the ``with``."""
 
     def __init__(self, address: str, *flags: str):
         self.proc = subprocess.Popen([GO_CLIENT, "-wait", *flags, address], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline().strip()
-        assert line == "READY", f"the grpc-go client said {line!r}: {self.proc.stderr.read()}"
+        if line != "READY":
+            self.__exit__()
+            raise AssertionError(f"the grpc-go client said {line!r}")
+
+    def __enter__(self) -> WaitingGoClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()
 
     def go_on(self) -> None:
         self.proc.stdin.write("\n")
@@ -526,8 +536,7 @@ def test_our_graceful_stop_lets_the_go_stream_finish():
     connection is refused at once, UNAVAILABLE."""
     server = servers.start(functools.partial(Echo, episode=5))
     try:
-        with FrameTap(server.address) as tap:
-            client = WaitingGoClient(tap.address)
+        with FrameTap(server.address) as tap, WaitingGoClient(tap.address) as client:
             stopping = threading.Thread(target=server.stop, kwargs={"grace": 10})
             stopping.start()
             deadline = time.monotonic() + 5
@@ -549,8 +558,7 @@ def test_our_graceful_stop_lets_the_go_stream_finish():
 def test_our_stop_past_its_grace_ends_the_go_stream_unavailable():
     server = servers.start(functools.partial(Echo, episode=5))
     try:
-        with FrameTap(server.address) as tap:
-            client = WaitingGoClient(tap.address)
+        with FrameTap(server.address) as tap, WaitingGoClient(tap.address) as client:
             stopping = threading.Thread(target=server.stop, kwargs={"grace": 0.5})
             stopping.start()
             stopping.join(10)
@@ -565,12 +573,12 @@ def test_our_stop_past_its_grace_ends_the_go_stream_unavailable():
 def test_sigkill_of_our_server_is_a_clear_error_for_go():
     served = ServedProcess(0)
     try:
-        client = WaitingGoClient(served.address, "-deadline", "60s")
-        served.kill()
-        started = time.monotonic()
-        client.go_on()
-        result = client.result(timeout=20)
-        assert time.monotonic() - started < 5
+        with WaitingGoClient(served.address, "-deadline", "60s") as client:
+            served.kill()
+            started = time.monotonic()
+            client.go_on()
+            result = client.result(timeout=20)
+            assert time.monotonic() - started < 5
         assert result["code"] == UNAVAILABLE, result
     finally:
         served.close()
@@ -582,12 +590,10 @@ def test_sigkill_of_the_go_client_frees_its_world_on_our_server():
     for 0.5 s), and the next grpc-go client gets one."""
     server = servers.start(functools.partial(Echo, episode=5), max_worlds=1, orphan_lifetime=0.5)
     try:
-        client = WaitingGoClient(server.address)
-        assert not go_client(server.address)["ok"]                     # the one world is taken
-        client.proc.send_signal(signal.SIGKILL)
-        client.proc.wait(5)
-        for stream in (client.proc.stdin, client.proc.stdout, client.proc.stderr):
-            stream.close()
+        with WaitingGoClient(server.address) as client:
+            assert not go_client(server.address)["ok"]                 # the one world is taken
+            client.proc.send_signal(signal.SIGKILL)
+            client.proc.wait(5)
         deadline = time.monotonic() + 5
         while not (result := go_client(server.address))["ok"] and time.monotonic() < deadline:
             time.sleep(0.2)
