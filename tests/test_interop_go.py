@@ -381,6 +381,31 @@ def test_sigkill_of_the_go_server_is_a_clear_error_at_once():
     assert isinstance(ended.value, ConnectionError) and server.address in str(ended.value), repr(ended.value)
 
 
+def test_sigkill_of_the_go_server_mid_transfer_is_a_clear_error_at_once():
+    """Killed while 16 MiB actions and observations cross: the step in flight raises at once."""
+    blob = bytes([1]) * MIB16
+    with GoServer("-obs", str(MIB16), "-act", str(MIB16)) as server:
+        ended: dict = {}
+
+        def exchange() -> None:
+            try:
+                with Connection(server.address, connect_timeout=1) as conn:
+                    conn.send(pb.CreateWorldRequest())
+                    while True:
+                        conn.send(step(1, blob))
+            except Exception as exc:  # noqa: BLE001 - what the test looks at
+                ended["error"], ended["at"] = exc, time.monotonic()
+
+        thread = threading.Thread(target=exchange, daemon=True)
+        thread.start()
+        time.sleep(0.3)
+        server.proc.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        thread.join(10)
+    assert "error" in ended, "the step in flight did not end"
+    assert ended["at"] - killed < 5 and isinstance(ended["error"], ConnectionError), repr(ended["error"])
+
+
 def test_sigkill_of_our_client_ends_the_go_servers_stream():
     client = textwrap.dedent("""
         import sys, time
