@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -165,6 +166,8 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
             with self.lock:
                 self._ping_every = ping_every
                 self._watcher.tick = self._tick
+        if ping_every:
+            self._wake_reads()
 
     def write(self, stream: GrpcStream, *parts: bytes | memoryview) -> None:
         """Send the concatenation of ``parts`` as one gRPC message on ``stream`` (blocks only while
@@ -311,15 +314,16 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
     # -- frames ----------------------------------------------------------------
     def _fill(self, n: int) -> None:
         """Receive until ``n`` bytes are buffered; an EOF is a ``ConnectionError``."""
-        buf = self._buf
+        buf, silent_from = self._buf, None
         while len(buf) < n:
             if self._dead is not None:
                 raise self._dead
-            if self._ping_every is not None:      # waiting on the server: is it there?
-                self._await_peer()
+            guard = self._kernel and interrupts.guarded()
+            if self._ping_every is not None and (self._timeout is not None or guard or self._timeout_by_select):
+                self._await_peer()                # waiting on the server (by select): is it there?
             if self._deadline is not None:
                 self._arm()
-            if self._kernel and interrupts.guarded():    # a Ctrl-C must not lose what was read
+            if guard:                             # a Ctrl-C must not lose what was read
                 interrupts.wait_ready(self._sock, self._timeout)
                 try:
                     interrupts.hold()
@@ -328,7 +332,11 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
                 finally:
                     interrupts.release()
             else:      # into a buffer kept for the purpose: recv(n) would allocate n bytes every call
-                got = self._sock.recv_into(self._rbuf)
+                try:
+                    got = self._sock.recv_into(self._rbuf)
+                except (BlockingIOError, ssl.SSLWantReadError):   # keepalive on: a second with nothing
+                    silent_from = self._heard_nothing(silent_from)
+                    continue
                 buf += self._rview[:got]
             if not got:
                 why = f" after GOAWAY ({self._goaway})" if self._goaway else ""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import select
 import socket
 import ssl
+import struct
 import time
 
 from dmrpc_gym.transport import interrupts
@@ -37,6 +38,7 @@ __all__ = ["MIN_KEEPALIVE", "PING_TIMEOUT", "RECV_CHUNK"]
 PING_TIMEOUT = 20.0
 RECV_CHUNK = 1 << 18          # the most one recv takes (into a buffer kept for it)
 _SLICE = 0.02                 # seconds a read of a shared connection waits before it looks again
+_READ_SLICE = 1               # seconds a blocking read waits, keepalive on, before it looks at the clock
 
 
 class _Idle:
@@ -47,6 +49,7 @@ class _Idle:
     _quiet_since: float = 0.0         # since when no call was made, nor a PING answered
     _calls_seen = -1                  # messages_sent at the last tick (calls since: not quiet)
     _silent_from: float | None = None  # (a read of several streams) since when nothing came
+    _timeout_by_select = False        # keepalive on, and blocking reads do not come back by themselves
 
     def answer_ready(self, stream) -> bool:
         """Whether ``stream.read`` would return at once (an answer, or the end of the stream): what
@@ -175,6 +178,28 @@ class _Idle:
             if self._deadline is not None and now >= self._deadline:
                 raise socket.timeout("timed out")
             self._check_peer(silent_from, now)
+
+    def _wake_reads(self) -> None:
+        """Keepalive PINGs are on: a blocking read of the socket comes back every
+        :data:`_READ_SLICE` seconds in which nothing came (``SO_RCVTIMEO``: no cost while
+        answers come), so that a call can PING a silent server (:meth:`_heard_nothing`). Where
+        the option is not there, and over TLS, calls wait by ``select`` (:meth:`_await_peer`)."""
+        if isinstance(self._sock, ssl.SSLSocket):   # its blocking read retries inside OpenSSL: select
+            self._timeout_by_select = True
+            return
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", int(_READ_SLICE), 0))
+        except (OSError, struct.error, AttributeError):
+            self._timeout_by_select = True
+
+    def _heard_nothing(self, silent_from: float | None) -> float:
+        """A blocking read came back empty-handed after :data:`_READ_SLICE` seconds: PING the server
+        or declare it dead (:meth:`_check_peer`); since when it has been silent."""
+        now = time.monotonic()
+        if silent_from is None:
+            silent_from = now - _READ_SLICE
+        self._check_peer(silent_from, now)
+        return silent_from
 
     def _check_peer(self, silent_from: float, now: float) -> None:
         """Nothing came from the server since ``silent_from``: PING it after ``ping_every`` seconds

@@ -77,25 +77,35 @@ class _LargeMessages:
                 stream.feed(bytes(buf))
             del buf[:]
             left = length - got
+        silent_from = None
         while left:
             room = splitter.room() if stream.ended is None else None
-            if self._ping_every is not None:      # waiting on the server: is it there?
-                self._await_peer()
+            guard = self._kernel and interrupts.guarded()    # a Ctrl-C must not lose what was read
+            if self._ping_every is not None and (self._timeout is not None or guard or self._timeout_by_select):
+                self._await_peer()                # waiting on the server (by select): is it there?
             if self._deadline is not None:
                 self._arm()
-            guard = self._kernel and interrupts.guarded()    # a Ctrl-C must not lose what was read
             if guard:
                 interrupts.wait_ready(self._sock, self._timeout)
             try:
                 if guard:
                     interrupts.hold()
                 if room is None:
-                    chunk = self._sock.recv(min(left, RECV_CHUNK))
+                    try:
+                        chunk = self._sock.recv(min(left, RECV_CHUNK))
+                    except (BlockingIOError, ssl.SSLWantReadError):   # keepalive on: a second with nothing
+                        silent_from = self._heard_nothing(silent_from)
+                        continue
                     n = len(chunk)
                     if n and stream.ended is None:
                         stream.feed(chunk)
                 else:
-                    n = self._sock.recv_into(room, min(left, len(room)))
+                    try:
+                        n = self._sock.recv_into(room, min(left, len(room)))
+                    except (BlockingIOError, ssl.SSLWantReadError):
+                        del room
+                        silent_from = self._heard_nothing(silent_from)
+                        continue
                     del room
                     if n:
                         try:
