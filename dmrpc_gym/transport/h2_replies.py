@@ -58,8 +58,9 @@ class Replies:
             self._hold()
             if not data:
                 return
-        if not self._closed and self._transport is not None:
-            self._transport.write(data)
+        transport = self._transport
+        if not self._closed and transport is not None and not transport.is_closing():   # a peer gone: not written
+            transport.write(data)
             if not self._writable and self._transport.get_write_buffer_size() > _MAX_BACKLOG:
                 log.info("dropping an HTTP/2 connection: its client left %d bytes of answers unread",
                          self._transport.get_write_buffer_size())
@@ -109,6 +110,8 @@ class Replies:
         # up (pause_writing / resume_writing): asyncio's write buffer then stays small,
         # where one huge write would be moved down its buffer once per partial send.
         while parts.left:
+            if self._closed or self._transport is None or self._transport.is_closing():
+                raise asyncio.CancelledError()    # the peer is gone: the rest of the answer is not sent
             while min(stream.window, self._conn_window) <= 0 or not self._writable:
                 if self._closed or not stream.open:
                     raise asyncio.CancelledError()
