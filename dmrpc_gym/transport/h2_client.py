@@ -94,6 +94,8 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
         self._peer_frame = 16384
         #: The peer's SETTINGS_MAX_CONCURRENT_STREAMS (None: no limit said).
         self.max_streams: int | None = None
+        #: The peer's SETTINGS_MAX_HEADER_LIST_SIZE (None: no limit said).
+        self.max_header_list: int | None = None
         self.received = 0               # bytes received since our last connection WINDOW_UPDATE
         self._goaway: str | None = None
         self._partial: tuple | None = None   # a large DATA frame being read in place
@@ -120,6 +122,7 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
             if compression:
                 headers.append(("grpc-encoding", compression))
             headers += [(k.lower(), v) for k, v in metadata]
+            self._check_header_list(headers)
             stream = GrpcStream(self, self._next_id, compression, max_message_size, self._peer_window)
             self._next_id += 2
             try:     # before the server's SETTINGS arrive its frame limit is the default 16384
@@ -129,6 +132,16 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
                 raise ConnectionError(f"the connection was lost as a stream opened: {err}") from None
             self.streams[stream.id] = stream
             return stream
+
+    def _check_header_list(self, headers: list[tuple[str, str]]) -> None:
+        """``ValueError`` for request headers past the server's SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 6.5.2:
+        names and values plus 32 bytes each), as gRPC's clients refuse them, instead of a stream the server ends."""
+        limit = self.max_header_list
+        if limit is not None:
+            size = sum(len(k) + len(v.encode() if isinstance(v, str) else v) + 32 for k, v in headers)
+            if size > limit:
+                raise ValueError(f"the request's headers (metadata= and the token included) are {size} bytes, "
+                                 f"more than the server's SETTINGS_MAX_HEADER_LIST_SIZE of {limit}: send less metadata")
 
     @property
     def usable(self) -> bool:

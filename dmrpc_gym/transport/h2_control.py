@@ -9,8 +9,8 @@ from __future__ import annotations
 import struct
 
 from dmrpc_gym.transport.frames import (ACK, FLOW_CONTROL_ERROR, GOAWAY, MAX_WINDOW, PROTOCOL_ERROR, SETTING_FRAME,
-                                        SETTING_STREAMS, SETTING_WINDOW, SETTINGS, ProtocolError, frame,
-                                        parse_settings)
+                                        SETTING_HEADER_LIST, SETTING_STREAMS, SETTING_WINDOW, SETTINGS,
+                                        ProtocolError, frame, parse_settings)
 
 __all__: list[str] = []          # a part of GrpcConnection, not an interface of its own
 
@@ -60,6 +60,8 @@ class _Control:
                 self._peer_window = value
             elif key == SETTING_FRAME:
                 self._peer_frame = value
+            elif key == SETTING_HEADER_LIST:
+                self.max_header_list = value
             elif key == SETTING_STREAMS:
                 self.max_streams = value
                 if value == 0:     # our streams are over the peer's limit
