@@ -263,7 +263,7 @@ def flood(kind: str) -> tuple[bytes, str]:
         return b"\x0a" + varint(len(body)) + body, "more than 1024 settings"
     if kind == "actions":                       # a Step giving action UID 1 four million times
         body = b"\x0a\x02\x08\x01" * (1 << 22)
-        return b"\x1a" + varint(len(body)) + body, "a StepRequest of more than 8192 fields"
+        return b"\x1a" + varint(len(body)) + body, f"a StepRequest of more than {bulk.MAX_WALKED} fields"
     return b"\xa0\x06\x01" * (1 << 22), "an EnvironmentRequest of more than 64 fields"   # unknown fields
 
 

@@ -275,7 +275,7 @@ _REQUESTED = 2
 #: Fields of a StepRequest (map entries, unpacked UIDs), and UIDs of 2 bytes or more, that the
 #: server's walk reads at most (a few ms of its loop); a request with more is refused: no
 #: spec has that many. Settings: :data:`MAX_SETTINGS`.
-MAX_WALKED = 1 << 13
+MAX_WALKED = 1 << 12
 
 
 class _Screen:
