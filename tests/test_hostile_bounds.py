@@ -342,3 +342,39 @@ def test_toward_a_foreign_server_the_default_sends_no_pings():
     with servers.start(Catch) as server, Connection(server.address, keepalive=False) as conn:
         conn.send(pb.CreateWorldRequest())
         assert conn._transport._stream.connection._ping_every is None
+
+
+@pytest.mark.parametrize("where", ["a CreateWorld setting", "a Step's action"])
+def test_an_integer_tensor_decodes_to_no_more_than_its_bound(where):
+    """60 MB of one-byte varints (60 KB of gzip) in an int64 tensor decoded to 480 MB in protobuf's
+    repeated field and 480 MB more in numpy. Where no spec bounds it, an integer tensor may decode
+    to 64 MiB (MAX_TENSOR_BYTES), an action to the larger of that and its spec's size; past it
+    the request is refused before protobuf reads it."""
+    count = 60 << 20
+    packed = b"\x01" * count
+    payload = b"\x0a" + varint(len(packed)) + packed                   # Int64Array.array, packed
+    tensor = b"\x2a" + varint(len(payload)) + payload + b"\x7a" + varint(len(varint(count))) + varint(count)
+    if where == "a Step's action":
+        entry = b"\x08\x01\x12" + varint(len(tensor)) + tensor
+        step = b"\x0a" + varint(len(entry)) + entry
+        request = b"\x1a" + varint(len(step)) + step
+    else:
+        entry = b"\x0a\x04size\x12" + varint(len(tensor)) + tensor
+        create = b"\x0a" + varint(len(entry)) + entry
+        request = b"\x0a" + varint(len(create)) + create
+    bomb = compression.compressor("gzip")(request)
+    with servers.start(Catch) as server:
+        raw = RawClient(server.address, timeout=60)
+        try:
+            joined(raw, 1, (("grpc-encoding", "gzip"),))
+            raw.send(data(1, message(pb.EnvironmentRequest(step=pb.StepRequest()))))
+            first_answer(raw, 1)                                         # the sequence's first step
+            with Peak() as peak:
+                raw.send(framed(1, bomb, flag=1))
+                answer = first_answer(raw, 1)
+        finally:
+            raw.close()
+    measured(f"{len(bomb) // 1024} KB of gzip: 60 MB of one-byte varints in an int64 tensor, in {where}",
+             f"{peak.grown / MB:+.0f} MB at the peak")
+    assert "it decodes to more than the 67108864 bytes allowed" in answer.error.message, answer
+    assert peak.grown < 2 * len(request) + 8 * MB, f"{peak.grown / MB:+.0f} MB at the peak"

@@ -32,17 +32,19 @@ True
 """
 from __future__ import annotations
 
+import math
 import struct
 from typing import Any
 
 import numpy as np
 
 from dmrpc_gym.protocol import tensors
-from dmrpc_gym.protocol.dtypes import BY_DATA_TYPE, MEMORY, DataTypeInfo
+from dmrpc_gym.protocol.dtypes import BY_DATA_TYPE, MEMORY, VARINT, DataTypeInfo
 from dmrpc_gym.protocol.fidelity import EXACT_UID
 from dmrpc_gym.protocol.info import INFO_UID
 from dmrpc_gym.protocol.turns import TURN_UID
 from dmrpc_gym.protocol.protowire import ONE_BYTE, memory_head, varint
+from dmrpc_gym.protocol.shapes import MAX_TENSOR_BYTES
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = ["LARGE", "ACTIONS", "OBSERVATIONS", "STEP_TAG", "Pieces", "split", "Decoded", "NO_SPECS", "MAX_WALKED",
@@ -58,6 +60,7 @@ _SHAPE = 15                                 # Tensor ``shape``
 #: ``(payload field name, array)``: a Tensor decoded by :func:`split`.
 Decoded = tuple[str, np.ndarray]
 _MEMORY = {c.dt: c for c in BY_DATA_TYPE.values() if c.kind is MEMORY}   # payload field number == DataType
+_VARINTS = {c.dt: c for c in BY_DATA_TYPE.values() if c.kind is VARINT}   # payload field number == DataType
 _HIDDEN = frozenset((INFO_UID, EXACT_UID, TURN_UID))   # observations our clients ask for that no spec lists
 
 
@@ -236,6 +239,53 @@ def _tensor(buf: Any, pos: int, end: int) -> Decoded:
     return c.name, tensors.shaped(flat, shape or [], c.name)    # ValueError: the shape lies
 
 
+_HIGH = bytes(range(0x80, 0x100))          # bytes that do not end a varint
+
+
+def _judge_varints(buf: Any, pos: int, end: int, most: int | None) -> None:
+    """A large Tensor of an integer (varint) payload in ``buf[pos:end]``: ``ValueError`` when it
+    would decode to more than ``most`` bytes (settings: :data:`~dmrpc_gym.protocol.shapes.MAX_TENSOR_BYTES`;
+    an action: the larger of that and its spec's size; None: no bound) or its shape does not fit
+    it. A varint payload of one byte per element decodes to 8 bytes each (int64): 60 KB of gzip
+    made 480 MB in protobuf's repeated field, and as much again in numpy. Its elements are
+    counted (a MiB at a time by ``bytes.translate``, until past the bound) only when it could
+    pass 64 MiB."""
+    shape, payload = None, None
+    for number, kind, _, stop, value in _fields(buf, pos, end):
+        if kind != 2:
+            return
+        if number == _SHAPE and shape is None:
+            shape = []
+            while value < stop:
+                d, value = _varint(buf, value)
+                shape.append(d - (1 << 64) if d >= 1 << 63 else d)
+        elif number in _VARINTS and payload is None:
+            payload = number, value, stop
+        else:
+            return                             # left to protobuf
+    if payload is None:
+        return
+    number, a, b = payload
+    c = _VARINTS[number]
+    itemsize = c.wire.itemsize
+    if (b - a) * itemsize <= MAX_TENSOR_BYTES:
+        return                                 # at most 64 MiB once decoded: protobuf's to read
+    inner = next(_fields(buf, a, b), (0, 0, 0, 0, 0))
+    limit = None if most is None else max(MAX_TENSOR_BYTES, most)
+    if inner[:2] != (1, 2) or inner[3] != b:  # unpacked (a field per element), or more than the array
+        if limit is not None:
+            raise ValueError(f"an unpacked {c.name} payload of {b - a} bytes, which may decode to "
+                             f"more than {limit} bytes")
+        return
+    view, a, count = memoryview(buf), inner[4], 0
+    for k in range(a, b, 1 << 20):
+        count += len(bytes(view[k:min(b, k + (1 << 20))]).translate(None, _HIGH))
+        if limit is not None and count * itemsize > limit:     # (the rest need not be counted)
+            raise ValueError(f"a {c.name} payload of {b - a} bytes holds more than {limit // itemsize} elements: "
+                             f"it decodes to more than the {limit} bytes allowed")
+    tensors.check_shape(shape or [], count, c.name)
+
+
 def _entries(buf: Any, pos: int, end: int, map_field: int, found: dict[int, Decoded], kept: list,
              screen: "_Screen | None" = None) -> None:
     """Walk a StepRequest/StepResponse: large entries of its map into ``found``, the rest into
@@ -260,10 +310,11 @@ def _entries(buf: Any, pos: int, end: int, map_field: int, found: dict[int, Deco
                 return
             if tensor is not None and tensor[1] - tensor[0] >= LARGE:
                 try:
-                    found[uid] = _tensor(buf, *tensor)
-                    continue
-                except _Unexpected:
-                    pass
+                    try:
+                        found[uid] = _tensor(buf, *tensor)
+                        continue
+                    except _Unexpected:            # not a memory kind: an integer payload is judged
+                        _judge_varints(buf, *tensor, None if screen is None else screen.action_bytes(uid))
                 except ValueError as lie:
                     raise ValueError(f"{_KINDS[map_field]} UID {uid}: {lie}") from None
             found.pop(uid, None)           # a later entry for a UID replaces an earlier one
@@ -287,7 +338,7 @@ class _Screen:
     judged together (:meth:`_one_byte`); longer ones one by one, :data:`MAX_WALKED` at most."""
 
     def __init__(self, buf: Any, specs: Any):
-        self._buf = buf
+        self._buf, self._specs = buf, specs
         self.actions = frozenset(specs.actions)
         self.observations = frozenset(specs.observations) | _HIDDEN
         self._small = small = sorted(uid for uid in self.observations if uid < 0x80)
@@ -312,6 +363,15 @@ class _Screen:
         else:
             raise _Unexpected
         return True
+
+    def action_bytes(self, uid: int) -> int | None:
+        """The bytes action ``uid``'s spec holds once decoded (None: a -1 dimension, no bound)."""
+        if uid not in self._specs.actions:       # (reading a missing key of a map would add it)
+            return None
+        spec = self._specs.actions[uid]
+        if any(d < 0 for d in spec.shape) or spec.dtype not in BY_DATA_TYPE:
+            return None
+        return math.prod(spec.shape) * BY_DATA_TYPE[spec.dtype].wire.itemsize
 
     def action(self, uid: int) -> bool:
         """Whether the spec has action ``uid`` (else the walk stops here)."""
@@ -404,9 +464,10 @@ def _judge_settings(buf: Any, pos: int, end: int, map_field: int) -> None:
                 tensor = v, b
         if tensor is not None and tensor[1] - tensor[0] >= LARGE:
             try:
-                _tensor(buf, *tensor)
-            except _Unexpected:
-                pass
+                try:
+                    _tensor(buf, *tensor)
+                except _Unexpected:                # not a memory kind: an integer payload is judged
+                    _judge_varints(buf, *tensor, 0)
             except ValueError as lie:
                 raise ValueError(f"setting {name!r}: {lie}") from None
 
