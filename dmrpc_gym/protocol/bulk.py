@@ -201,9 +201,9 @@ def _fields(buf: Any, pos: int, end: int):
         yield key >> 3, kind, start, pos, value
 
 
-def _tensor(buf: Any, pos: int, end: int) -> Decoded:
-    """A memory-kind Tensor from ``buf[pos:end]``, as an array over ``buf``; ``ValueError`` when
-    its shape does not fit its payload (a lie, refused before protobuf copies the message)."""
+def _parts(buf: Any, pos: int, end: int, payloads: dict) -> tuple[list[int] | None, tuple[int, int, int]]:
+    """A Tensor in ``buf[pos:end]`` whose payload is one of ``payloads`` (by field number): its
+    shape (None: none given) and ``(payload field number, start, stop)``; else ``_Unexpected``."""
     shape, payload = None, None
     for number, kind, _, stop, value in _fields(buf, pos, end):
         if kind != 2:
@@ -213,13 +213,19 @@ def _tensor(buf: Any, pos: int, end: int) -> Decoded:
             while value < stop:
                 d, value = _varint(buf, value)
                 shape.append(d - (1 << 64) if d >= 1 << 63 else d)
-        elif number in _MEMORY and payload is None:
+        elif number in payloads and payload is None:
             payload = number, value, stop
         else:
             raise _Unexpected
     if payload is None:
         raise _Unexpected
-    number, a, b = payload
+    return shape, payload
+
+
+def _tensor(buf: Any, pos: int, end: int) -> Decoded:
+    """A memory-kind Tensor from ``buf[pos:end]``, as an array over ``buf``; ``ValueError`` when
+    its shape does not fit its payload (a lie, refused before protobuf copies the message)."""
+    shape, (number, a, b) = _parts(buf, pos, end, _MEMORY)
     c = _MEMORY[number]
     inner = list(_fields(buf, a, b))
     if len(inner) > 1 or (inner and (inner[0][0], inner[0][1]) != (1, 2)):
@@ -250,22 +256,10 @@ def _judge_varints(buf: Any, pos: int, end: int, most: int | None) -> None:
     made 480 MB in protobuf's repeated field, and as much again in numpy. Its elements are
     counted (a MiB at a time by ``bytes.translate``, until past the bound) only when it could
     pass 64 MiB."""
-    shape, payload = None, None
-    for number, kind, _, stop, value in _fields(buf, pos, end):
-        if kind != 2:
-            return
-        if number == _SHAPE and shape is None:
-            shape = []
-            while value < stop:
-                d, value = _varint(buf, value)
-                shape.append(d - (1 << 64) if d >= 1 << 63 else d)
-        elif number in _VARINTS and payload is None:
-            payload = number, value, stop
-        else:
-            return                             # left to protobuf
-    if payload is None:
-        return
-    number, a, b = payload
+    try:
+        shape, (number, a, b) = _parts(buf, pos, end, _VARINTS)
+    except _Unexpected:
+        return                                 # left to protobuf
     c = _VARINTS[number]
     itemsize = c.wire.itemsize
     if (b - a) * itemsize <= MAX_TENSOR_BYTES:
