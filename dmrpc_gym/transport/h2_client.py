@@ -48,6 +48,9 @@ from dmrpc_gym.transport.keepalive import IdleWatcher
 
 __all__ = ["GrpcConnection", "GrpcStream", "DEFAULT_MAX_MESSAGE"]
 
+#: Seconds a connection's last stream waits, once half-closed, for the server's status.
+CLOSE_WAIT = 0.5
+
 _OUR_FRAME = 2**24 - 1           # largest frame we accept
 _DIRECT = 1 << 16                # DATA frames at least this large are read straight into their message
 
@@ -133,39 +136,11 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
             self.streams[stream.id] = stream
             return stream
 
-    def _check_header_list(self, headers: list[tuple[str, str]]) -> None:
-        """``ValueError`` for request headers past the server's SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 6.5.2:
-        names and values plus 32 bytes each), as gRPC's clients refuse them, instead of a stream the server ends."""
-        limit = self.max_header_list
-        if limit is not None:
-            size = sum(len(k) + len(v.encode() if isinstance(v, str) else v) + 32 for k, v in headers)
-            if size > limit:
-                raise ValueError(f"the request's headers (metadata= and the token included) are {size} bytes, "
-                                 f"more than the server's SETTINGS_MAX_HEADER_LIST_SIZE of {limit}: send less metadata")
-
     @property
     def usable(self) -> bool:
         """Whether another stream may be opened here: open, alive, not going away, under the peer's limit."""
         return (not self.closed and self._dead is None and self._goaway is None
                 and (self.max_streams is None or len(self.streams) < self.max_streams))
-
-    def handshake(self) -> None:
-        """Block until the server's first SETTINGS frame arrives (within the socket's timeout, as a whole).
-
-        An HTTP/1.x server (its answer starts ``HTTP/``) is a ``ConnectionError`` at once.
-        """
-        self._begin()
-        self._fill(9)
-        head = bytes(self._buf[:9])
-        if head.isascii() and all(c >= 9 for c in head):     # text, not a frame header: HTTP/1.x
-            line = bytes(self._buf).split(b"\n", 1)[0].strip().decode("latin-1")[:100]
-            raise ConnectionError(f"the server speaks HTTP/1.x (or another text protocol), not HTTP/2: "
-                                  f"it answered {line!r}")
-        if self._buf[3] != SETTINGS:
-            raise ProtocolError(PROTOCOL_ERROR, f"the server's first frame is of type {self._buf[3]}, not SETTINGS")
-        while not self._settled:
-            self._read_frame()
-        self._end_call()
 
     def keepalive(self, ping_every: float | None = None) -> None:
         """Answer the server's PINGs (and other control frames) while no call is running; with
@@ -290,20 +265,26 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
                     self._end_call()
 
     def close_stream(self, stream: GrpcStream) -> None:
-        """Half-close ``stream`` politely; the last stream closes the socket. Never blocks for long."""
+        """Half-close ``stream`` politely; the last stream waits at most :data:`CLOSE_WAIT` seconds for the
+        server's status (a server ending the call then sees it finish, not cancelled, as with gRPC's clients)
+        and closes the socket. Never blocks for long."""
         # END_STREAM only when no other thread is mid-call (its bytes must not be cut into).
+        sent = False
         if self.lock.acquire(blocking=False):
             try:
                 if stream.id in self.streams and self._dead is None and not self.closed:
                     self._set_timeout(0.0)      # never blocks: what a full socket does not take waits in _unsent
                     try:
                         self.send(frame(DATA, END_STREAM, stream.id))
+                        sent = True
                     finally:
                         self._set_timeout(self._per_call)
             except OSError:
                 pass
             finally:
                 self.lock.release()
+        if sent and len(self.streams) == 1:
+            self._await_status(stream)
         with self._members:
             self.streams.pop(stream.id, None)
             last = not self.streams and not self.closed
@@ -311,6 +292,15 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
                 self.closed = True
         if last:
             self._close_socket()
+
+    def _await_status(self, stream: GrpcStream) -> None:
+        """Read until the server ends ``stream`` or :data:`CLOSE_WAIT` seconds pass (answers are dropped)."""
+        deadline = time.monotonic() + CLOSE_WAIT
+        try:
+            while stream.ended is None and time.monotonic() < deadline:
+                self.read(stream, timeout=max(deadline - time.monotonic(), 1e-3))
+        except Exception:  # noqa: BLE001 - the stream ended (StreamEnded), timed out or died: closing goes on
+            pass
 
     def _close_socket(self) -> None:
         if self._watcher is not None:

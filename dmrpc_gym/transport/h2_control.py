@@ -1,5 +1,6 @@
-"""What a client's HTTP/2 connection does with the server's control frames: SETTINGS,
-WINDOW_UPDATE and GOAWAY, and the GOAWAY it sends on a protocol error.
+"""What a client's HTTP/2 connection does with the server's control frames: SETTINGS (awaited
+at the handshake; their limits held to, the header list's included), WINDOW_UPDATE and GOAWAY,
+and the GOAWAY it sends on a protocol error.
 
 A mixin of :class:`~dmrpc_gym.transport.h2_client.GrpcConnection`; every method
 runs with the connection's ``lock`` held, from its frame reader.
@@ -69,3 +70,31 @@ class _Control:
                         stream.end(14, "the server allows no streams now (SETTINGS_MAX_CONCURRENT_STREAMS 0)")
         self.send(frame(SETTINGS, ACK, 0))
         self._settled = True
+
+    def handshake(self) -> None:
+        """Block until the server's first SETTINGS frame arrives (within the socket's timeout, as a whole).
+
+        An HTTP/1.x server (its answer starts ``HTTP/``) is a ``ConnectionError`` at once.
+        """
+        self._begin()
+        self._fill(9)
+        head = bytes(self._buf[:9])
+        if head.isascii() and all(c >= 9 for c in head):     # text, not a frame header: HTTP/1.x
+            line = bytes(self._buf).split(b"\n", 1)[0].strip().decode("latin-1")[:100]
+            raise ConnectionError(f"the server speaks HTTP/1.x (or another text protocol), not HTTP/2: "
+                                  f"it answered {line!r}")
+        if self._buf[3] != SETTINGS:
+            raise ProtocolError(PROTOCOL_ERROR, f"the server's first frame is of type {self._buf[3]}, not SETTINGS")
+        while not self._settled:
+            self._read_frame()
+        self._end_call()
+
+    def _check_header_list(self, headers: list[tuple[str, str]]) -> None:
+        """``ValueError`` for request headers past the server's SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 6.5.2:
+        names and values plus 32 bytes each), as gRPC's clients refuse them, instead of a stream the server ends."""
+        limit = self.max_header_list
+        if limit is not None:
+            size = sum(len(k) + len(v.encode() if isinstance(v, str) else v) + 32 for k, v in headers)
+            if size > limit:
+                raise ValueError(f"the request's headers (metadata= and the token included) are {size} bytes, "
+                                 f"more than the server's SETTINGS_MAX_HEADER_LIST_SIZE of {limit}: send less metadata")
