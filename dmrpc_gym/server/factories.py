@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import inspect
 import logging
 import types
 from dataclasses import dataclass
@@ -50,8 +49,10 @@ import gymnasium as gym
 
 from dmrpc_gym.protocol.fidelity import NO_RENDER
 from dmrpc_gym.server import render_threads, status
-from dmrpc_gym.server.dm_env_gym import DmEnvGym, is_dm_env
+from dmrpc_gym.server.dm_env_gym import DmEnvGym
 from dmrpc_gym.server.dm_env_sources import source as dm_env_source
+from dmrpc_gym.server.env_kinds import (RENDER_MODE, class_kind, env_kind, is_env_module, parameters, qualname,
+                                        renders_rgb)
 from dmrpc_gym.server.settings import SEED, describe, refuse_unknown
 
 log = logging.getLogger("dmrpc_gym.server")
@@ -60,8 +61,6 @@ __all__ = ["Factory", "Rendering", "env_kind", "close_quietly", "KINDS", "RENDER
 
 #: The kinds of env a server can serve.
 KINDS = ("gym", "pettingzoo", "dm_env")
-#: The setting the server keeps for itself: the key of a recipe's :class:`Rendering`.
-RENDER_MODE = "render_mode"
 
 
 @dataclass(frozen=True)
@@ -79,95 +78,6 @@ class Rendering:
 
     mode: str | None
     observation: bool = False
-
-
-def _is_aec(env: Any) -> bool:
-    """Whether ``env`` is a PettingZoo AEC env (one agent acts at a time; its ``agent_selection``
-    may not exist before the first reset, so the AEC methods are what is looked at)."""
-    try:
-        from pettingzoo.utils.env import AECEnv
-    except ImportError:  # pragma: no cover - pettingzoo is a dependency
-        AECEnv = ()
-    return isinstance(env, AECEnv) or (callable(getattr(env, "agent_iter", None))
-                                       and callable(getattr(env, "last", None)))
-
-
-def env_kind(env: Any) -> str | None:
-    """``"gym"`` for a gymnasium Env, ``"pettingzoo"`` for a PettingZoo ParallelEnv, ``"aec"`` for
-    a PettingZoo AEC env (converted when parallelizable, else served turn by turn), ``"dm_env"`` for
-    a ``dm_env.Environment``, else None."""
-    if isinstance(env, gym.Env):
-        return "gym"
-    if is_dm_env(env):
-        return "dm_env"
-    if _is_aec(env):
-        return "aec"
-    try:
-        from pettingzoo.utils.env import ParallelEnv
-    except ImportError:  # pragma: no cover - pettingzoo is a dependency
-        ParallelEnv = ()
-    if isinstance(env, ParallelEnv) or (
-            hasattr(env, "possible_agents") and callable(getattr(env, "observation_space", None))
-            and callable(getattr(env, "action_space", None)) and hasattr(env, "step")
-            and not hasattr(env, "agent_selection")):
-        return "pettingzoo"
-    return None
-
-
-def _is_env_module(name: str, maker: str = "parallel_env") -> bool:
-    """Whether ``name`` imports as a module with a ``parallel_env`` (or ``maker``: a PettingZoo env module)."""
-    try:
-        return callable(getattr(importlib.import_module(name), maker, None))
-    except Exception:  # noqa: BLE001 - not such a module: the name is then an env id (or an error)
-        return False
-
-
-def _class_kind(target: Any) -> str | None:
-    if not isinstance(target, type):
-        return None
-    if issubclass(target, gym.Env):
-        return "gym"
-    if is_dm_env(target):
-        return "dm_env"
-    try:
-        from pettingzoo.utils.env import ParallelEnv
-        if issubclass(target, ParallelEnv):
-            return "pettingzoo"
-    except ImportError:  # pragma: no cover
-        pass
-    return None
-
-
-def _parameters(fn: Callable) -> tuple[frozenset[str], bool]:
-    """The keyword parameters of ``fn`` and whether it takes ``**kwargs`` (True when unknowable)."""
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return frozenset(), True
-    names, open_ = set(), False
-    for param in signature.parameters.values():
-        if param.kind is param.VAR_KEYWORD:
-            open_ = True
-        elif param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
-            names.add(param.name)
-    return frozenset(names), open_
-
-
-def _renders_rgb(target: Any, names: frozenset[str], open_: bool) -> bool:
-    """Whether to build with ``render_mode="rgb_array"``: the target takes it (by name, or through
-    ``**kwargs``, PettingZoo's ``env(render_mode=...)`` convention) and, if it says, supports it."""
-    if RENDER_MODE not in names and not open_:
-        return False
-    modes = (getattr(target, "metadata", None) or {}).get("render_modes")
-    return modes is None or "rgb_array" in modes
-
-
-def _qualname(target: Any) -> str:
-    if isinstance(target, functools.partial):
-        return f"partial({_qualname(target.func)})"
-    module = getattr(target, "__module__", None)
-    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or type(target).__name__
-    return f"{module}:{name}" if module else name
 
 
 class Factory:
@@ -193,7 +103,7 @@ class Factory:
         if isinstance(target, str):
             self._resolve_string(target)
         elif callable(target):
-            self.name = _qualname(target)
+            self.name = qualname(target)
             self._make = target
             self._init_callable(target)
         else:
@@ -227,7 +137,7 @@ class Factory:
             self.kind, self._rgb = "dm_env", True
             return
         module_name, sep, attribute = target.partition(":")
-        if not sep and target not in gym.registry and (_is_env_module(target) or _is_env_module(target, "env")):
+        if not sep and target not in gym.registry and (is_env_module(target) or is_env_module(target, "env")):
             module_name, sep, attribute = target, ":", ""      # a PettingZoo env module (classic ones: env() only)
         if sep:
             try:
@@ -284,17 +194,17 @@ class Factory:
                 creator = load_env_creator(creator)
             except Exception as exc:  # noqa: BLE001 - any import failure of the env's module
                 raise ValueError(f"cannot load the entry point of {spec.id!r}: {exc}") from None
-        names, open_ = _parameters(creator) if creator is not None else (frozenset(), True)
-        self._rgb = _renders_rgb(creator, names, open_)
+        names, open_ = parameters(creator) if creator is not None else (frozenset(), True)
+        self._rgb = renders_rgb(creator, names, open_)
         names = names | set(spec.kwargs) | {"max_episode_steps"}
         self.accepted = None if open_ else frozenset(names - {RENDER_MODE})
         self._make = functools.partial(gym.make, spec.id)
 
     def _init_callable(self, fn: Callable, keep_kind: bool = False, described: Any = None) -> None:
         if not keep_kind:
-            self.kind = _class_kind(fn)
-        names, open_ = _parameters(fn)
-        self._rgb = _renders_rgb(fn if described is None else described, names, open_)
+            self.kind = class_kind(fn)
+        names, open_ = parameters(fn)
+        self._rgb = renders_rgb(fn if described is None else described, names, open_)
         self.accepted = None if open_ else frozenset(names - {RENDER_MODE})
 
     # -- use ---------------------------------------------------------------------
@@ -372,7 +282,7 @@ class Factory:
     @functools.cached_property
     def _takes_seed(self) -> bool:
         """Whether the factory takes ``seed`` (then a dm_env is built with its agent's seed)."""
-        return SEED in _parameters(self._make)[0]
+        return SEED in parameters(self._make)[0]
 
     def _failed(self, settings: Mapping[str, Any], exc: BaseException) -> Exception:
         """``INTERNAL`` for a factory that raised; its traceback is logged once per distinct error."""
