@@ -12,7 +12,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_TENSOR_BYTES", "element_limit", "resolve_shape"]
+from dmrpc_gym.protocol.dtypes import BY_FIELD_NAME, data_type_name
+
+__all__ = ["MAX_TENSOR_BYTES", "element_limit", "resolve_shape", "full_shape", "check_shape"]
 
 #: The most bytes one received tensor may grow to where no spec bounds it (a setting, a
 #: property value): what the default message-size limit lets a message carry. Only a
@@ -54,3 +56,36 @@ def resolve_shape(shape: Any, size: int) -> tuple[int, ...]:
 def element_limit(dtype: np.dtype, max_bytes: int = MAX_TENSOR_BYTES) -> int:
     """How many elements of ``dtype`` fit ``max_bytes`` (a proto cell counts as 1 KiB)."""
     return max_bytes // (1024 if dtype == object else max(dtype.itemsize, 1))
+
+
+def full_shape(shape: list[int], size: int, name: str, dtype: np.dtype,
+               max_elements: int | None = None) -> tuple[int, ...]:
+    """The shape a payload of ``size`` elements of ``name`` takes in ``shape``: -1 resolved, a single
+    element broadcast within ``max_elements`` (the spec's size, where a spec is known) or what
+    :data:`MAX_TENSOR_BYTES` holds; ``ValueError`` naming the misfit."""
+    dt = data_type_name(BY_FIELD_NAME[name].dt)
+    try:
+        full = resolve_shape(shape, size)
+    except ValueError as e:
+        raise ValueError(f"cannot unpack a {dt} tensor: {e}") from None
+    count = math.prod(full)
+    if count != size:
+        limit = element_limit(dtype) if max_elements is None else max_elements
+        if count > limit:
+            raise ValueError(f"cannot unpack a {dt} tensor: its one element would be broadcast to shape "
+                             f"{list(full)} ({count} elements), more than the {limit} allowed")
+    return full
+
+
+def check_shape(shape: list[int], size: int, name: str, max_elements: int | None = None) -> None:
+    """``ValueError`` when a payload of ``size`` elements of ``name`` (e.g. ``"floats"``) cannot
+    take ``shape``: a lie is found before the payload is decoded or copied (a 64 MiB payload
+    claiming another shape cost 3x its message).
+
+    >>> check_shape([2, 3], 5, "floats")
+    Traceback (most recent call last):
+    ...
+    ValueError: cannot unpack a FLOAT tensor: a payload of 5 elements does not fit shape [2, 3] (needs 6, or 1 to broadcast)
+    """
+    if size != 1 and (not shape or min(shape) < 0 or math.prod(shape) != size):
+        full_shape(shape, size, name, BY_FIELD_NAME[name].dtype, max_elements)

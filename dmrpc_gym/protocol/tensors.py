@@ -32,7 +32,7 @@ from dmrpc_gym.protocol.dtypes import (BY_DATA_TYPE, BY_FIELD_NAME, BY_WIRE_DTYP
                                        np_dtype)
 from dmrpc_gym.protocol.protowire import (MASK64, ONE_BYTE, array_field, encode_tensor, memory_head, shape_bytes,
                                           varint, varints)
-from dmrpc_gym.protocol.shapes import MAX_TENSOR_BYTES, element_limit, resolve_shape
+from dmrpc_gym.protocol.shapes import MAX_TENSOR_BYTES, check_shape, element_limit, full_shape, resolve_shape
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = [
@@ -340,24 +340,6 @@ def unpack_flat(source: Any) -> np.ndarray:
     return _DECODERS[name](getattr(source, name))
 
 
-def _full_shape(shape: list[int], size: int, name: str, dtype: np.dtype, max_elements: int | None) -> tuple[int, ...]:
-    """The shape a payload of ``size`` elements of ``name`` takes in ``shape``: -1 resolved, a single
-    element broadcast within ``max_elements`` (the spec's size, where a spec is known) or what
-    :data:`MAX_TENSOR_BYTES` holds; ``ValueError`` naming the misfit."""
-    dt = data_type_name(BY_FIELD_NAME[name].dt)
-    try:
-        full = resolve_shape(shape, size)
-    except ValueError as e:
-        raise ValueError(f"cannot unpack a {dt} tensor: {e}") from None
-    count = math.prod(full)
-    if count != size:
-        limit = element_limit(dtype) if max_elements is None else max_elements
-        if count > limit:
-            raise ValueError(f"cannot unpack a {dt} tensor: its one element would be broadcast to shape "
-                             f"{list(full)} ({count} elements), more than the {limit} allowed")
-    return full
-
-
 def _fit(flat: np.ndarray, shape: list[int], name: str, max_elements: int | None = None) -> np.ndarray:
     """``flat`` in ``shape``: -1 resolved, a single element broadcast (the slow path).
 
@@ -365,7 +347,7 @@ def _fit(flat: np.ndarray, shape: list[int], name: str, max_elements: int | None
     ``max_elements`` (the spec's size, where a spec is known) or what
     :data:`MAX_TENSOR_BYTES` holds, so a few bytes cannot claim gigabytes.
     """
-    full = _full_shape(shape, flat.size, name, flat.dtype, max_elements)
+    full = full_shape(shape, flat.size, name, flat.dtype, max_elements)
     size = math.prod(full)
     if flat.size == size:
         return flat.reshape(full)
@@ -403,20 +385,6 @@ def unpack(tensor: pb.Tensor, max_elements: int | None = None) -> np.ndarray:
     if shape:
         check_shape(shape, len(payload.array), name, max_elements)
     return shaped(_DECODERS[name](payload), shape, name, max_elements)
-
-
-def check_shape(shape: list[int], size: int, name: str, max_elements: int | None = None) -> None:
-    """``ValueError`` when a payload of ``size`` elements of ``name`` (e.g. ``"floats"``) cannot
-    take ``shape``: a lie is found before the payload is decoded or copied (a 64 MiB payload
-    claiming another shape cost 3x its message).
-
-    >>> check_shape([2, 3], 5, "floats")
-    Traceback (most recent call last):
-    ...
-    ValueError: cannot unpack a FLOAT tensor: a payload of 5 elements does not fit shape [2, 3] (needs 6, or 1 to broadcast)
-    """
-    if size != 1 and (not shape or min(shape) < 0 or math.prod(shape) != size):
-        _full_shape(shape, size, name, BY_FIELD_NAME[name].dtype, max_elements)
 
 
 def shaped(flat: np.ndarray, shape: list[int], name: str, max_elements: int | None = None) -> np.ndarray:
