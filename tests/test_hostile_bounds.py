@@ -124,8 +124,9 @@ def test_a_pending_tls_handshake_holds_little(first, tmp_path):
             if hello:
                 for sock in socks:              # the server's flight came: each handshake is under way
                     assert sock.recv(1)
-            honest = stepped_beside(served.address, tls=tls[0])
+            time.sleep(0.5)                     # every connection accepted
             grown = resident_of(pid) - before
+            honest = stepped_beside(served.address, tls=tls[0])
         finally:
             for sock in socks:
                 sock.close()
