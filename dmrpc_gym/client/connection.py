@@ -70,8 +70,8 @@ class Connection(ConnectRetries):
             (idle, or waiting for an answer), so that a dead or frozen peer is found
             (``ConnectionError`` naming the PING unanswered for 20 s); False: no PINGs. None
             (the default): every 10 s toward our own servers (known from their first answer,
-            :attr:`server_software`), which permit that, so a call fails within 30 s of the
-            server's last word; none toward any other server. grpc servers by default allow
+            :attr:`server_software`), which permit that, so a call fails 30 s (at most 32) after
+            the server's last word; none toward any other server. grpc servers by default allow
             one PING per 5 minutes on a connection that carries no data: give them at least
             300 for the same.
         shared: a :class:`~dmrpc_gym.transport.h2_pool.SharedConnections`: the stream goes on
