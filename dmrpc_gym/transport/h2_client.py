@@ -259,15 +259,16 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
                         self._await_bytes()         # the lock let go meanwhile: the other streams go on
                     else:
                         self._read_frame()
+                stream.messages_read += 1
                 return messages.popleft()
             finally:
                 if timed:
                     self._end_call()
 
     def close_stream(self, stream: GrpcStream) -> None:
-        """Half-close ``stream`` politely; the last stream waits at most :data:`CLOSE_WAIT` seconds for the
-        server's status (a server ending the call then sees it finish, not cancelled, as with gRPC's clients)
-        and closes the socket. Never blocks for long."""
+        """Half-close ``stream`` politely; the last stream, when no answer is owed, waits at most
+        :data:`CLOSE_WAIT` seconds for the server's status (a server ending the call then sees it finish,
+        not cancelled, as with gRPC's clients) and closes the socket. Never blocks for long."""
         # END_STREAM only when no other thread is mid-call (its bytes must not be cut into).
         sent = False
         if self.lock.acquire(blocking=False):
@@ -283,7 +284,9 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
                 pass
             finally:
                 self.lock.release()
-        if sent and len(self.streams) == 1:
+        # dm_env_rpc answers each request once: with none owed, the call is over and the server's status
+        # is awaited; with answers owed, the client walks away (the socket's close cancels the call).
+        if sent and len(self.streams) == 1 and stream.messages_read + len(stream.messages) >= stream.messages_sent:
             self._await_status(stream)
         with self._members:
             self.streams.pop(stream.id, None)

@@ -57,8 +57,8 @@ class GrpcStream:
         self.compress = compression and encodings.compressor(compression)
         self.send_window = send_window
         self.received = 0                # bytes received since this stream's last WINDOW_UPDATE
-        #: Messages committed to the stream (see :meth:`GrpcConnection.write`).
-        self.messages_sent = 0
+        #: Messages committed to the stream (see :meth:`GrpcConnection.write`), and answers read.
+        self.messages_sent = self.messages_read = 0
         #: An interrupt fell between the frames of a message too large for one frame.
         self.broken = False
 
