@@ -8,8 +8,9 @@ cost nothing until ``render()`` asks for one: the goal is a per-step cost ratio 
 SB3's ``make_vec_env`` asks for ``rgb_array`` by default, so this is what its training pays.
 
 The measuring is ``bench_steps``'s: every case for ~0.4 s per round, all cases in turn, 15
-rounds; a ratio is the median of per-round ratios (these machines are noisy: a dm_control run's
-per-round ratios spread over about +-10%, which is why there are 15 rounds; the table gives the spread).
+rounds, the order of the cases reversed every other round (a case's place in a round moved a
+dm_control ratio by a few percent); a ratio is the median of per-round ratios (these machines are
+noisy: a dm_control run's per-round ratios spread over about +-10%; the table gives the spread).
 
     python benchmarks/bench_render_cost.py [--quick] [--save]   # --save: its section of fidelity.md
 """
@@ -19,6 +20,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 
 import numpy as np
 
@@ -26,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(1, os.path.dirname(HERE))         # the checkout's dmrpc_gym (as the served one)
 from bench_dm_env import serve  # noqa: E402
-from bench_steps import Case, machine, measure, paired_ratio  # noqa: E402
+from bench_steps import Case, calibrate, machine, paired_ratio  # noqa: E402
 from fidelity_table import commit, write_section  # noqa: E402
 
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -60,6 +62,19 @@ class Remote(Case):
         self.env.close()
 
 
+def measure(cases: list[Case], rounds: int, seconds: float) -> dict[str, list[float]]:
+    """``bench_steps.measure``, with the order of the cases reversed every other round."""
+    calls = {case.label: calibrate(case, seconds) for case in cases}
+    samples: dict[str, list[float]] = {case.label: [] for case in cases}
+    for r in range(rounds):
+        for case in (cases if r % 2 == 0 else cases[::-1]):
+            start = time.perf_counter()
+            case.run(calls[case.label])
+            samples[case.label].append(calls[case.label] / (time.perf_counter() - start))
+        print(f"  round {r + 1}/{rounds} done")
+    return samples
+
+
 def run(quick: bool) -> dict:
     rounds, seconds = (2, 0.05) if quick else (15, 0.4)
     procs = {name: serve(target) for name, target in ENVS.items()}
@@ -68,7 +83,7 @@ def run(quick: bool) -> dict:
         for case in cases:
             case.open()
         try:
-            samples = measure(cases, rounds, seconds, print)
+            samples = measure(cases, rounds, seconds)
         finally:
             for case in cases:
                 case.close()
@@ -84,8 +99,9 @@ def run(quick: bool) -> dict:
 def report(results: dict) -> str:
     m = results["machine"]
     lines = [f"`python benchmarks/bench_render_cost.py --save`: commit {commit()}; {m['nproc']} cpus "
-             f"({m['cpu']}), Python {m['python']}; {m['date']}. One run, cases in turn, {results['rounds']} "
-             f"rounds of ~{results['seconds']} s; a ratio is the median of per-round ratios.", "",
+             f"({m['cpu']}), Python {m['python']}; {m['date']}. One run, cases in turn (in reverse every other "
+             f"round), {results['rounds']} rounds of ~{results['seconds']} s; a ratio is the median of per-round "
+             f"ratios.", "",
              "| env, client render_mode | steps/s (median) | min | max |", "|---|---:|---:|---:|"]
     for label, values in results["samples"].items():
         name, mode = label.rsplit(" @", 1)
