@@ -8,8 +8,8 @@ one ``step()`` call (every live agent's action for a parallel env, one move for 
 game); a new episode starts after each end. Actions are drawn once from the seeded action space
 (turn-based games: each move under its action mask, on both sides).
 
-The measuring is ``bench_steps``'s: every case for ~0.3 s per round, all cases in turn, 5
-rounds; served / local is the median of per-round ratios.
+The measuring is ``bench_render_cost``'s: every case for ~0.3 s per round, all cases in turn (in
+reverse every other round), 5 rounds; served / local is the median of per-round ratios.
 
     python benchmarks/bench_served_local.py [--quick] [--save]   # --save: its section of fidelity.md
 """
@@ -25,7 +25,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(1, ROOT)                             # the checkout's dmrpc_gym (as the served one)
 sys.path.insert(2, os.path.join(ROOT, "tests"))      # the fidelity suite's builders and players
-from bench_steps import Case as Timed, machine, measure, paired_ratio  # noqa: E402
+from bench_render_cost import measure  # noqa: E402  (bench_steps' measure, the order reversed every other round)
+from bench_steps import Case as Timed, machine, paired_ratio  # noqa: E402
 from fidelity_support import PLAYERS, Case, Served, close, local_env, remote_env  # noqa: E402
 from fidelity_table import commit, write_section  # noqa: E402
 
@@ -103,7 +104,7 @@ def run(quick: bool, only: list[str] | None = None) -> dict:
         for case in cases:
             case.open()
         try:
-            samples = measure(cases, rounds, seconds, print)
+            samples = measure(cases, rounds, seconds)
         finally:
             for case in cases:
                 case.close()
