@@ -126,9 +126,11 @@ def serve_until_stopped(args: argparse.Namespace) -> int:
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-    print(f"serving {server.factory.name} on {server.address}", flush=True)
     from dmrpc_gym.transport.security import TOKEN_ENV
+    # The line may build (and close) an env to learn the agents: before the address is printed, so that
+    # no client's world is being built beside it (two pygame envs made and closed at once can crash).
     line = connect_line(server, token=args.token or os.environ.get(TOKEN_ENV) or None, tls_ca=args.tls_cert)
+    print(f"serving {server.factory.name} on {server.address}", flush=True)
     print(f"connect from Python: {line}", flush=True)
     try:
         while not stop.wait(0.5) and not server.wait(0):
