@@ -36,7 +36,7 @@ ALIASES = {
     "dmrpc_gym.report": "dmrpc_gym.app.report",
     "dmrpc_gym.embedded": "dmrpc_gym.worlds.embedded",
     "dmrpc_gym.cli": "dmrpc_gym.app.cli",
-    # Short public paths of the integrations (the names the README uses).
+    # Short public paths of the integrations (the names the docs use).
     "dmrpc_gym.godot": "dmrpc_gym.integrations.godot",
     "dmrpc_gym.rllib": "dmrpc_gym.integrations.rllib",
 }

@@ -352,8 +352,8 @@ def test_gymnasium_module_id_form_imports_the_package(workdir):
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0].startswith("refused: Namespace dmrpc not found.")
     assert result.stdout.splitlines()[1] == "(10, 10)"
-    readme = (Path(TREE) / "README.md").read_text()
-    assert 'gym.make("dmrpc_gym:dmrpc/Catch-v0")' in readme
+    guide = (Path(TREE) / "docs" / "guides" / "gymnasium.md").read_text()
+    assert 'gym.make("dmrpc_gym:dmrpc/Catch-v0")' in guide
 
 
 # -- issue 21's smaller frictions --------------------------------------------------------------------------

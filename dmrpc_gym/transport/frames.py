@@ -27,7 +27,7 @@ NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, CANCEL = 0x0, 0x
 COMPRESSION_ERROR = 0x9
 REFUSED_STREAM, ENHANCE_YOUR_CALM = 0x7, 0xB
 MIN_FRAME, MAX_FRAME = 16384, 2**24 - 1
-#: Default largest gRPC message either end accepts: 64 MiB (see the README's "Security and transport").
+#: Default largest gRPC message either end accepts: 64 MiB (see docs/guides/security.md).
 DEFAULT_MAX_MESSAGE = MAX_TENSOR_BYTES   # one figure: no tensor grows past what a message may carry
 _BIG = 1 << 16                     # messages at least this large are assembled in place
 MAX_WINDOW = 2**31 - 1

@@ -6,7 +6,7 @@
 servers the sub-envs are spread over by the rule of :mod:`.spread`. Envs come
 in the flat-spaces view, multi-agent worlds as :class:`DmRpcMultiAgentEnv`.
 Ray is imported only by ``register()``, so this package imports without it;
-the README shows whole training scripts.
+``docs/guides/rllib.md`` shows whole training scripts.
 
 >>> sorted(ENV_CREATORS)
 ['dmrpc/Catch-v0', 'dmrpc/Godot-v0', 'dmrpc/Remote-v0', 'dmrpc/Tag-v0']
