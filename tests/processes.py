@@ -38,8 +38,13 @@ class ServedProcess:
                                     "--port", str(self.port), *self.args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)
         self.processes.append(process)
-        line = process.stdout.readline()
-        assert "serving" in line, line + process.stdout.read()
+        said = []       # a library may print before the serving line (pygame's banner; stderr is merged here)
+        for line in process.stdout:
+            said.append(line)
+            if line.startswith("serving "):
+                break
+        else:
+            raise AssertionError(f"serve ended before its serving line: {''.join(said)}")
         self.address = line.rsplit(" on ", 1)[-1].strip()
 
     def kill(self) -> None:

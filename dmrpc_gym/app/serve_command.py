@@ -6,6 +6,7 @@ they describe and serves until interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -87,7 +88,8 @@ def connect_line(server: Any, *, token: str | None = None, tls_ca: str | None = 
     kind, agents = server.factory.kind, None
     if kind != "gym":
         try:
-            env, kind = server.factory.make({})
+            with contextlib.redirect_stdout(sys.stderr):   # what the env prints is no line of ours
+                env, kind = server.factory.make({})
         except Exception:  # noqa: BLE001 - the line is a courtesy; serving goes on
             env = None
         if env is not None:
