@@ -17,6 +17,7 @@ import time
 import pytest
 import servers
 from interop_peers import echo_on_one_connection, self_signed
+from raw_h2 import LARGE_HEADERS
 
 from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.protocol.wire import pb
@@ -144,7 +145,12 @@ def test_grpcjs_client_closes_gracefully_mid_stream(catch):
 
 
 def test_grpcjs_client_sends_32kb_of_metadata(catch):
+    """Past our default header-list limit (16 KiB, as gRPC's servers): RESOURCE_EXHAUSTED naming it;
+    a server that raises the limit takes the 32 kB."""
     result = grpcjs_client(catch.address, EPISODE, metadataBytes=32_000)
+    assert result["code"] == RESOURCE_EXHAUSTED and "max_header_list_size" in result["details"], result
+    with servers.start(Catch, limits=LARGE_HEADERS) as roomy:
+        result = grpcjs_client(roomy.address, EPISODE, metadataBytes=32_000)
     assert result["code"] == OK and len(result["answers"]) == 3
 
 
