@@ -8,6 +8,9 @@ functions are the very same objects.
 >>> import dmrpc_gym.connection, dmrpc_gym.client.connection
 >>> dmrpc_gym.connection.Connection is dmrpc_gym.client.connection.Connection
 True
+
+The transport's modules moved into ``transport/client/`` and ``transport/server/`` (issue 31):
+their old paths (:data:`MOVED`) still work, with a ``DeprecationWarning`` naming the new one.
 """
 from __future__ import annotations
 
@@ -16,8 +19,9 @@ import importlib.abc
 import importlib.machinery
 import sys
 import types
+import warnings
 
-__all__ = ["ALIASES", "install"]
+__all__ = ["ALIASES", "MOVED", "install"]
 
 #: Old (or short) module name -> the module it stands for (or several, searched in order).
 ALIASES = {
@@ -25,7 +29,7 @@ ALIASES = {
     "dmrpc_gym.errors": "dmrpc_gym.protocol.errors",
     "dmrpc_gym.tensors": "dmrpc_gym.protocol.tensors",
     "dmrpc_gym.specs": "dmrpc_gym.protocol.specs",
-    "dmrpc_gym.h2": ("dmrpc_gym.transport.h2_client", "dmrpc_gym.transport.h2_transport"),
+    "dmrpc_gym.h2": ("dmrpc_gym.transport.client.connection", "dmrpc_gym.transport.client.h2_transport"),
     "dmrpc_gym.connection": "dmrpc_gym.client.connection",
     "dmrpc_gym.agent": "dmrpc_gym.client.agent",
     "dmrpc_gym.env": "dmrpc_gym.client.env",
@@ -41,6 +45,29 @@ ALIASES = {
     "dmrpc_gym.rllib": "dmrpc_gym.integrations.rllib",
 }
 
+#: The transport's old module paths -> their homes since issue 31; importing one warns.
+MOVED = {
+    "dmrpc_gym.transport.h2_client": "dmrpc_gym.transport.client.connection",
+    "dmrpc_gym.transport.h2_stream": "dmrpc_gym.transport.client.stream",
+    "dmrpc_gym.transport.h2_pool": "dmrpc_gym.transport.client.pool",
+    "dmrpc_gym.transport.h2_idle": "dmrpc_gym.transport.client.keepalive",
+    "dmrpc_gym.transport.keepalive": "dmrpc_gym.transport.client.idle_watcher",
+    "dmrpc_gym.transport.h2_clock": "dmrpc_gym.transport.client.clock",
+    "dmrpc_gym.transport.h2_control": "dmrpc_gym.transport.client.control",
+    "dmrpc_gym.transport.h2_large": "dmrpc_gym.transport.client.large_messages",
+    "dmrpc_gym.transport.interrupts": "dmrpc_gym.transport.client.interrupts",
+    "dmrpc_gym.transport.h2_transport": "dmrpc_gym.transport.client.h2_transport",
+    "dmrpc_gym.transport.grpcio_client": "dmrpc_gym.transport.client.grpcio_transport",
+    "dmrpc_gym.transport.h2_server": "dmrpc_gym.transport.server.protocol",
+    "dmrpc_gym.transport.h2_calls": "dmrpc_gym.transport.server.stream",
+    "dmrpc_gym.transport.h2_requests": "dmrpc_gym.transport.server.requests",
+    "dmrpc_gym.transport.h2_replies": "dmrpc_gym.transport.server.replies",
+    "dmrpc_gym.transport.h2_conduct": "dmrpc_gym.transport.server.conduct",
+    "dmrpc_gym.transport.eager": "dmrpc_gym.transport.server.eager",
+    "dmrpc_gym.transport.h2_headers": "dmrpc_gym.transport.headers",
+}
+ALIASES.update(MOVED)
+
 
 class _AliasLoader(importlib.abc.Loader):
     def __init__(self, targets: tuple[str, ...]):
@@ -50,6 +77,9 @@ class _AliasLoader(importlib.abc.Loader):
         return types.ModuleType(spec.name, f"Alias of {', '.join(self.targets)}.")
 
     def exec_module(self, module: types.ModuleType) -> None:
+        if module.__name__ in MOVED:
+            warnings.warn(f"{module.__name__} is deprecated: import {MOVED[module.__name__]} "
+                          "(or the names of dmrpc_gym.transport)", DeprecationWarning, stacklevel=2)
         targets = [importlib.import_module(name) for name in self.targets]
 
         def __getattr__(name: str):                   # PEP 562: every attribute from the new home

@@ -17,7 +17,7 @@ from dmrpc_gym.protocol import tensors
 from dmrpc_gym.client.connection import Connection, parse_address
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import METHOD, SERVICE, pb
-from dmrpc_gym.transport import interrupts
+from dmrpc_gym.transport.client import interrupts
 
 
 class ScriptedServer:

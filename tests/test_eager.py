@@ -1,9 +1,9 @@
-"""transport.eager: a coroutine runs on the caller's stack and becomes a task only when it waits."""
+"""transport.server.eager: a coroutine runs on the caller's stack and becomes a task only when it waits."""
 import asyncio
 
 import pytest
 
-from dmrpc_gym.transport import eager
+from dmrpc_gym.transport.server import eager
 
 
 def test_a_coroutine_that_never_waits_runs_at_once_and_makes_no_task():

@@ -27,7 +27,7 @@ from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.protocol.protowire import varint
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport import compression
-from dmrpc_gym.transport.h2_idle import MIN_KEEPALIVE, PING_TIMEOUT
+from dmrpc_gym.transport.client.keepalive import MIN_KEEPALIVE, PING_TIMEOUT
 from dmrpc_gym.worlds.catch import Catch
 
 

@@ -15,7 +15,7 @@ from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym import DmRpcEnv
 from dmrpc_gym.transport.frames import (DATA, END_HEADERS, END_STREAM, FLOW_CONTROL_ERROR, GOAWAY, HEADERS, MAX_WINDOW, SETTINGS,
                                         WINDOW_UPDATE, frame)
-from dmrpc_gym.transport.h2_transport import H2Transport
+from dmrpc_gym.transport.client.h2_transport import H2Transport
 from dmrpc_gym.worlds.catch import Catch
 
 

@@ -1,5 +1,8 @@
 """The package's layers: imports run one way, client and server never import each other, no cycles.
 
+Inside the transport, the client and server halves share only the core and never import each other,
+and the layers above import transport names only from its facade, ``dmrpc_gym.transport``.
+
 Every ``import`` of every module is read from its source (those inside
 functions too), so a lazy import cannot hide a wrong direction.
 """
@@ -8,10 +11,11 @@ from __future__ import annotations
 import ast
 import importlib
 import pathlib
+import sys
 
 import pytest
 
-from dmrpc_gym._compat import ALIASES
+from dmrpc_gym._compat import ALIASES, MOVED
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "dmrpc_gym"
 
@@ -23,6 +27,8 @@ APART = [{"client", "server"}, {"transport", "spaces"}]
 #: The package root (its __init__, registration and the old-path aliases) names modules
 #: of every layer, but imports only these eagerly.
 ROOT_EAGER = {"dmrpc_gym._compat", "dmrpc_gym._version", "dmrpc_gym.protocol.errors", "dmrpc_gym.registration"}
+#: The transport's facade: the one transport module the layers above import.
+FACADE = "dmrpc_gym.transport"
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -81,6 +87,43 @@ def test_imports_run_down_the_layers(module):
             f"{module} ({ours}, rank {RANKS[ours]}) imports {target} ({theirs}, rank {RANKS[theirs]}): upward"
 
 
+def transport_part(module: str) -> str | None:
+    """``"client"`` or ``"server"`` (a half of the transport), ``"core"`` (shared), ``"facade"``, or None."""
+    alias = ALIASES.get(module)
+    module = alias if isinstance(alias, str) else module
+    if module == FACADE:
+        return "facade"
+    if not module.startswith(FACADE + "."):
+        return None
+    part = module.split(".")[2]
+    return part if part in ("client", "server") else "core"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if transport_part(m) in ("client", "server", "core")))
+def test_transport_halves_share_only_the_core(module):
+    """transport.client and transport.server never import each other; the core imports neither."""
+    ours = transport_part(module)
+    for target, _ in GRAPH[module]:
+        theirs = transport_part(target)
+        if theirs in (None, ours):
+            continue
+        assert theirs == "core", f"{module} (transport {ours}) imports {target} (transport {theirs})"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if layer(m) not in (None, "transport")))
+def test_layers_above_use_the_transport_facade_only(module):
+    for target, _ in GRAPH[module]:
+        if layer(target) == "transport":
+            assert target == FACADE, f"{module} imports {target}: import its names from {FACADE}"
+
+
+def test_the_facade_names_the_transport_interface():
+    import dmrpc_gym.transport as facade
+    for name in ("Transport", "StreamEnded", "H2Transport", "GrpcioTransport", "SharedConnections", "GrpcProtocol",
+                 "ConnectionLimits", "DEFAULT_MAX_MESSAGE", "ErrorCode", "GrpcStatus"):
+        assert name in facade.__all__ and hasattr(facade, name), name
+
+
 def test_no_import_cycles():
     eager = {m: {t for t, at_top in targets if at_top and t in GRAPH and t != m} for m, targets in GRAPH.items()}
     state: dict[str, int] = {}
@@ -112,6 +155,8 @@ def test_the_walk_sees_imports_and_would_catch_a_wrong_one(tmp_path):
     bad.write_text("def f():\n    from dmrpc_gym.server import runner\n")
     assert imports(bad, set(GRAPH)) == [("dmrpc_gym.server.runner", False)]
     assert layer("dmrpc_gym.connection") == "client"   # an old path counts as its new home
+    assert transport_part("dmrpc_gym.transport.h2_client") == "client"
+    assert transport_part("dmrpc_gym.transport.frames") == "core"
 
 
 def test_every_module_says_what_it_holds_and_stays_small():
@@ -129,10 +174,17 @@ def test_every_module_says_what_it_holds_and_stays_small():
 @pytest.mark.parametrize("old", sorted(ALIASES))
 def test_old_import_paths_still_work(old):
     """Every module that used to sit at the top of the package imports, and hands out the new home's objects."""
-    alias = importlib.import_module(old)
+    if old in MOVED:            # a transport path that moved: it warns, naming the new one
+        sys.modules.pop(old, None)
+        with pytest.warns(DeprecationWarning, match=f"{old} is deprecated: import {MOVED[old]}"):
+            alias = importlib.import_module(old)
+    else:
+        alias = importlib.import_module(old)
     targets = ALIASES[old] if isinstance(ALIASES[old], tuple) else (ALIASES[old],)
     homes = [importlib.import_module(t) for t in targets]
-    names = [n for home in homes for n in getattr(home, "__all__", ())]
+    # A mixin module lists no public names: its classes defined there stand in.
+    names = [n for home in homes for n in getattr(home, "__all__", ())] or [
+        n for home in homes for n, v in vars(home).items() if getattr(v, "__module__", None) == home.__name__]
     assert names, f"{old}'s new home lists no public names"
     for name in names:
         assert getattr(alias, name) is next(getattr(h, name) for h in homes if hasattr(h, name))

@@ -19,8 +19,8 @@ from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import Server
 from dmrpc_gym.transport import frames
 from dmrpc_gym.transport.base import StreamEnded, Transport, parse_address
-from dmrpc_gym.transport.grpcio_client import GrpcioTransport
-from dmrpc_gym.transport.h2_transport import H2Transport
+from dmrpc_gym.transport.client.grpcio_transport import GrpcioTransport
+from dmrpc_gym.transport.client.h2_transport import H2Transport
 from dmrpc_gym.worlds.catch import Catch
 
 
@@ -166,7 +166,7 @@ class _BigFrame(gym.Env):
 
 def test_a_large_answer_is_read_straight_into_its_message(monkeypatch):
     """A large DATA frame takes the direct path (read into the message, not buffered first)."""
-    from dmrpc_gym.transport.h2_large import _LargeMessages
+    from dmrpc_gym.transport.client.large_messages import _LargeMessages
     calls = []
     original = _LargeMessages._read_data_direct
 

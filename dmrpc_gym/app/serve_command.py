@@ -52,7 +52,7 @@ def start_server(args: argparse.Namespace):
     ``OSError`` when the address is busy.
     """
     from dmrpc_gym.server import ConnectionLimits, Server
-    from dmrpc_gym.transport.security import TOKEN_ENV
+    from dmrpc_gym.transport import TOKEN_ENV
 
     render: bool | str = {"rgb_array": True, "none": False}.get(args.render, args.render)
     if (args.tls_cert is None) != (args.tls_key is None):
@@ -98,7 +98,7 @@ def connect_line(server: Any, *, token: str | None = None, tls_ca: str | None = 
                 env.close()
             except Exception:  # noqa: BLE001
                 pass
-    from dmrpc_gym.transport.security import TOKEN_ENV
+    from dmrpc_gym.transport import TOKEN_ENV
     imports, extra = "", ""
     quote = json.dumps           # one quoting style on the line: double quotes, as Python reads them
     if tls_ca is not None:
@@ -128,7 +128,7 @@ def serve_until_stopped(args: argparse.Namespace) -> int:
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-    from dmrpc_gym.transport.security import TOKEN_ENV
+    from dmrpc_gym.transport import TOKEN_ENV
     # The line may build (and close) an env to learn the agents: before the address is printed, so that
     # no client's world is being built beside it (two pygame envs made and closed at once can crash).
     line = connect_line(server, token=args.token or os.environ.get(TOKEN_ENV) or None, tls_ca=args.tls_cert)

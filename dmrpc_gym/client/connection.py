@@ -21,13 +21,8 @@ from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.protocol.errors import DmRpcError, status_name
 from dmrpc_gym.protocol.wire import FEATURES_METADATA, SERVER_METADATA, pb
 from dmrpc_gym.client.lifecycle import ConnectRetries, Patience
-from dmrpc_gym.transport.base import StreamEnded, Transport, check_address, parse_address
-from dmrpc_gym.transport.grpcio_client import GrpcioTransport
-from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
-from dmrpc_gym.transport.h2_idle import MIN_KEEPALIVE
-from dmrpc_gym.transport.h2_pool import SharedConnections
-from dmrpc_gym.transport.h2_transport import H2Transport
-from dmrpc_gym.transport.security import TOKEN_ENV, token_metadata
+from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, MIN_KEEPALIVE, TOKEN_ENV, GrpcioTransport, H2Transport,
+                                 SharedConnections, StreamEnded, Transport, check_address, parse_address, token_metadata)
 
 __all__ = ["Connection", "parse_address", "settings_tensors", "transport_options"]
 
@@ -74,7 +69,7 @@ class Connection(ConnectRetries):
             the server's last word; none toward any other server. grpc servers by default allow
             one PING per 5 minutes on a connection that carries no data: give them at least
             300 for the same.
-        shared: a :class:`~dmrpc_gym.transport.h2_pool.SharedConnections`: the stream goes on
+        shared: a :class:`~dmrpc_gym.transport.client.pool.SharedConnections`: the stream goes on
             the HTTP/2 connection it keeps for this server, with every other given the same.
 
     >>> from dmrpc_gym.server import Server

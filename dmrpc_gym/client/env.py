@@ -17,7 +17,7 @@ from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_
 from dmrpc_gym.client.properties import server_instance
 from dmrpc_gym.client.seeding import AUTO, SeedRoute
 from dmrpc_gym.protocol.wire import pb
-from dmrpc_gym.transport.h2_pool import SharedConnections
+from dmrpc_gym.transport import SharedConnections
 
 __all__ = ["DmRpcEnv", "State", "open_world", "close_world", "check_alone", "RESET_OPTIONS"]
 
@@ -160,7 +160,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
             call); None (default): every 10 s toward our own servers, none toward others; False:
             no PINGs (see :class:`~dmrpc_gym.client.connection.Connection`).
         reconnect: make a lost connection again on the next ``reset()`` (below).
-        connections: a :class:`~dmrpc_gym.transport.h2_pool.SharedConnections` to put this
+        connections: a :class:`~dmrpc_gym.transport.client.pool.SharedConnections` to put this
             env's stream on the HTTP/2 connection it keeps for the server (a vector env's
             sub-envs share one); None: a connection of its own.
 

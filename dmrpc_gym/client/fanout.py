@@ -18,7 +18,7 @@ import numpy as np
 from dmrpc_gym.client.env import DmRpcEnv
 from dmrpc_gym.client.exchanges import first_ready, receive_all, submit_all
 from dmrpc_gym.protocol.errors import DmRpcError
-from dmrpc_gym.transport.h2_pool import SharedConnections
+from dmrpc_gym.transport import SharedConnections
 
 __all__ = ["Batch", "Restart", "RESTART", "StepResult"]
 
@@ -44,7 +44,7 @@ class Batch:
         addresses: a list of servers, used in turn (sub-env ``i`` uses ``addresses[i % len]``).
         max_episode_steps: truncate an episode on the client after this many steps.
         share_connections: sub-envs of one server share one HTTP/2 connection, a stream each
-            (:mod:`~dmrpc_gym.transport.h2_pool`): a step's requests leave together, in a few
+            (:mod:`~dmrpc_gym.transport.client.pool`): a step's requests leave together, in a few
             ``send`` calls. False: a connection per sub-env. (A grpcio ``channel=`` shares its own
             connection either way.)
         **env_kwargs: :class:`~dmrpc_gym.client.env.DmRpcEnv` arguments, the same for every sub-env.

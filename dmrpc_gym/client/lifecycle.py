@@ -10,7 +10,7 @@ from typing import Any, Callable, TypeVar
 import grpc
 
 from dmrpc_gym.protocol.errors import DmRpcError
-from dmrpc_gym.transport.base import StreamEnded, Transport, Unreachable
+from dmrpc_gym.transport import StreamEnded, Transport, Unreachable
 
 __all__ = ["RemoteResource", "Patience", "ConnectRetries", "reset_reconnecting", "warn_reconnected"]
 

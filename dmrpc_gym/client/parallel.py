@@ -60,7 +60,7 @@ from dmrpc_gym.client.properties import Properties, same_run, server_instance
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.fidelity import render_header
 from dmrpc_gym.protocol.wire import pb
-from dmrpc_gym.transport.h2_pool import SharedConnections
+from dmrpc_gym.transport import SharedConnections
 
 __all__ = ["DmRpcParallelEnv", "join_settings", "world_agents", "AgentsArg"]
 
@@ -95,7 +95,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         reconnect: a connection lost between episodes is made again by the next ``reset()``
             (:meth:`restore`); a loss mid-episode still raises from that step.
         share_connections: the agents' streams share one HTTP/2 connection (a step is one
-            ``send``, :mod:`~dmrpc_gym.transport.h2_pool`); False: a connection each.
+            ``send``, :mod:`~dmrpc_gym.transport.client.pool`); False: a connection each.
 
     Once an agent fails (its connection dies, or the server answers with an
     error), the others' answers are awaited at most ``abandon_timeout`` seconds,

@@ -24,6 +24,6 @@ that leave the stream open (:mod:`~dmrpc_gym.server.session`).
 ['observation', 'reward', 'discount']
 """
 from dmrpc_gym.server.runner import Server, serve
-from dmrpc_gym.transport.limits import ConnectionLimits
+from dmrpc_gym.transport import ConnectionLimits
 
 __all__ = ["Server", "serve", "ConnectionLimits"]

@@ -5,7 +5,7 @@ multi-agent waits are asyncio events with timeouts. Env calls run off the loop,
 on a bounded pool of worker threads (:mod:`~dmrpc_gym.server.workers`), one
 at a time per env, so that worlds step concurrently; with ``processes=N`` the
 envs live in worker processes (:mod:`~dmrpc_gym.server.processes`). The transport is
-:mod:`dmrpc_gym.transport.h2_server` (its cost against grpcio's servers is in
+:class:`~dmrpc_gym.transport.GrpcProtocol` (its cost against grpcio's servers is in
 ``benchmarks/README.md``). Several servers in one process each have their own
 loop and thread.
 """
@@ -18,19 +18,24 @@ import threading
 from typing import Any, Sequence
 
 from dmrpc_gym.server.factories import Factory
-from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
-from dmrpc_gym.transport.h2_server import GrpcProtocol
-from dmrpc_gym.transport.limits import ConnectionLimits
-from dmrpc_gym.transport.base import parse_address
-from dmrpc_gym.transport.security import behind_tls, server_context, token_metadata
-from dmrpc_gym.transport.unix import listen_unix, remove_socket_file, unix_address, unix_path
+from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, ConnectionLimits, GrpcProtocol, behind_tls, listen_unix,
+                                 parse_address, remove_socket_file, server_context, token_metadata, unix_address,
+                                 unix_path)
 from dmrpc_gym.server.session import Session
 from dmrpc_gym.server.registry import WorldRegistry
 from dmrpc_gym.server.workers import INLINE_BELOW, WorkerPool, default_workers
+from dmrpc_gym._version import __version__
+from dmrpc_gym.protocol.fidelity import FIDELITY_FEATURE
+from dmrpc_gym.protocol.info import INFO_FEATURE
+from dmrpc_gym.protocol.wire import FEATURES_METADATA, SERVER_METADATA
 
 __all__ = ["Server", "serve"]
 
 log = logging.getLogger("dmrpc_gym.server")
+
+#: What our server says of itself in every response's headers: its version, and the features
+#: (beyond dm_env_rpc) that our client may use with it.
+RESPONSE_HEADERS = ((SERVER_METADATA, __version__), (FEATURES_METADATA, f"{INFO_FEATURE},{FIDELITY_FEATURE}"))
 
 _START_TIMEOUT = 30.0
 _STOP_MARGIN = 5.0
@@ -192,7 +197,8 @@ class Server:
 
         def grpc() -> GrpcProtocol:
             return GrpcProtocol(lambda headers: Session(registry, headers), connections, token=self._token,
-                                max_message_size=self._max_message, limits=self.limits)
+                                max_message_size=self._max_message, limits=self.limits,
+                                app_headers=RESPONSE_HEADERS)
         protocol = behind_tls(grpc, self._tls, self.limits.handshake_timeout)
         where = []
         for bind in self._binds:

@@ -1,5 +1,32 @@
-"""gRPC over HTTP/2, both ends: the shared framing, the client streams, the server protocol.
+"""gRPC over HTTP/2, both ends: the facade the layers above import from.
 
-A :class:`~dmrpc_gym.transport.base.Transport` moves whole gRPC messages (bytes)
-of one bidirectional stream; it knows nothing of dm_env_rpc's messages above.
+A :class:`Transport` moves whole gRPC messages (bytes) of one bidirectional
+stream; it knows nothing of dm_env_rpc's messages above. The package has three parts:
+
+- the shared core, here: ``frames`` (frame layout, flags, settings ids, gRPC message framing),
+  ``codes`` (HTTP/2 error codes, gRPC status codes), ``headers`` (HPACK header blocks),
+  ``compression``, ``limits`` (a server's bounds), ``security`` (TLS, tokens), ``unix``
+  (Unix-socket addresses) and ``base`` (the :class:`Transport` interface, addresses);
+- ``transport.client``: the blocking client connection, its streams and the transports on them;
+- ``transport.server``: the asyncio server protocol and its calls.
+
+The two halves share only the core and never import each other (``tests/test_layers.py``).
 """
+from __future__ import annotations
+
+from dmrpc_gym.transport.base import StreamEnded, Transport, Unreachable, check_address, parse_address
+from dmrpc_gym.transport.client.grpcio_transport import GrpcioTransport
+from dmrpc_gym.transport.client.h2_transport import H2Transport
+from dmrpc_gym.transport.client.pool import SharedConnections
+from dmrpc_gym.transport.codes import ErrorCode, GrpcStatus
+from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
+from dmrpc_gym.transport.limits import MIN_KEEPALIVE, ConnectionLimits
+from dmrpc_gym.transport.security import TOKEN_ENV, behind_tls, server_context, token_metadata
+from dmrpc_gym.transport.server.protocol import GrpcProtocol
+from dmrpc_gym.transport.unix import listen_unix, remove_socket_file, unix_address, unix_path
+
+__all__ = ["Transport", "StreamEnded", "Unreachable", "check_address", "parse_address",
+           "H2Transport", "GrpcioTransport", "SharedConnections", "GrpcProtocol", "ConnectionLimits",
+           "DEFAULT_MAX_MESSAGE", "MIN_KEEPALIVE", "ErrorCode", "GrpcStatus",
+           "TOKEN_ENV", "token_metadata", "behind_tls", "server_context",
+           "listen_unix", "remove_socket_file", "unix_address", "unix_path"]

@@ -2,9 +2,9 @@
 
 A :class:`Transport` carries one gRPC bidirectional stream: whole request
 messages out, whole answer messages in, in order. Two implement it:
-:class:`~dmrpc_gym.transport.h2_transport.H2Transport` (our own HTTP/2 client on
+:class:`~dmrpc_gym.transport.client.h2_transport.H2Transport` (our own HTTP/2 client on
 one socket, the fast path) and
-:class:`~dmrpc_gym.transport.grpcio_client.GrpcioTransport` (grpcio's stream,
+:class:`~dmrpc_gym.transport.client.grpcio_transport.GrpcioTransport` (grpcio's stream,
 for a caller's ``grpc.Channel``). The dm_env_rpc envelope is the caller's business.
 """
 from __future__ import annotations

@@ -14,6 +14,7 @@ from __future__ import annotations
 import zlib
 from typing import Callable, Iterator
 
+from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.frames import CLIENT_MESSAGE_LIMIT, StreamError
 
 __all__ = ["ENCODINGS", "ACCEPT_ENCODING", "compressor", "decompressor", "inflating", "check_encoding"]
@@ -70,11 +71,11 @@ def inflating(name: str, message: bytes, limit: int, option: str = CLIENT_MESSAG
         try:
             out = unpacker.decompress(data, INFLATE_STEP)
         except zlib.error as err:
-            raise StreamError(13, f"a {name} message does not decompress: {err}") from None
+            raise StreamError(GrpcStatus.INTERNAL, f"a {name} message does not decompress: {err}") from None
         total += len(out)
         if total > limit:
-            raise StreamError(8, f"a {name} message of {len(message)} bytes inflates past the maximum "
-                                 f"message size of {limit} bytes (set by {option})")
+            raise StreamError(GrpcStatus.RESOURCE_EXHAUSTED, f"a {name} message of {len(message)} bytes inflates "
+                              f"past the maximum message size of {limit} bytes (set by {option})")
         if not out:
             return
         yield out

@@ -1,7 +1,7 @@
 """HTTP/2 and gRPC framing shared by both ends: frame layout, constants, message splitting.
 
 Only what a gRPC peer needs of RFC 9113: the 9-byte frame header, the frame
-types and flags, SETTINGS payloads, header-block fragments (their decoding: h2_headers)
+types and flags, SETTINGS payloads, header-block fragments (their decoding: headers)
 and gRPC's 5-byte length prefix, which may span DATA frames.
 
 >>> grpc_frame(b"hi", 1)[:9]   # DATA frame header: length 7, stream 1
@@ -13,24 +13,32 @@ import struct
 from collections import deque
 
 from dmrpc_gym.protocol.tensors import MAX_TENSOR_BYTES
+from dmrpc_gym.transport.codes import ErrorCode, GrpcStatus
 
 __all__ = ["MessageSplitter", "MessageTooLarge", "Deflated", "StreamError", "ProtocolError", "frame", "grpc_frame",
            "header_frames", "MessageParts", "check_frame", "parse_settings", "header_fragment", "unpad", "grpc_status",
-           "HEADER", "U32", "PREFACE", "MAX_WINDOW", "DEFAULT_MAX_MESSAGE"]
+           "HEADER", "U32", "PREFACE", "MAX_WINDOW", "DEFAULT_MAX_MESSAGE", "IN_PLACE", "WRITE_CHUNK"]
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 5, 6, 7, 8, 9
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
 SETTING_HEADER_TABLE, SETTING_PUSH, SETTING_STREAMS, SETTING_WINDOW, SETTING_FRAME, SETTING_HEADER_LIST = 1, 2, 3, 4, 5, 6
-# RFC 9113 section 7 error codes
-NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, CANCEL = 0x0, 0x1, 0x3, 0x6, 0x8
-COMPRESSION_ERROR = 0x9
-REFUSED_STREAM, ENHANCE_YOUR_CALM = 0x7, 0xB
+# RFC 9113 section 7 error codes (short names of ErrorCode's members, as frames use them)
+NO_ERROR, PROTOCOL_ERROR = ErrorCode.NO_ERROR, ErrorCode.PROTOCOL_ERROR
+FLOW_CONTROL_ERROR = ErrorCode.FLOW_CONTROL_ERROR
+STREAM_CLOSED, FRAME_SIZE_ERROR, CANCEL = ErrorCode.STREAM_CLOSED, ErrorCode.FRAME_SIZE_ERROR, ErrorCode.CANCEL
+COMPRESSION_ERROR, REFUSED_STREAM, ENHANCE_YOUR_CALM = (ErrorCode.COMPRESSION_ERROR, ErrorCode.REFUSED_STREAM,
+                                                        ErrorCode.ENHANCE_YOUR_CALM)
 MIN_FRAME, MAX_FRAME = 16384, 2**24 - 1
 #: Default largest gRPC message either end accepts: 64 MiB (see docs/guides/security.md).
 DEFAULT_MAX_MESSAGE = MAX_TENSOR_BYTES   # one figure: no tensor grows past what a message may carry
-_BIG = 1 << 16                     # messages at least this large are assembled in place
+#: Messages and DATA frames at least this large are read or filled in place, never copied out of a
+#: read buffer; a large message being received starts with this much room (then doubles).
+IN_PLACE = 1 << 16
+#: The largest DATA frame a server writes in one go (and its transport's write-buffer mark).
+WRITE_CHUNK = 1 << 18
 MAX_WINDOW = 2**31 - 1
+DEFAULT_WINDOW = 65535             # RFC 9113 6.9.2: every window's size until SETTINGS change it
 #: Seconds small writes of one batch (a vector env's steps, the answers to them) are gathered
 #: before they go out together: fewer syscalls on both ends, while the peer can still start
 #: on the first messages as the rest are made (2 vCPUs: one send per batch made the two
@@ -203,8 +211,10 @@ def check_frame(kind: int, flags: int, stream: int, length: int) -> None:
 
 def grpc_status(headers: dict[str, str]) -> int:
     """The ``grpc-status`` of trailers; missing or not a number: UNKNOWN (2) / INTERNAL (13)."""
-    text = headers.get("grpc-status", "2")
-    return int(text) if text.isdigit() else 13
+    text = headers.get("grpc-status")
+    if text is None:
+        return GrpcStatus.UNKNOWN
+    return int(text) if text.isdigit() else GrpcStatus.INTERNAL
 
 
 class Deflated(bytes):
@@ -219,8 +229,6 @@ class Deflated(bytes):
     __slots__ = ()
 
 
-#: The first room of a large message being received; it doubles as the bytes arrive.
-FIRST_ROOM = 1 << 16
 _ZEROS = memoryview(bytes(1 << 20))      # what a growing message buffer is extended with
 
 class MessageSplitter:
@@ -236,9 +244,9 @@ class MessageSplitter:
     ``limit`` bounds a message's size (``option``: what sets it): a prefix declaring more raises
     :class:`MessageTooLarge` before the message is buffered. Memory follows the
     bytes that arrived, never the size a prefix declares: a large message is
-    filled in place in a buffer that starts at :data:`FIRST_ROOM` (or what has
+    filled in place in a buffer that starts at :data:`IN_PLACE` (or what has
     arrived) and doubles as it fills, up to the declared size, so a peer that
-    declares 64 MiB and sends 5 bytes costs at most ``FIRST_ROOM``. ``decompress``
+    declares 64 MiB and sends 5 bytes costs at most ``IN_PLACE``. ``decompress``
     (set once the stream's ``grpc-encoding`` is known) inflates messages
     flagged compressed; without it such a message is a :class:`StreamError`.
     """
@@ -273,14 +281,14 @@ class MessageSplitter:
                 del data[:]
                 raise MessageTooLarge(size, self.limit, self.option)
             if len(data) < 5 + size:
-                if size >= _BIG:                  # fill it in place from now on
+                if size >= IN_PLACE:                  # fill it in place from now on
                     self._filled = len(data) - 5
                     self._big, self._size, self._flag = bytearray(data[5:]), size, data[0]
-                    self._grow(min(size, self._filled + FIRST_ROOM))
+                    self._grow(min(size, self._filled + IN_PLACE))
                     del data[:]
                 break
             flag = data[0]
-            message = bytes(memoryview(data)[5:5 + size]) if size >= _BIG else bytes(data[5:5 + size])
+            message = bytes(memoryview(data)[5:5 + size]) if size >= IN_PLACE else bytes(data[5:5 + size])
             del data[:5 + size]
             out.append(self._decode(flag, message) if flag else message)
 
@@ -307,6 +315,6 @@ class MessageSplitter:
 
     def _decode(self, flag: int, message):
         if flag != 1 or self.decompress is None:
-            raise StreamError(13, f"a gRPC message flagged {'compressed' if flag == 1 else flag} "
+            raise StreamError(GrpcStatus.INTERNAL, f"a gRPC message flagged {'compressed' if flag == 1 else flag} "
                                   "on a stream without a message encoding")
         return self.decompress(message)

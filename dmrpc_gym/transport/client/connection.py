@@ -5,12 +5,12 @@ loop (``grpc.aio``), and for a dm_env_rpc step (one small request, one answer)
 that hand-off dominates a round trip. A blocking socket speaking just the
 HTTP/2 that client streams need does the same work with one ``send`` and one
 ``recv``: no threads, no event loop, so it works unchanged inside Jupyter
-(:func:`~dmrpc_gym.transport.h2_transport.open_connection` opens the socket).
-Each dm_env_rpc connection is one :class:`~dmrpc_gym.transport.h2_stream.GrpcStream`;
-the sub-envs of a vector env share one connection (:mod:`~dmrpc_gym.transport.h2_pool`),
+(:func:`~dmrpc_gym.transport.client.h2_transport.open_connection` opens the socket).
+Each dm_env_rpc connection is one :class:`~dmrpc_gym.transport.client.stream.GrpcStream`;
+the sub-envs of a vector env share one connection (:mod:`~dmrpc_gym.transport.client.pool`),
 so one ``send`` carries all their steps and one ``recv`` takes what has come
 for any of them. Only while the connection sits idle does a watcher thread
-(:mod:`~dmrpc_gym.transport.keepalive`) answer the server's PINGs, and send ours.
+(:mod:`~dmrpc_gym.transport.client.idle_watcher`) answer the server's PINGs, and send ours.
 
 What is spoken: the client preface and SETTINGS, request streams (HEADERS
 and CONTINUATION, DATA carrying length-prefixed gRPC messages, gzip/deflate
@@ -32,19 +32,20 @@ from typing import Iterator
 import hpack
 
 from dmrpc_gym.transport import compression as encodings
-from dmrpc_gym.transport import interrupts
-from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, END_STREAM, GATHER_SECONDS,
+from dmrpc_gym.transport.client import interrupts
+from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM,
+                                        FRAME_SIZE_ERROR, GATHER_SECONDS, IN_PLACE,
                                         GOAWAY, HEADER, HEADERS, MAX_WINDOW, PADDED, PING, PREFACE, PROTOCOL_ERROR,
                                         PUSH_PROMISE, RST_STREAM, SETTING_FRAME, SETTING_PUSH, SETTING_WINDOW, SETTINGS,
                                         U32, WINDOW_UPDATE, ProtocolError, check_frame, frame, grpc_frame,
                                         header_frames)
-from dmrpc_gym.transport.h2_headers import HeaderBlock
-from dmrpc_gym.transport.h2_clock import _Clock
-from dmrpc_gym.transport.h2_control import _Control
-from dmrpc_gym.transport.h2_idle import RECV_CHUNK, _Idle
-from dmrpc_gym.transport.h2_large import _LargeMessages
-from dmrpc_gym.transport.h2_stream import GrpcStream
-from dmrpc_gym.transport.keepalive import IdleWatcher
+from dmrpc_gym.transport.headers import HeaderBlock
+from dmrpc_gym.transport.client.clock import _Clock
+from dmrpc_gym.transport.client.control import _Control
+from dmrpc_gym.transport.client.keepalive import RECV_CHUNK, _Idle
+from dmrpc_gym.transport.client.large_messages import _LargeMessages
+from dmrpc_gym.transport.client.stream import GrpcStream
+from dmrpc_gym.transport.client.idle_watcher import IdleWatcher
 
 __all__ = ["GrpcConnection", "GrpcStream", "DEFAULT_MAX_MESSAGE"]
 
@@ -52,7 +53,6 @@ __all__ = ["GrpcConnection", "GrpcStream", "DEFAULT_MAX_MESSAGE"]
 CLOSE_WAIT = 0.5
 
 _OUR_FRAME = 2**24 - 1           # largest frame we accept
-_DIRECT = 1 << 16                # DATA frames at least this large are read straight into their message
 
 
 class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
@@ -68,7 +68,7 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
     waits for the server's SETTINGS so that a peer which is not an HTTP/2
     server is found at once. Every call holds ``lock``; ``keepalive()``
     starts the watcher of the idle connection. The connection closes with
-    its last stream (see :class:`~dmrpc_gym.transport.h2_stream.GrpcStream`
+    its last stream (see :class:`~dmrpc_gym.transport.client.stream.GrpcStream`
     for an example).
     """
 
@@ -89,11 +89,11 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
         self._settled, self._unsent, self._corked = False, b"", 0.0
         self._kernel = interrupts.in_kernel()     # reads hold Ctrl-C back (see interrupts)
         self._timeout = sock.gettimeout()        # the socket's timeout now
-        self._per_call = self._timeout           # seconds a whole call may take (see h2_clock)
+        self._per_call = self._timeout           # seconds a whole call may take (see clock)
         self._watcher: IdleWatcher | None = None
         self.messages_sent = 0                    # on all streams (the idle watcher's sign of activity)
-        self._send_conn = 65535
-        self._peer_window = 65535       # the peer's SETTINGS_INITIAL_WINDOW_SIZE
+        self._send_conn = DEFAULT_WINDOW
+        self._peer_window = DEFAULT_WINDOW       # the peer's SETTINGS_INITIAL_WINDOW_SIZE
         self._peer_frame = 16384
         #: The peer's SETTINGS_MAX_CONCURRENT_STREAMS (None: no limit said).
         self.max_streams: int | None = None
@@ -108,7 +108,7 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
         settings = b"".join(struct.pack(">HL", k, v) for k, v in (
             (SETTING_PUSH, 0), (SETTING_WINDOW, MAX_WINDOW), (SETTING_FRAME, _OUR_FRAME)))
         self._sock.sendall(PREFACE + frame(SETTINGS, 0, 0, settings)
-                           + frame(WINDOW_UPDATE, 0, 0, U32.pack(MAX_WINDOW - 65535)))
+                           + frame(WINDOW_UPDATE, 0, 0, U32.pack(MAX_WINDOW - DEFAULT_WINDOW)))
 
     # -- public ----------------------------------------------------------------
     def open_stream(self, metadata: tuple[tuple[str, str], ...] = (), compression: str | None = None,
@@ -144,7 +144,7 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
 
     def keepalive(self, ping_every: float | None = None) -> None:
         """Answer the server's PINGs (and other control frames) while no call is running; with
-        ``ping_every``, also PING a connection quiet that long (see :mod:`~dmrpc_gym.transport.h2_idle`),
+        ``ping_every``, also PING a connection quiet that long (see :mod:`~dmrpc_gym.transport.client.keepalive`),
         from now on where the watcher already runs without."""
         if self._watcher is None:
             self._ping_every = ping_every
@@ -359,7 +359,7 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
         length = (hi << 16) | lo
         end = 9 + length
         sid &= 0x7FFFFFFF
-        if kind == DATA and length >= _DIRECT and not flags & PADDED and len(buf) < end \
+        if kind == DATA and length >= IN_PLACE and not flags & PADDED and len(buf) < end \
                 and not self._headers_in.open and sid in self.streams:
             return self._read_data_direct(self.streams[sid], flags, length)   # read into the message
         if len(buf) < end:
@@ -372,7 +372,7 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
             except ProtocolError as err:
                 self._fail(err)
             return
-        payload = bytes(memoryview(buf)[9:end]) if length >= _DIRECT else bytes(buf[9:end])
+        payload = bytes(memoryview(buf)[9:end]) if length >= IN_PLACE else bytes(buf[9:end])
         del buf[:end]
         try:
             if kind == DATA and not self._headers_in.open:
@@ -408,7 +408,7 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
             elif kind == GOAWAY:
                 self._on_goaway(payload)
             elif kind == WINDOW_UPDATE:
-                raise ProtocolError(6, f"a WINDOW_UPDATE frame of {length} bytes (must be 4)")
+                raise ProtocolError(FRAME_SIZE_ERROR, f"a WINDOW_UPDATE frame of {length} bytes (must be 4)")
             elif kind == PUSH_PROMISE:
                 raise ProtocolError(PROTOCOL_ERROR, "the server pushed a stream we disabled")
         except ProtocolError as err:

@@ -118,7 +118,7 @@ class Conduct:
 
 class Watching:
     """The connection's side of its conduct (a mixin of
-    :class:`~dmrpc_gym.transport.h2_server.GrpcProtocol`): a timer that runs only while a
+    :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol`): a timer that runs only while a
     deadline applies, asking :class:`Conduct` each tick whether one has passed."""
 
     def _watch(self) -> None:

@@ -17,16 +17,16 @@ import contextlib
 import threading
 from typing import Callable, Hashable, Iterator
 
-from dmrpc_gym.transport.h2_client import GrpcConnection
-from dmrpc_gym.transport.h2_stream import GrpcStream
+from dmrpc_gym.transport.client.connection import GrpcConnection
+from dmrpc_gym.transport.client.stream import GrpcStream
 
 __all__ = ["SharedConnections"]
 
 
 class SharedConnections:
-    """Streams to one server share one :class:`~dmrpc_gym.transport.h2_client.GrpcConnection`.
+    """Streams to one server share one :class:`~dmrpc_gym.transport.client.connection.GrpcConnection`.
 
-    >>> from dmrpc_gym.transport.h2_transport import open_connection
+    >>> from dmrpc_gym.transport.client.h2_transport import open_connection
     >>> from dmrpc_gym.worlds.embedded import embedded_server
     >>> address, shared = embedded_server("catch").address, SharedConnections()
     >>> a = shared.open_stream(address, lambda: open_connection(address, 5.0))
@@ -69,7 +69,7 @@ class SharedConnections:
     @contextlib.contextmanager
     def corked(self) -> Iterator[None]:
         """Small messages written inside are gathered per connection (see
-        :meth:`GrpcConnection.corked <dmrpc_gym.transport.h2_client.GrpcConnection.corked>`)."""
+        :meth:`GrpcConnection.corked <dmrpc_gym.transport.client.connection.GrpcConnection.corked>`)."""
         with self._lock:
             connections = [conn for kept in self._connections.values() for conn in kept if not conn.closed]
         with contextlib.ExitStack() as stack:

@@ -1,9 +1,9 @@
 """What the client stream does between calls: the idle watcher's reads, keepalive PINGs, and
 looking for an answer without blocking.
 
-A mixin of :class:`~dmrpc_gym.transport.h2_client.GrpcConnection`; every method runs
+A mixin of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection`; every method runs
 with the stream's ``lock`` held. The idle watcher
-(:mod:`~dmrpc_gym.transport.keepalive`) calls :meth:`_Idle._pump` when the socket
+(:mod:`~dmrpc_gym.transport.client.idle_watcher`) calls :meth:`_Idle._pump` when the socket
 is readable and no call runs, and, with keepalive on (``ping_every`` seconds,
 off by default), :meth:`_Idle._tick` about once a second: a connection quiet
 ``ping_every`` seconds gets a PING, and one whose PING waits
@@ -24,7 +24,7 @@ import ssl
 import struct
 import time
 
-from dmrpc_gym.transport import interrupts
+from dmrpc_gym.transport.client import interrupts
 from dmrpc_gym.transport.frames import PING, frame
 from dmrpc_gym.transport.limits import KEEPALIVE_PING, MIN_KEEPALIVE
 

@@ -19,36 +19,33 @@ import asyncio
 import logging
 import socket
 import struct
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import hpack
 
 from dmrpc_gym.transport import compression as encodings
-from dmrpc_gym.transport import eager
-from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, END_STREAM,
-                                        FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADER,
-                                        HEADERS, MAX_WINDOW, NO_ERROR, PING, PREFACE, PROTOCOL_ERROR,
-                                        PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTING_FRAME, SETTING_HEADER_LIST,
-                                        SETTING_HEADER_TABLE, SETTING_STREAMS, SETTING_WINDOW, SETTINGS, U32, WINDOW_UPDATE,
-                                        Deflated, ProtocolError, StreamError, check_frame, frame,
+from dmrpc_gym.transport.codes import GrpcStatus
+from dmrpc_gym.transport.server import eager
+from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM,
+                                        FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADER, HEADERS, IN_PLACE,
+                                        MAX_WINDOW, NO_ERROR, PING, PREFACE, PROTOCOL_ERROR, PUSH_PROMISE,
+                                        REFUSED_STREAM, RST_STREAM, SETTINGS, SETTING_FRAME, SETTING_HEADER_LIST,
+                                        SETTING_HEADER_TABLE, SETTING_STREAMS, SETTING_WINDOW, U32, WINDOW_UPDATE,
+                                        WRITE_CHUNK, Deflated, ProtocolError, StreamError, check_frame, frame,
                                         parse_settings)
-from dmrpc_gym.transport.h2_calls import HEADER_LIMIT, HTTP1_ANSWER, Stream, StreamHandler, refusal_of
-from dmrpc_gym.transport.h2_headers import HeaderBlock
-from dmrpc_gym.transport.h2_replies import Replies
-from dmrpc_gym.transport.h2_requests import Requests, receive_window
-from dmrpc_gym.transport.h2_conduct import Conduct, Watching
+from dmrpc_gym.transport.server.stream import HEADER_LIMIT, HTTP1_ANSWER, Stream, StreamHandler, refusal_of
+from dmrpc_gym.transport.headers import HeaderBlock
+from dmrpc_gym.transport.server.replies import Replies
+from dmrpc_gym.transport.server.requests import Requests, receive_window
+from dmrpc_gym.transport.server.conduct import Conduct, Watching
 from dmrpc_gym.transport.limits import KEEPALIVE_PING, ConnectionLimits, Refusals
 
-__all__ = ["StreamHandler", "GrpcProtocol"]   # StreamHandler: re-exported from h2_calls
+__all__ = ["StreamHandler", "GrpcProtocol"]   # StreamHandler: re-exported from server.stream
 
 log = logging.getLogger("dmrpc_gym.server")
 
 _OUR_FRAME = 1 << 20             # largest frame we accept (we advertise it)
-_CHUNK = 1 << 18                 # largest DATA frame we write in one go
-_BIG_FRAME = 1 << 16             # DATA frames at least this large are not copied out of the read buffer
-_INTERNAL = 13
 _LINGER = 1.0                    # seconds a connection that broke the protocol is read and dropped
-_UNAVAILABLE = 14
 _refusals = Refusals(log, "refusing connections: %d are open, the limit (ConnectionLimits.max_connections, "
                           "serve --max-connections); "
                           "%d refused in the last minute")
@@ -60,13 +57,16 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
     ``new_session(headers)``: the handler of a new stream, given its request headers;
     ``token``: when set, a call must carry ``authorization: Bearer <token>``;
     ``max_message_size``: the largest request accepted, in bytes (RESOURCE_EXHAUSTED beyond);
-    ``limits``: the connection's bounds (:class:`~dmrpc_gym.transport.limits.ConnectionLimits`).
+    ``limits``: the connection's bounds (:class:`~dmrpc_gym.transport.limits.ConnectionLimits`);
+    ``app_headers``: ``(name, value)`` pairs every stream's response headers carry after gRPC's own
+    (the application says who it is and what it speaks; the transport does not know).
     """
 
     def __init__(self, new_session: Callable[[Mapping[str, str]], StreamHandler], connections: set, *,
                  token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
-                 limits: ConnectionLimits | None = None):
+                 limits: ConnectionLimits | None = None, app_headers: Sequence[tuple[str, str]] = ()):
         self._new_session = new_session
+        self._app_headers = tuple(app_headers)   # the application's response headers (name, version, features)
         self._limits = limits or ConnectionLimits()
         self._connections = connections
         self._token = token
@@ -78,8 +78,8 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         self._headers_in = HeaderBlock(self._limits.max_header_list_size, HEADER_LIMIT)
         self._decoder = self._headers_in.decoder()
         self._encoder = hpack.Encoder()
-        self._conn_window = 65535
-        self._peer_window = 65535
+        self._conn_window = DEFAULT_WINDOW
+        self._peer_window = DEFAULT_WINDOW
         self._peer_frame = 16384
         # Inbound flow control: the client may send what the session has consumed, and one
         # largest message more (so memory follows what the application takes, not what arrives).
@@ -108,7 +108,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
             _refusals.note(self._limits.max_connections)
             transport.abort()
             return
-        transport.set_write_buffer_limits(high=_CHUNK)
+        transport.set_write_buffer_limits(high=WRITE_CHUNK)
         self._connections.add(self)
         loop = asyncio.get_running_loop()
         self._conduct = Conduct(self._limits, loop.time())
@@ -143,7 +143,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
                     if self._tick is None:
                         self._watch()          # a frame begun: its deadline applies
                     return
-                if kind == DATA and length >= _BIG_FRAME and not self._headers_in.open:   # copied once, into its message
+                if kind == DATA and length >= IN_PLACE and not self._headers_in.open:   # copied once, into its message
                     with memoryview(buf) as view:
                         self._on_data(flags, stream & 0x7FFFFFFF, view[9:end])
                 else:
@@ -182,7 +182,8 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         settings = b"".join(struct.pack(">HL", k, v) for k, v in (
             (SETTING_STREAMS, self._limits.max_streams), (SETTING_WINDOW, self._window),
             (SETTING_FRAME, _OUR_FRAME), (SETTING_HEADER_LIST, self._limits.max_header_list_size)))
-        self._write(frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, U32.pack(self._window - 65535)))
+        self._write(frame(SETTINGS, 0, 0, settings)
+                    + frame(WINDOW_UPDATE, 0, 0, U32.pack(self._window - DEFAULT_WINDOW)))
         return True
 
     def pause_writing(self) -> None:
@@ -306,7 +307,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
     # -- streams -------------------------------------------------------------------
     def _run(self, stream: Stream) -> None:
         """Answer the stream's waiting requests now, on the loop's turn that read them; a task
-        carries on only if one has to wait (:mod:`~dmrpc_gym.transport.eager`). While the
+        carries on only if one has to wait (:mod:`~dmrpc_gym.transport.server.eager`). While the
         stream is busy, whoever is answering takes the new requests too, in order."""
         if stream.busy:
             return
@@ -320,7 +321,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
             while inbox:
                 raw = inbox.popleft()
                 if raw is None:
-                    self._trailers(stream, 0, "")
+                    self._trailers(stream, GrpcStatus.OK, "")
                     break
                 self._consumed(stream, len(raw) + 5)
                 if type(raw) is Deflated:
@@ -334,7 +335,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
             self._refuse(stream, err, stream.client_done)
         except Exception as exc:  # noqa: BLE001 - end this stream with a status, keep the connection
             log.exception("a stream failed")
-            self._trailers(stream, _INTERNAL, f"{type(exc).__name__}: {exc}")
+            self._trailers(stream, GrpcStatus.INTERNAL, f"{type(exc).__name__}: {exc}")
         finally:
             stream.busy, stream.task = False, None
             if over or not stream.open or self._closed:
@@ -372,7 +373,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         """The server stops (after any grace): each open stream ends with gRPC status UNAVAILABLE
         "server shutting down", which clients treat as a reason to reconnect, then GOAWAY and close."""
         for stream in list(self._streams.values()):
-            self._trailers(stream, _UNAVAILABLE, "server shutting down")
+            self._trailers(stream, GrpcStatus.UNAVAILABLE, "server shutting down")
         self.abort()
 
     def abort(self, code: int = NO_ERROR, debug: str = "", linger: bool = False) -> None:

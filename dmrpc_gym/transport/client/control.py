@@ -2,13 +2,14 @@
 at the handshake; their limits held to, the header list's included), WINDOW_UPDATE and GOAWAY,
 and the GOAWAY it sends on a protocol error.
 
-A mixin of :class:`~dmrpc_gym.transport.h2_client.GrpcConnection`; every method
+A mixin of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection`; every method
 runs with the connection's ``lock`` held, from its frame reader.
 """
 from __future__ import annotations
 
 import struct
 
+from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.frames import (ACK, FLOW_CONTROL_ERROR, GOAWAY, MAX_WINDOW, PROTOCOL_ERROR, SETTING_FRAME,
                                         SETTING_HEADER_LIST, SETTING_STREAMS, SETTING_WINDOW, SETTINGS,
                                         ProtocolError, frame, parse_settings)
@@ -17,12 +18,17 @@ __all__: list[str] = []          # a part of GrpcConnection, not an interface of
 
 
 class _Control:
-    """The control frames of :class:`~dmrpc_gym.transport.h2_client.GrpcConnection` (a mixin)."""
+    """The control frames of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` (a mixin)."""
 
     def _fail(self, err: ProtocolError) -> None:
-        """A connection error: tell the server with GOAWAY, then raise a ``ConnectionError``."""
+        """A connection error: tell the server with GOAWAY, then raise a ``ConnectionError``.
+
+        The GOAWAY goes after what a cut-short send left in ``_unsent`` (the rest of a frame, or
+        gathered frames), never inside it; one try, as the connection ends either way."""
+        goaway = frame(GOAWAY, 0, 0, struct.pack(">LL", 0, err.code) + str(err).encode()[:200])
+        pending, self._unsent = self._unsent + goaway, b""
         try:
-            self._sock.send(frame(GOAWAY, 0, 0, struct.pack(">LL", 0, err.code) + str(err).encode()[:200]))
+            self._sock.send(pending)
         except OSError:
             pass
         self._dead = ConnectionError(f"HTTP/2 protocol error from the server (error code {err.code}): {err}")
@@ -44,7 +50,7 @@ class _Control:
         if sid == 0:
             self._send_conn += increment
             if self._send_conn > MAX_WINDOW:
-                raise ProtocolError(3, "a WINDOW_UPDATE took the connection window past 2**31-1")
+                raise ProtocolError(FLOW_CONTROL_ERROR, "a WINDOW_UPDATE took the connection window past 2**31-1")
         else:
             stream = self.streams.get(sid)
             if stream is not None:
@@ -67,7 +73,8 @@ class _Control:
                 self.max_streams = value
                 if value == 0:     # our streams are over the peer's limit
                     for stream in list(self.streams.values()):
-                        stream.end(14, "the server allows no streams now (SETTINGS_MAX_CONCURRENT_STREAMS 0)")
+                        stream.end(GrpcStatus.UNAVAILABLE,
+                                   "the server allows no streams now (SETTINGS_MAX_CONCURRENT_STREAMS 0)")
         self.send(frame(SETTINGS, ACK, 0))
         self._settled = True
 

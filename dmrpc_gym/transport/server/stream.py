@@ -5,9 +5,9 @@ an unknown method, a missing or wrong token, or a message encoding we do not
 speak; an HTTP/1.x peer gets a plain HTTP/1.1 answer instead of HTTP/2 frames.
 
 >>> refusal_of({":path": "/dm_env_rpc.v1.Environment/Process", ":method": "POST"}, token="s3cret")[0]
-16
+<GrpcStatus.UNAUTHENTICATED: 16>
 >>> refusal_of({}, None, size=20000, limit=16384)[:2]
-(8, 'the request headers are 20000 bytes, more than this server takes: 16384 (ConnectionLimits.max_header_list_size)')
+(<GrpcStatus.RESOURCE_EXHAUSTED: 8>, 'the request headers are 20000 bytes, more than this server takes: 16384 (ConnectionLimits.max_header_list_size)')
 """
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from typing import Awaitable, Protocol
 
 from dmrpc_gym.protocol.wire import METHOD_PATH
 from dmrpc_gym.transport import compression as encodings
-from dmrpc_gym.transport.frames import SERVER_MESSAGE_LIMIT, MessageSplitter
+from dmrpc_gym.transport.codes import GrpcStatus
+from dmrpc_gym.transport.frames import DEFAULT_WINDOW, SERVER_MESSAGE_LIMIT, MessageSplitter
 from dmrpc_gym.transport.security import token_matches
 
 __all__ = ["StreamHandler", "Stream", "refusal_of", "HTTP1_ANSWER", "HEADER_LIMIT"]
 
-_RESOURCE_EXHAUSTED, _UNIMPLEMENTED, _UNAUTHENTICATED = 8, 12, 16
 #: What sets the server's header-list limit, as its refusals name it.
 HEADER_LIMIT = "ConnectionLimits.max_header_list_size"
 _HTTP1_BODY = b"This is a gRPC server: it speaks HTTP/2 only.\n"
@@ -49,7 +49,7 @@ class Stream:
     __slots__ = ("id", "window", "recv_window", "held", "credit", "splitter", "inbox", "session", "busy", "task",
                  "open", "replied", "compress", "encoding", "client_done")
 
-    def __init__(self, stream_id: int, window: int, limit: int, recv_window: int = 65535):
+    def __init__(self, stream_id: int, window: int, limit: int, recv_window: int = DEFAULT_WINDOW):
         self.id = stream_id
         self.window = window             # what we may send on it (the client's flow control)
         self.recv_window = recv_window   # what the client may still send on it (ours)
@@ -75,15 +75,15 @@ def refusal_of(headers: dict[str, str], token: str | None, size: int = 0,
     RESOURCE_EXHAUSTED, as C-core's servers answer it.
     """
     if limit is not None and size > limit:
-        return (_RESOURCE_EXHAUSTED, f"the request headers are {size} bytes, more than this server takes: "
+        return (GrpcStatus.RESOURCE_EXHAUSTED, f"the request headers are {size} bytes, more than this server takes: "
                 f"{limit} ({HEADER_LIMIT})", ())
     path = headers.get(":path", "")
     if path != METHOD_PATH or headers.get(":method") != "POST":
-        return _UNIMPLEMENTED, f"unknown method {path}; this server serves {METHOD_PATH}", ()
+        return GrpcStatus.UNIMPLEMENTED, f"unknown method {path}; this server serves {METHOD_PATH}", ()
     if token is not None and not token_matches(headers, token):
-        return _UNAUTHENTICATED, "this server requires a token (metadata authorization: Bearer <token>)", ()
+        return GrpcStatus.UNAUTHENTICATED, "this server requires a token (metadata authorization: Bearer <token>)", ()
     encoding = headers.get("grpc-encoding", "identity")
     if encoding != "identity" and encoding not in encodings.ENCODINGS:
-        return (_UNIMPLEMENTED, f"message encoding {encoding} is not supported; this server accepts "
+        return (GrpcStatus.UNIMPLEMENTED, f"message encoding {encoding} is not supported; this server accepts "
                 f"{encodings.ACCEPT_ENCODING}", (("grpc-accept-encoding", encodings.ACCEPT_ENCODING),))
     return None

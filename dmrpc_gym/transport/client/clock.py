@@ -1,6 +1,6 @@
 """The client's clock: a call's timeout bounds the whole call, not each ``recv``.
 
-A mixin of :class:`~dmrpc_gym.transport.h2_client.GrpcConnection`. A peer that
+A mixin of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection`. A peer that
 trickles one byte every half second would keep a per-``recv`` timeout from
 ever firing; here each call (a read, a large write, the handshake) takes a
 deadline when it starts, and every blocking socket operation inside it waits

@@ -1,6 +1,6 @@
 """What the server sends on a stream: response headers, messages (large ones in chunks), trailers, resets.
 
-A mixin of :class:`~dmrpc_gym.transport.h2_server.GrpcProtocol`: it writes
+A mixin of :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol`: it writes
 (``_write``, which also gathers the small writes of one turn) and honours the peer's flow-control windows
 and the socket's back-pressure (``_can_write``).
 """
@@ -11,21 +11,16 @@ import logging
 import time
 import urllib.parse
 
-from dmrpc_gym._version import __version__
-from dmrpc_gym.protocol.fidelity import FIDELITY_FEATURE
-from dmrpc_gym.protocol.info import INFO_FEATURE
-from dmrpc_gym.protocol.wire import FEATURES_METADATA, SERVER_METADATA
 from dmrpc_gym.transport import compression as encodings
-from dmrpc_gym.transport import frames as h2
-from dmrpc_gym.transport.frames import (DATA, END_STREAM, GATHER_SECONDS, HEADER, NO_ERROR, RST_STREAM, U32, StreamError,
-                                        frame)
-from dmrpc_gym.transport.h2_calls import Stream
+from dmrpc_gym.transport import frames
+from dmrpc_gym.transport.frames import (DATA, END_STREAM, GATHER_SECONDS, HEADER, NO_ERROR, RST_STREAM, U32,
+                                        WRITE_CHUNK, StreamError, frame)
+from dmrpc_gym.transport.server.stream import Stream
 
 __all__ = ["Replies"]
 
 log = logging.getLogger("dmrpc_gym.server")
 
-_CHUNK = 1 << 18                 # largest DATA frame we write in one go
 #: Bytes of answers to control frames and refusals that may wait in the write buffer while the
 #: client reads nothing; past it, the connection is dropped (a GOAWAY would not be read either).
 _MAX_BACKLOG = 4 << 20
@@ -33,8 +28,10 @@ _MAX_BACKLOG = 4 << 20
 #: ``:path``), so an echo never costs more than this, and it is written without Huffman coding
 #: (hpack's encoder is quadratic in a value's length: a 60 KB path cost 246 ms of CPU).
 MAX_STATUS_MESSAGE = 1 << 14
-_SERVER = (SERVER_METADATA, __version__)
-_FEATURES = (FEATURES_METADATA, f"{INFO_FEATURE},{FIDELITY_FEATURE}")
+
+#: The response headers of every stream, before the application's own (``GrpcProtocol``'s ``app_headers``).
+_REPLY_HEADERS = ((":status", "200"), ("content-type", "application/grpc"),
+                  ("grpc-accept-encoding", encodings.ACCEPT_ENCODING))
 
 
 class Replies:
@@ -49,7 +46,7 @@ class Replies:
         """
         held = self._held
         if held is not None:
-            if len(data) < _CHUNK:
+            if len(data) < WRITE_CHUNK:
                 held.append(data)
                 if time.perf_counter() - self._held_since < GATHER_SECONDS:
                     return
@@ -78,8 +75,7 @@ class Replies:
 
     def _headers(self, stream: Stream) -> list[tuple[str, str]]:
         stream.replied = True
-        fields = [(":status", "200"), ("content-type", "application/grpc"),
-                  ("grpc-accept-encoding", encodings.ACCEPT_ENCODING), _SERVER, _FEATURES]
+        fields = [*_REPLY_HEADERS, *self._app_headers]
         if stream.encoding:
             fields.append(("grpc-encoding", stream.encoding))
         return fields
@@ -88,24 +84,24 @@ class Replies:
         """Send one message: bytes, or a list of pieces (:class:`~dmrpc_gym.protocol.bulk.Pieces`) not joined."""
         self._conduct.answered = True    # HEADERS or DATA out: the next PING is no strike (gRPC's rule)
         if not stream.replied:
-            self._write(h2.header_frames(stream.id, 0, self._encoder.encode(self._headers(stream)),
+            self._write(frames.header_frames(stream.id, 0, self._encoder.encode(self._headers(stream)),
                                          self._peer_frame))
         if type(message) is list:
             n = sum(map(len, message)) + 5
-            if n <= _CHUNK or stream.compress is not None:
+            if n <= WRITE_CHUNK or stream.compress is not None:
                 message = b"".join(message)
         else:
             n = len(message) + 5
-        if (n <= _CHUNK and n <= stream.window and n <= self._conn_window and n <= self._peer_frame
+        if (n <= WRITE_CHUNK and n <= stream.window and n <= self._conn_window and n <= self._peer_frame
                 and stream.compress is None and self._writable):
             stream.window -= n
             self._conn_window -= n
-            self._write(h2.grpc_frame(message, stream.id))
+            self._write(frames.grpc_frame(message, stream.id))
             return
         if stream.compress is not None:
-            parts = h2.MessageParts([stream.compress(message)], b"\x01")
+            parts = frames.MessageParts([stream.compress(message)], b"\x01")
         else:
-            parts = h2.MessageParts(message if type(message) is list else [message])
+            parts = frames.MessageParts(message if type(message) is list else [message])
         # A large message goes out in chunks, each written only while the socket keeps
         # up (pause_writing / resume_writing): asyncio's write buffer then stays small,
         # where one huge write would be moved down its buffer once per partial send.
@@ -120,7 +116,7 @@ class Replies:
                     await self._window_open.wait()
                 else:
                     await self._can_write.wait()
-            n = min(parts.left, stream.window, self._conn_window, self._peer_frame, _CHUNK)
+            n = min(parts.left, stream.window, self._conn_window, self._peer_frame, WRITE_CHUNK)
             stream.window -= n
             self._conn_window -= n
             self._conduct.answered = True
@@ -142,7 +138,7 @@ class Replies:
             fields.append(("grpc-message", urllib.parse.quote(message, safe=" !#$&'()*+,/:;=?@[]~")))
         fields.extend(extra)
         block = self._encoder.encode(fields, huffman=len(message) < 256)
-        self._write(h2.header_frames(stream.id, END_STREAM, block, self._peer_frame))
+        self._write(frames.header_frames(stream.id, END_STREAM, block, self._peer_frame))
 
     def _refuse(self, stream: Stream, err: StreamError, client_done: bool) -> None:
         """End one stream with ``err``'s status; the client need send no more (RST_STREAM NO_ERROR)."""

@@ -3,8 +3,8 @@
 A :class:`GrpcStream` is a :class:`~dmrpc_gym.transport.base.Transport` for one
 dm_env_rpc connection (one agent). The socket, the connection's windows, HPACK
 state and the reading of frames belong to its
-:class:`~dmrpc_gym.transport.h2_client.GrpcConnection`, which may carry many
-streams (the sub-envs of a vector env, see :mod:`~dmrpc_gym.transport.h2_pool`);
+:class:`~dmrpc_gym.transport.client.connection.GrpcConnection`, which may carry many
+streams (the sub-envs of a vector env, see :mod:`~dmrpc_gym.transport.client.pool`);
 each stream keeps its own answers, window, response headers and end.
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.base import StreamEnded
+from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.frames import (CANCEL, END_STREAM, MAX_WINDOW, PADDED, RST_STREAM, U32, WINDOW_UPDATE,
                                         MessageSplitter, StreamError, frame, grpc_status, unpad)
 
@@ -27,11 +28,11 @@ class GrpcStream:
     """A client-side gRPC bidi stream: ``write`` messages, ``read`` answers in order.
 
     Made by :meth:`GrpcConnection.open_stream
-    <dmrpc_gym.transport.h2_client.GrpcConnection.open_stream>`, which sends its
+    <dmrpc_gym.transport.client.connection.GrpcConnection.open_stream>`, which sends its
     request headers. Every call holds the connection's ``lock``; while one
     stream reads, the answers of the others are put aside for them.
 
-    >>> from dmrpc_gym.transport.h2_transport import open_connection
+    >>> from dmrpc_gym.transport.client.h2_transport import open_connection
     >>> from dmrpc_gym.worlds.embedded import embedded_server
     >>> conn = open_connection(embedded_server("catch").address, 5.0)
     >>> a, b = conn.open_stream(), conn.open_stream()
@@ -44,7 +45,7 @@ class GrpcStream:
     def __init__(self, conn: Any, stream_id: int, compression: str | None, max_message_size: int,
                  send_window: int):
         self.id = stream_id
-        #: The :class:`~dmrpc_gym.transport.h2_client.GrpcConnection` that carries this stream
+        #: The :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` that carries this stream
         #: (not imported here: that module imports this one).
         self.connection = conn
         self.lock = conn.lock
@@ -136,8 +137,8 @@ class GrpcStream:
             try:
                 self.splitter.decompress = encodings.decompressor(headers["grpc-encoding"], self.max_message)
             except KeyError:
-                self.refuse(StreamError(12, f"the server answers in grpc-encoding {headers['grpc-encoding']!r}, "
-                                            f"which we did not offer"))
+                self.refuse(StreamError(GrpcStatus.UNIMPLEMENTED, "the server answers in grpc-encoding "
+                                        f"{headers['grpc-encoding']!r}, which we did not offer"))
 
     def refuse(self, err: StreamError) -> None:
         """End this stream over an answer we refuse (too large, badly encoded): RST_STREAM CANCEL."""

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import ssl
 
-from dmrpc_gym.transport import interrupts
+from dmrpc_gym.transport.client import interrupts
 from dmrpc_gym.transport.frames import DATA, HEADER, MessageParts, StreamError
-from dmrpc_gym.transport.h2_idle import RECV_CHUNK
+from dmrpc_gym.transport.client.keepalive import RECV_CHUNK
 
 __all__: list[str] = []          # a part of GrpcConnection, not an interface of its own
 
 
 class _LargeMessages:
-    """The large-message paths of :class:`~dmrpc_gym.transport.h2_client.GrpcConnection` (a mixin)."""
+    """The large-message paths of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` (a mixin)."""
 
     def _write_large(self, stream, parts: tuple) -> None:
         """Send the message ``parts`` on ``stream`` in DATA frames, as the peer's windows allow."""

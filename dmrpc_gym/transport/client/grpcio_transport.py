@@ -1,7 +1,7 @@
 """grpcio's own client stream as a Transport: for a caller's ``grpc.Channel`` and TLS credentials.
 
 grpcio hands every message between threads, so this is slower than
-:mod:`~dmrpc_gym.transport.h2_client`, but it takes any channel grpcio can make.
+:mod:`~dmrpc_gym.transport.client.connection`, but it takes any channel grpcio can make.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import grpc
 
 from dmrpc_gym.protocol.wire import METHOD_PATH
 from dmrpc_gym.transport.base import StreamEnded
+from dmrpc_gym.transport.codes import GrpcStatus
 
 __all__ = ["GrpcioTransport"]
 
@@ -44,7 +45,7 @@ class GrpcioTransport:
         try:
             for message in self._call:
                 self._answers.put(message)
-            self._answers.put(StreamEnded(0, "the server ended the stream"))
+            self._answers.put(StreamEnded(GrpcStatus.OK, "the server ended the stream"))
         except grpc.RpcError as err:
             code = err.code()
             status = code.value[0] if code is not None else None

@@ -1,6 +1,6 @@
 """What the server takes in on a stream: DATA under flow control, requests queued, inflated as taken.
 
-A mixin of :class:`~dmrpc_gym.transport.h2_server.GrpcProtocol`. Memory follows
+A mixin of :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol`. Memory follows
 what the application consumes, not what arrives: the receive windows (a
 connection's and each stream's) start at one largest message plus
 :data:`_SLACK`, and bytes are given back (WINDOW_UPDATE) only once the session
@@ -23,10 +23,11 @@ import asyncio
 import weakref
 
 from dmrpc_gym.transport import compression as encodings
-from dmrpc_gym.transport import frames as h2
-from dmrpc_gym.transport.frames import (END_STREAM, FLOW_CONTROL_ERROR, MAX_WINDOW, PADDED, PROTOCOL_ERROR, U32,
-                                        SERVER_MESSAGE_LIMIT, WINDOW_UPDATE, ProtocolError, StreamError, frame)
-from dmrpc_gym.transport.h2_calls import Stream
+from dmrpc_gym.transport.codes import GrpcStatus
+from dmrpc_gym.transport import frames
+from dmrpc_gym.transport.frames import (END_STREAM, FLOW_CONTROL_ERROR, MAX_WINDOW, PADDED, PROTOCOL_ERROR,
+                                        STREAM_CLOSED, U32, SERVER_MESSAGE_LIMIT, WINDOW_UPDATE, ProtocolError, StreamError, frame)
+from dmrpc_gym.transport.server.stream import Stream
 
 __all__ = ["Requests", "receive_window", "inflation_turn"]
 
@@ -61,10 +62,10 @@ class Requests:
             raise ProtocolError(FLOW_CONTROL_ERROR, f"DATA past stream {sid}'s flow-control window")
         if stream.client_done:
             self._credit_connection(n)
-            self._reset(stream, 0x5)     # STREAM_CLOSED: DATA after the client's END_STREAM
+            self._reset(stream, STREAM_CLOSED)     # DATA after the client's END_STREAM
             return
         if flags & PADDED:
-            payload = h2.unpad(payload)
+            payload = frames.unpad(payload)
             self._consumed(stream, n - len(payload))
         stream.held += len(payload)
         inbox = stream.inbox
@@ -72,7 +73,8 @@ class Requests:
         try:
             stream.splitter.feed(payload, inbox)
             if len(inbox) > _MAX_QUEUED:
-                raise StreamError(8, f"more than {_MAX_QUEUED} requests wait on this stream unanswered")
+                raise StreamError(GrpcStatus.RESOURCE_EXHAUSTED,
+                                  f"more than {_MAX_QUEUED} requests wait on this stream unanswered")
         except StreamError as err:       # too large, badly compressed, too many: this stream only
             self._refuse(stream, err, flags & END_STREAM)
             return

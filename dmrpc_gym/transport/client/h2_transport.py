@@ -1,4 +1,4 @@
-"""Our fast client transport: a :class:`~dmrpc_gym.transport.h2_stream.GrpcStream` over TCP, TLS or a Unix socket.
+"""Our fast client transport: a :class:`~dmrpc_gym.transport.client.stream.GrpcStream` over TCP, TLS or a Unix socket.
 
 Connecting is the only place the socket is set up (:func:`open_connection`):
 TCP_NODELAY, TLS with ALPN ``h2`` (stdlib ``ssl``), the handshake that tells
@@ -15,8 +15,8 @@ from dmrpc_gym.protocol.wire import METHOD_PATH
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.base import Unreachable, parse_address
 from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
-from dmrpc_gym.transport.h2_client import GrpcConnection
-from dmrpc_gym.transport.h2_pool import SharedConnections
+from dmrpc_gym.transport.client.connection import GrpcConnection
+from dmrpc_gym.transport.client.pool import SharedConnections
 from dmrpc_gym.transport.security import client_context
 from dmrpc_gym.transport.unix import connect_unix, unix_path
 
@@ -33,7 +33,7 @@ def open_connection(address: str, connect_timeout: float | None, *, tls: Any = N
     ``tls``: None (plain TCP), True, a CA bundle path or an ``ssl.SSLContext``
     (see :mod:`~dmrpc_gym.transport.security`). ``keepalive``: answer the
     server's PINGs while idle (a watcher thread); ``ping_every``: also PING the
-    server after that many quiet seconds (:mod:`~dmrpc_gym.transport.h2_idle`).
+    server after that many quiet seconds (:mod:`~dmrpc_gym.transport.client.keepalive`).
     ``Unreachable`` when nothing answers there (yet); ``ConnectionError`` when
     something does that is not an HTTP/2 server.
     """
@@ -76,10 +76,10 @@ def open_connection(address: str, connect_timeout: float | None, *, tls: Any = N
 
 class H2Transport:
     """A :class:`~dmrpc_gym.transport.base.Transport`: one :class:`GrpcStream
-    <dmrpc_gym.transport.h2_stream.GrpcStream>` to ``address``, on a connection of its
-    own, or on one that ``shared`` (:class:`~dmrpc_gym.transport.h2_pool.SharedConnections`)
+    <dmrpc_gym.transport.client.stream.GrpcStream>` to ``address``, on a connection of its
+    own, or on one that ``shared`` (:class:`~dmrpc_gym.transport.client.pool.SharedConnections`)
     holds for that server. The other arguments are :func:`open_connection`'s and
-    :meth:`GrpcConnection.open_stream <dmrpc_gym.transport.h2_client.GrpcConnection.open_stream>`'s.
+    :meth:`GrpcConnection.open_stream <dmrpc_gym.transport.client.connection.GrpcConnection.open_stream>`'s.
     """
 
     def __init__(self, address: str, metadata, connect_timeout: float | None, *, tls=None,
@@ -105,7 +105,7 @@ class H2Transport:
 
     def keep_pinging(self, every: float) -> None:
         """From now on, PING the server after ``every`` seconds in which nothing came (idle or
-        waiting for an answer): one of ours, which permits it (see :mod:`~dmrpc_gym.transport.h2_idle`)."""
+        waiting for an answer): one of ours, which permits it (see :mod:`~dmrpc_gym.transport.client.keepalive`)."""
         self._stream.connection.keepalive(every)
 
     @property

@@ -1,0 +1,9 @@
+"""The client half of the transport: one blocking HTTP/2 connection per server, its gRPC streams.
+
+``connection`` (:class:`GrpcConnection`, the frame reader and writer) is built from mixins:
+``control`` (SETTINGS, WINDOW_UPDATE, GOAWAY), ``large_messages`` (messages read and sent in
+place), ``clock`` (deadlines on the socket), ``keepalive`` (PINGs while idle). Beside it:
+``stream`` (one call), ``pool`` (connections shared per address), ``idle_watcher`` (the thread
+that reads while no call does), ``interrupts`` (Ctrl-C mid-frame), and the two transports,
+``h2_transport`` (ours) and ``grpcio_transport`` (grpcio's). Imports the shared core only.
+"""
