@@ -21,8 +21,9 @@ from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.protocol.errors import DmRpcError, status_name
 from dmrpc_gym.protocol.wire import FEATURES_METADATA, SERVER_METADATA, pb
 from dmrpc_gym.client.lifecycle import ConnectRetries, Patience
-from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, MIN_KEEPALIVE, TOKEN_ENV, GrpcioTransport, H2Transport,
-                                 SharedConnections, StreamEnded, Transport, check_address, parse_address, token_metadata)
+from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, MIN_KEEPALIVE, TOKEN_ENV, GrpcioTransport, GrpcStatus,
+                                 H2Transport, SharedConnections, StreamEnded, Transport, check_address, parse_address,
+                                 token_metadata)
 
 __all__ = ["Connection", "parse_address", "settings_tensors", "transport_options"]
 
@@ -34,8 +35,7 @@ _FIELDS = {
 }
 _EXTENSION = "extension"
 # Stream endings that mean the server went away rather than refused something.
-_GONE = (None, 0, grpc.StatusCode.UNAVAILABLE.value[0], grpc.StatusCode.CANCELLED.value[0])
-_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
+_GONE = (None, GrpcStatus.OK, GrpcStatus.UNAVAILABLE, GrpcStatus.CANCELLED)
 _TAGS = {name: bytes([(pb.EnvironmentRequest.DESCRIPTOR.fields_by_name[name].number << 3) | 2])
          for name in (*_FIELDS.values(), _EXTENSION)}
 
@@ -222,7 +222,7 @@ class Connection(ConnectRetries):
         which = response.WhichOneof("payload")
         if self._first is not None:             # the first answer: the server is up
             first, self._first = self._first, None
-            if which == "error" and response.error.code == _UNAVAILABLE and len(first) == 1 and not pending:
+            if which == "error" and response.error.code == GrpcStatus.UNAVAILABLE and len(first) == 1 and not pending:
                 self._ask_again(first, field, response.error)
                 return self._receive(map_field)
             if self._auto_keepalive and self.server_software is not None:

@@ -7,15 +7,12 @@ import time
 import warnings
 from typing import Any, Callable, TypeVar
 
-import grpc
-
 from dmrpc_gym.protocol.errors import DmRpcError
-from dmrpc_gym.transport import StreamEnded, Transport, Unreachable
+from dmrpc_gym.transport import GrpcStatus, StreamEnded, Transport, Unreachable
 
 __all__ = ["RemoteResource", "Patience", "ConnectRetries", "reset_reconnecting", "warn_reconnected"]
 
 T = TypeVar("T")
-_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
 
 
 def reset_reconnecting(lost: Callable[[], bool], restore: Callable[[str | None], None],
@@ -150,7 +147,7 @@ class ConnectRetries:
         if first is None or len(first) != len(self._pending) or self._patience.deadline is None:
             return False
         if isinstance(err, StreamEnded):
-            if err.status != _UNAVAILABLE:
+            if err.status != GrpcStatus.UNAVAILABLE:
                 return False
             cause = f"UNAVAILABLE: {err.message}"
         elif isinstance(err, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
@@ -180,7 +177,7 @@ class ConnectRetries:
                     self._transport.write(*sent)
                 return True
             except StreamEnded as ended:
-                cause = f"UNAVAILABLE: {ended.message}" if ended.status == _UNAVAILABLE else ended.message
+                cause = f"UNAVAILABLE: {ended.message}" if ended.status == GrpcStatus.UNAVAILABLE else ended.message
             except OSError as again:
                 cause = str(again)
 
