@@ -16,7 +16,7 @@ from dmrpc_gym.protocol.tensors import MAX_TENSOR_BYTES
 from dmrpc_gym.transport.codes import ErrorCode, GrpcStatus
 
 __all__ = ["MessageSplitter", "MessageTooLarge", "Deflated", "StreamError", "ProtocolError", "frame", "grpc_frame",
-           "header_frames", "MessageParts", "check_frame", "parse_settings", "header_fragment", "unpad", "grpc_status",
+           "header_frames", "settings_frame", "goaway_frame", "MessageParts", "check_frame", "parse_settings", "header_fragment", "unpad", "grpc_status",
            "HEADER", "U32", "PREFACE", "MAX_WINDOW", "DEFAULT_MAX_MESSAGE", "IN_PLACE", "WRITE_CHUNK"]
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -82,6 +82,24 @@ def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     """One HTTP/2 frame: 9-byte header, then ``payload``."""
     n = len(payload)
     return HEADER.pack(n >> 16, n & 0xFFFF, kind, flags, stream) + payload
+
+
+def settings_frame(settings: "tuple[tuple[int, int], ...]") -> bytes:
+    """A SETTINGS frame carrying ``(identifier, value)`` pairs (both ends' first frame).
+
+    >>> settings_frame(((SETTING_PUSH, 0),)).hex()
+    '000006040000000000000200000000'
+    """
+    return frame(SETTINGS, 0, 0, b"".join(struct.pack(">HL", key, value) for key, value in settings))
+
+
+def goaway_frame(last_stream: int, code: int, debug: bytes = b"") -> bytes:
+    """A GOAWAY frame: the last stream its sender acts on, an :class:`ErrorCode`, and opaque debug data.
+
+    >>> goaway_frame(3, ErrorCode.ENHANCE_YOUR_CALM, b"too_many_pings")[9:17].hex()
+    '000000030000000b'
+    """
+    return frame(GOAWAY, 0, 0, struct.pack(">LL", last_stream, code) + debug)
 
 
 def grpc_frame(message: bytes, stream: int) -> bytes:

@@ -24,7 +24,6 @@ import contextlib
 import select
 import socket
 import ssl
-import struct
 import threading
 import time
 from typing import Iterator
@@ -38,7 +37,7 @@ from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MES
                                         GOAWAY, HEADER, HEADERS, MAX_WINDOW, PADDED, PING, PREFACE, PROTOCOL_ERROR,
                                         PUSH_PROMISE, RST_STREAM, SETTING_FRAME, SETTING_PUSH, SETTING_WINDOW, SETTINGS,
                                         U32, WINDOW_UPDATE, ProtocolError, check_frame, frame, grpc_frame,
-                                        header_frames)
+                                        header_frames, settings_frame)
 from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.client.clock import _Clock
 from dmrpc_gym.transport.client.control import _Control
@@ -105,9 +104,8 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
         self._request = [(":method", "POST"), (":scheme", scheme), (":path", path), (":authority", authority),
                          ("content-type", "application/grpc"), ("te", "trailers"), ("user-agent", "dmrpc-gym"),
                          ("grpc-accept-encoding", encodings.ACCEPT_ENCODING)]
-        settings = b"".join(struct.pack(">HL", k, v) for k, v in (
-            (SETTING_PUSH, 0), (SETTING_WINDOW, MAX_WINDOW), (SETTING_FRAME, _OUR_FRAME)))
-        self._sock.sendall(PREFACE + frame(SETTINGS, 0, 0, settings)
+        settings = ((SETTING_PUSH, 0), (SETTING_WINDOW, MAX_WINDOW), (SETTING_FRAME, _OUR_FRAME))
+        self._sock.sendall(PREFACE + settings_frame(settings)
                            + frame(WINDOW_UPDATE, 0, 0, U32.pack(MAX_WINDOW - DEFAULT_WINDOW)))
 
     # -- public ----------------------------------------------------------------

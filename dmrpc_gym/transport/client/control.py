@@ -10,9 +10,9 @@ from __future__ import annotations
 import struct
 
 from dmrpc_gym.transport.codes import GrpcStatus
-from dmrpc_gym.transport.frames import (ACK, FLOW_CONTROL_ERROR, GOAWAY, MAX_WINDOW, PROTOCOL_ERROR, SETTING_FRAME,
+from dmrpc_gym.transport.frames import (ACK, FLOW_CONTROL_ERROR, MAX_WINDOW, PROTOCOL_ERROR, SETTING_FRAME,
                                         SETTING_HEADER_LIST, SETTING_STREAMS, SETTING_WINDOW, SETTINGS,
-                                        ProtocolError, frame, parse_settings)
+                                        ProtocolError, frame, goaway_frame, parse_settings)
 
 __all__: list[str] = []          # a part of GrpcConnection, not an interface of its own
 
@@ -25,7 +25,7 @@ class _Control:
 
         The GOAWAY goes after what a cut-short send left in ``_unsent`` (the rest of a frame, or
         gathered frames), never inside it; one try, as the connection ends either way."""
-        goaway = frame(GOAWAY, 0, 0, struct.pack(">LL", 0, err.code) + str(err).encode()[:200])
+        goaway = goaway_frame(0, err.code, str(err).encode()[:200])
         pending, self._unsent = self._unsent + goaway, b""
         try:
             self._sock.send(pending)

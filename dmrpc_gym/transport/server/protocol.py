@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import struct
 from typing import Callable, Mapping, Sequence
 
 import hpack
@@ -32,7 +31,7 @@ from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MES
                                         REFUSED_STREAM, RST_STREAM, SETTINGS, SETTING_FRAME, SETTING_HEADER_LIST,
                                         SETTING_HEADER_TABLE, SETTING_STREAMS, SETTING_WINDOW, U32, WINDOW_UPDATE,
                                         WRITE_CHUNK, Deflated, ProtocolError, StreamError, check_frame, frame,
-                                        parse_settings)
+                                        goaway_frame, parse_settings, settings_frame)
 from dmrpc_gym.transport.server.stream import HEADER_LIMIT, HTTP1_ANSWER, Stream, StreamHandler, refusal_of
 from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.server.replies import Replies
@@ -179,10 +178,9 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
             return False
         del buf[:len(PREFACE)]
         self._preface = True
-        settings = b"".join(struct.pack(">HL", k, v) for k, v in (
-            (SETTING_STREAMS, self._limits.max_streams), (SETTING_WINDOW, self._window),
-            (SETTING_FRAME, _OUR_FRAME), (SETTING_HEADER_LIST, self._limits.max_header_list_size)))
-        self._write(frame(SETTINGS, 0, 0, settings)
+        settings = ((SETTING_STREAMS, self._limits.max_streams), (SETTING_WINDOW, self._window),
+                    (SETTING_FRAME, _OUR_FRAME), (SETTING_HEADER_LIST, self._limits.max_header_list_size))
+        self._write(settings_frame(settings)
                     + frame(WINDOW_UPDATE, 0, 0, U32.pack(self._window - DEFAULT_WINDOW)))
         return True
 
@@ -366,7 +364,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         if self._closed or self._transport is None or self._draining:
             return
         self._draining = True
-        self._transport.write(frame(GOAWAY, 0, 0, struct.pack(">LL", self._last_stream, NO_ERROR)))
+        self._transport.write(goaway_frame(self._last_stream, NO_ERROR))
         self._close_if_done()
 
     def stop(self) -> None:
@@ -387,8 +385,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         if self._closed or self._transport is None:
             return
         transport = self._transport
-        transport.write(frame(GOAWAY, 0, 0, struct.pack(">LL", self._last_stream, code)
-                              + debug.encode("utf-8", "replace")[:256]))
+        transport.write(goaway_frame(self._last_stream, code, debug.encode("utf-8", "replace")[:256]))
         self._closed = True
         if not linger:
             transport.close()
