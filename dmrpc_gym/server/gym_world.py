@@ -266,7 +266,8 @@ class GymAgent:
             self.episode_return += reward
             out.state, discount = self._outcome(terminated, truncated)
             self.running = out.state == _RUNNING
-        exact = exact_step(raw, *ends, self.interface.scalar_kinds.of(self._obs) if plan.env else None)
+        exact = exact_step(raw, *ends, self.interface.scalar_kinds.of(self._obs) if plan.env else None) \
+            if plan.exact else None      # a foreign client never asks: no work for it
         if plan.rgb:
             await self.interface.answer(plan, out, self._obs, reward, discount, self.lane, self._render, info, exact)
         elif plan.items:

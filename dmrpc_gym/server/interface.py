@@ -110,10 +110,12 @@ class StepAnswer(bulk.Pieces):
 class _Plan:
     """The checked, de-duplicated list of requested observations of one StepRequest form."""
 
-    __slots__ = ("items", "env", "rgb")
+    __slots__ = ("items", "env", "rgb", "exact")
 
     def __init__(self, items: tuple, env: bool, rgb: bool):
         self.items, self.env, self.rgb = items, env, rgb
+        #: The step's exact extras are asked for (only our clients ask): worth working out.
+        self.exact = any(item[1] == _EXACT for item in items)
 
 
 class AgentInterface:

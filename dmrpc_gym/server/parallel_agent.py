@@ -92,7 +92,8 @@ class ParallelAgent:
                 self.episode_return += reward
                 out.state, discount = sequence_state(terminated, truncated or self.name not in world.live)
                 self.running = out.state == _RUNNING
-        exact = exact_step(raw, *ends, self.interface.scalar_kinds.of(self._obs) if plan.env else None)
+        exact = exact_step(raw, *ends, self.interface.scalar_kinds.of(self._obs) if plan.env else None) \
+            if plan.exact else None      # a foreign client never asks: no work for it
         if plan.rgb:
             await self.interface.answer(plan, out, self._obs, reward, discount, world.lane, self._render, info, exact)
         elif plan.items:
