@@ -12,7 +12,6 @@ frames are rendered when asked for (:mod:`dmrpc_gym.protocol.fidelity`); dm_env_
 """
 from __future__ import annotations
 
-import enum
 import math
 import warnings
 from collections.abc import Mapping
@@ -29,25 +28,13 @@ from dmrpc_gym.protocol.info import DROPPED, INFO_FEATURE, INFO_UID, dropped_key
 from dmrpc_gym.client.connection import Connection, settings_tensors
 from dmrpc_gym.client.fidelity import ExactSpaces, exactly
 from dmrpc_gym.client.scalars import RewardFn, Scalar
+from dmrpc_gym.client.states import State
+from dmrpc_gym.client.steady_step import steady_step
 from dmrpc_gym.client.properties import Properties
 from dmrpc_gym.protocol.spec_table import SpecManager
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = ["State", "RemoteAgent", "RewardFn", "select"]
-
-
-class State(enum.IntEnum):
-    """dm_env_rpc's ``EnvironmentStateType``, as handed to reward functions and ``info``.
-
-    >>> State(pb.TERMINATED), State.INTERRUPTED == pb.INTERRUPTED
-    (<State.TERMINATED: 2>, True)
-    """
-
-    INVALID = pb.INVALID_ENVIRONMENT_STATE
-    RUNNING = pb.RUNNING
-    TERMINATED = pb.TERMINATED
-    INTERRUPTED = pb.INTERRUPTED
-
 
 
 def select(names: Sequence[str], wanted: str | Sequence[str] | None, kind: str) -> tuple[list[str], bool]:
@@ -142,6 +129,7 @@ class RemoteAgent:
         if (carries_info, fidelity) != (self._carries_info, self._fidelity):   # another server build
             self._carries_info, self._fidelity, self._specs_bytes = carries_info, fidelity, None
         self._apply_specs(response.specs)
+        self._steady = steady_step(self)      # (on the new connection)
 
     # -- specs -> spaces ---------------------------------------------------------
     def _apply_specs(self, specs: pb.ActionObservationSpecs) -> None:
@@ -199,6 +187,7 @@ class RemoteAgent:
             spec = obs_specs.get(source.name) if source.fn is None and source.name else None
             if spec is not None and not spec.shape and spec.dtype in _QUICK_DTYPES:
                 self._quick[self.specs.observations.uid(source.name)] = (source.name, tensors.np_dtype(spec.dtype))
+        self._steady = steady_step(self)
         if not first:
             warnings.warn(f"the server changed the specs of {self.agent or 'the agent'}; spaces were rebuilt",
                           stacklevel=3)
@@ -276,7 +265,13 @@ class RemoteAgent:
 
     def step(self, action: Any = None) -> tuple[Any, float, bool, bool, dict]:
         """Send ``action`` and return the answer, as one call (an interrupt drops its answer)."""
-        return self._stepped(*self.connection.send_step(*self.step_request(action)))
+        steady = self._steady                # the steady-state path (dmrpc_gym.client.steady_step)
+        result = steady.step(action) if steady is not None and action is not None else None
+        if result is None:
+            result = self._stepped(*self.connection.send_step(*self.step_request(action)))
+            if steady is not None and steady.layout is None:
+                steady.learn(result)
+        return result
 
     def _stepped(self, response: pb.StepResponse, large: dict) -> tuple[Any, float, bool, bool, dict]:
         state = _STATES.get(response.state) or State(response.state)

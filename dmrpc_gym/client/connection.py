@@ -132,6 +132,8 @@ class Connection(ConnectRetries):
         self._entries = 0                     # requests written so far (the number of the latest)
         self._broken: str | None = None
         self._closed = False
+        #: The latest answer's bytes, as read (a steady-state step learns its layout from them).
+        self.last_message: bytes | None = None
 
     # -- requests --------------------------------------------------------------
     def submit(self, request: Any, pieces: bulk.Pieces | None = None) -> None:
@@ -169,8 +171,7 @@ class Connection(ConnectRetries):
             pending.append(entry)
         except OSError as err:
             if not self._retry_first(err, parts):
-                self._broken = f"sending failed: {err}"
-                raise ConnectionError(f"lost the dm_env_rpc server at {self.address}: {err}") from None
+                raise self._send_failed(err) from None
             pending.append(entry)
         except BaseException:
             # Interrupted (Ctrl-C), wherever after the write began: a request committed to the
@@ -238,6 +239,7 @@ class Connection(ConnectRetries):
         while True:
             try:
                 message = self._transport.read(self.timeout)
+                self.last_message = message      # what a steady-state step learns its layout from
                 try:
                     message, large = bulk.split(message, map_field)
                     return pb.EnvironmentResponse.FromString(message), large
@@ -253,9 +255,7 @@ class Connection(ConnectRetries):
                     raise self._ended_error(ended, field) from None
             except OSError as err:
                 if not self._retry_first(err):
-                    self._broken = f"the connection failed: {err}"
-                    raise ConnectionError(f"lost the dm_env_rpc server at {self.address} "
-                                          f"during {field}: {err}") from None
+                    raise self._read_failed(err, field) from None
 
     def send(self, request: Any) -> Any:
         """Send ``request`` and return its answer (e.g. a ``pb.StepResponse``)."""
@@ -283,6 +283,16 @@ class Connection(ConnectRetries):
                 if entry[2] >= first:
                     entry[1] = True
             raise
+
+    def _send_failed(self, err: OSError) -> ConnectionError:
+        """A send failed: the connection is unusable, and the error to raise says why."""
+        self._broken = f"sending failed: {err}"
+        return ConnectionError(f"lost the dm_env_rpc server at {self.address}: {err}")
+
+    def _read_failed(self, err: OSError, field: str) -> ConnectionError:
+        """Reading the answer to ``field`` failed: the connection is unusable, and the error says why."""
+        self._broken = f"the connection failed: {err}"
+        return ConnectionError(f"lost the dm_env_rpc server at {self.address} during {field}: {err}")
 
     def shorten_timeout(self, seconds: float) -> None:
         """Wait at most ``seconds`` for each answer from now on (never lengthens the limit)."""

@@ -17,6 +17,7 @@ from dmrpc_gym.transport.base import Unreachable, parse_address
 from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
 from dmrpc_gym.transport.client.connection import GrpcConnection
 from dmrpc_gym.transport.client.pool import SharedConnections
+from dmrpc_gym.transport.client.steady import SteadyLink
 from dmrpc_gym.transport.security import client_context
 from dmrpc_gym.transport.unix import connect_unix, unix_path
 
@@ -102,6 +103,8 @@ class H2Transport:
         self.read = functools.partial(conn.read, self._stream)
         self.answer_ready = functools.partial(conn.answer_ready, self._stream)
         self.fileno = conn.fileno
+        #: The stream's steady-state exchange (:mod:`~dmrpc_gym.transport.client.steady`).
+        self.steady = SteadyLink(self._stream)
 
     def keep_pinging(self, every: float) -> None:
         """From now on, PING the server after ``every`` seconds in which nothing came (idle or

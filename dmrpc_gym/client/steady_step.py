@@ -1,0 +1,249 @@
+"""A :class:`~dmrpc_gym.client.agent.RemoteAgent`'s steady-state step: a fill and one round trip.
+
+After the first step of an episode, a step's request and answer nearly always have the same layout
+(the same UIDs, shapes, dtypes and envelope; only tensor bytes change). :class:`SteadyStep` learns the
+answer's layout from a step the general path took and then, per step: takes the request's whole DATA
+frame from a memo (built once per action value by the general encoder: the HTTP/2 frame header, the
+gRPC prefix, the envelope and the map entries), sends it and checks the answer against the layout in
+one :meth:`~dmrpc_gym.transport.client.steady.SteadyLink.round_trip`, and reads the observations at
+their known offsets straight into arrays. The gym-level wrapping (reward, discount, the observation's
+space, ``info``) is the general path's own ``_result``.
+
+What it assumes (anything else takes the general path, which stays the reference):
+
+- our own HTTP/2 transport (not a grpcio channel), the connection up (its first answer in), no answers
+  owed (no ``submit_step`` pipelining), and the transport's assumptions
+  (:mod:`~dmrpc_gym.transport.client.steady`);
+- actions: int / bool / numpy integer values have their frame memoized per ``(type, value)``, as the
+  general path memoizes their StepRequest; other actions are checked and encoded by the general path
+  each step, then framed here; large actions (sent outside protobuf) go the general way;
+- answers: every observation a float32, float64, int8 or uint8 tensor (fixed width: a value changes
+  no length), the answer under :data:`~dmrpc_gym.protocol.walk.LARGE` bytes, state RUNNING, and the
+  same observations in the same order with the same shapes as the answer the layout was learned from;
+  the ``info`` and exact-extras observations, when sent, have the very bytes they had then;
+- a little-endian machine (protobuf's byte order is then numpy's native one).
+
+The layout checks itself when it is learned: the observations it reads from that answer must equal,
+in dtype, shape and value, what the general path read; else this agent keeps to the general path until
+its specs change. ``DMRPC_FAST_STEP=0`` in the environment turns the fast path off (read when an
+agent's specs are applied), so that the general path can be measured and tested.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+from dmrpc_gym.client.connection import _TAGS
+from dmrpc_gym.client.fidelity import exactly
+from dmrpc_gym.protocol import bulk, tensors
+from dmrpc_gym.protocol.fidelity import EXACT_UID
+from dmrpc_gym.protocol.info import INFO_UID
+from dmrpc_gym.protocol.walk import LARGE, MEMORY_PAYLOADS, Unexpected, fields, parts
+from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.client.states import State
+from dmrpc_gym.transport import NOT_SENT, TAKEN, ByteLayout, grpc_frame
+
+__all__ = ["SteadyStep", "FAST_STEP_ENV", "enabled", "steady_step"]
+
+#: The environment variable that, set to ``0``, keeps every step on the general path.
+FAST_STEP_ENV = "DMRPC_FAST_STEP"
+_MEMO = 256                          # frames remembered per agent, as the general path's StepRequests
+_MEMO_TYPES = (int, bool, np.integer, np.bool_)
+_STEP = pb.EnvironmentResponse.DESCRIPTOR.fields_by_name["step"].number
+_OBSERVATIONS = pb.StepResponse.DESCRIPTOR.fields_by_name["observations"].number
+_STATE = pb.StepResponse.DESCRIPTOR.fields_by_name["state"].number
+_FIXED_WIDTH = {c.dt for c in MEMORY_PAYLOADS.values() if c.dt != pb.BOOL}
+_frombuffer = np.frombuffer
+_RUNNING = State.RUNNING
+
+
+def enabled() -> bool:
+    """Whether steady-state steps are on (``DMRPC_FAST_STEP`` is not ``0``) on this machine."""
+    return os.environ.get(FAST_STEP_ENV, "1") != "0" and sys.byteorder == "little"
+
+
+def steady_step(agent: Any) -> SteadyStep | None:
+    """A :class:`SteadyStep` for ``agent`` where its connection's transport has a steady link (ours
+    does, a grpcio channel does not) and :func:`enabled`; else None."""
+    link = getattr(agent.connection._transport, "steady", None)
+    return SteadyStep(agent, link) if link is not None and enabled() else None
+
+
+class SteadyStep:
+    """The steady-state step of one agent (see the module's docstring); None from :meth:`step` means
+    it sent nothing: take the general path.
+
+    >>> from dmrpc_gym.server import Server
+    >>> from dmrpc_gym.worlds.catch import Catch
+    >>> from dmrpc_gym.client.env import DmRpcEnv
+    >>> with Server(Catch) as server, DmRpcEnv(server.address) as env:
+    ...     _ = env.reset(seed=1)
+    ...     steps = [env.step(np.int8(0)) for _ in range(3)]
+    ...     steady = env._agent._steady
+    ...     steady.layout is not None, steps[-1][0].shape
+    (True, (10, 10))
+    """
+
+    def __init__(self, agent: Any, link: Any):
+        self.agent = agent
+        self.link = link
+        self.frames: dict[tuple, tuple[bytes, int]] = {}
+        self.memo_types: set[type] = set()
+        #: The answer's layout, once learned (None: not yet, or not learnable).
+        self.layout: ByteLayout | None = None
+        self.slots: tuple[tuple[str, int, int, np.dtype, tuple, int], ...] = ()   # (name, start, stop, dtype, shape, uid)
+        self.info: pb.Tensor | None = None        # the info and exact-extras observations, as learned
+        self.extras: pb.Tensor | None = None
+        self.given_up = False
+
+    # -- a step ----------------------------------------------------------------------------------
+    def step(self, action: Any) -> tuple | None:
+        """``(obs, reward, terminated, truncated, info)`` for ``action``; None when nothing was sent."""
+        agent = self.agent
+        conn = agent.connection
+        if conn._closed or conn._broken or conn._first is not None or conn._pending:
+            return None
+        kind = type(action)
+        framed = self.frames.get((kind, action)) if kind in self.memo_types else None
+        if framed is None:
+            framed = self._frame(action)
+            if framed is None:
+                return None
+        link = self.link
+        stream, pending = link.stream, conn._pending
+        before = stream.messages_sent
+        conn._entries += 1
+        entry = ["step", False, conn._entries]
+        try:
+            message = link.round_trip(framed[0], framed[1], self.layout, conn.timeout)
+            if message is None:
+                pending.append(entry)            # the answer comes the general way
+        except BaseException as err:
+            if stream.messages_sent == before or link.phase == TAKEN:
+                raise                            # nothing sent, or its answer is in: nothing owed
+            if isinstance(err, OSError):
+                raise (conn._read_failed(err, "step") if link.phase else conn._send_failed(err)) from None
+            entry[1] = True                      # as Connection._write: its answer is dropped when it comes
+            if entry not in pending:
+                pending.append(entry)
+            raise
+        if message is None:
+            result = agent._stepped(*conn.receive_step())
+            if self.layout is None:
+                self.learn(result)
+            return result
+        if message is NOT_SENT:
+            return None
+        return self._finish(message)
+
+    def _frame(self, action: Any) -> tuple[bytes, int] | None:
+        """The general encoder's request for ``action``, framed; memoized for integer actions."""
+        request, pieces = self.agent.step_request(action)
+        if pieces:
+            return None
+        body = request.SerializeToString()
+        data = grpc_frame(_TAGS["step"] + tensors.varint(len(body)) + body, self.link.stream.id)
+        framed = data, len(data) - 9
+        if isinstance(action, _MEMO_TYPES) and len(self.frames) < _MEMO:
+            self.memo_types.add(type(action))
+            self.frames[(type(action), action)] = framed
+        return framed
+
+    def _finish(self, message: bytearray) -> tuple:
+        """The step's result from an answer that matched the layout: the general ``_result`` of its arrays."""
+        named = {}
+        for name, a, b, dtype, shape, _ in self.slots:
+            array = _frombuffer(message[a:b], dtype)
+            array.shape = shape
+            named[name] = array
+        return self._wrap(named)
+
+    def _wrap(self, named: dict) -> tuple:
+        agent = self.agent
+        agent.state = _RUNNING
+        agent.last_observations = named
+        carried = None if self.info is None else agent._read_info(self.info)
+        result = agent._result(named, _RUNNING, carried)
+        if self.extras is None:
+            return result
+        return exactly(result, self.extras, agent.exact, agent.reward.fn is None and agent.reward.name == "reward")
+
+    # -- learning the layout ----------------------------------------------------------------------
+    def learn(self, result: tuple) -> None:
+        """Learn the answer's layout from the step the general path just took (which gave ``result``),
+        if it is one this path can take, and if reading it here gives what the general path gave."""
+        agent, conn = self.agent, self.agent.connection
+        raw = conn.last_message
+        if self.given_up or raw is None or agent.state != _RUNNING or len(raw) >= LARGE:
+            return
+        raw = bytes(raw)
+        try:
+            slots, info, extras = self._walk(raw)
+        except (Unexpected, KeyError, ValueError):
+            self.given_up = True
+            return
+        quick = agent._quick                     # the general path names its quick scalars first
+        self.slots = tuple(sorted(slots, key=lambda slot: slot[5] not in quick))
+        self.info, self.extras = info, extras
+        named = {}
+        for name, a, b, dtype, shape, _ in self.slots:
+            array = np.frombuffer(bytearray(raw[a:b]), dtype)
+            array.shape = shape
+            named[name] = array
+        if not _same(named, agent.last_observations):
+            self.given_up = True
+            return
+        self.layout = ByteLayout(raw, self.link.stream.id, sorted((a, b) for _, a, b, *_ in self.slots))
+
+    def _walk(self, raw: bytes):
+        """The observation slots ``(name, start, stop, dtype, shape)`` of a StepResponse envelope, and its
+        info and exact-extras tensors; ``Unexpected`` where the answer is not of a layout taken here."""
+        top = list(fields(raw, 0, len(raw)))
+        if len(top) != 1 or top[0][:2] != (_STEP, 2) or top[0][3] != len(raw):
+            raise Unexpected
+        by_uid = self.agent.specs.observations.by_uid
+        slots, info, extras, state = [], None, None, None
+        for number, kind, _, stop, value in fields(raw, top[0][4], len(raw)):
+            if number == _STATE and kind == 0:
+                state = value
+                continue
+            if number != _OBSERVATIONS or kind != 2:
+                raise Unexpected
+            entry = list(fields(raw, value, stop))
+            if [(n, k) for n, k, *_ in entry] != [(1, 0), (2, 2)]:
+                raise Unexpected
+            uid, (_, _, _, end, start) = entry[0][4], entry[1]
+            if uid in (INFO_UID, EXACT_UID):
+                tensor = pb.Tensor.FromString(raw[start:end])
+                if uid == INFO_UID:
+                    info = tensor
+                else:
+                    extras = tensor
+                continue
+            shape, (payload, a, b) = parts(raw, start, end, MEMORY_PAYLOADS)
+            inner = list(fields(raw, a, b))
+            if payload not in _FIXED_WIDTH or len(inner) != 1 or inner[0][:2] != (1, 2):
+                raise Unexpected
+            dtype = np.dtype(MEMORY_PAYLOADS[payload].dtype)
+            a = inner[0][4]
+            if not shape and (b - a) != dtype.itemsize:
+                raise Unexpected
+            slots.append((by_uid[uid].name, a, b, dtype, tuple(shape or ()), uid))
+        if state != pb.RUNNING:
+            raise Unexpected
+        return slots, info, extras
+
+
+def _same(ours: dict, theirs: dict) -> bool:
+    """Whether two ``{name: array}`` hold the same names, dtypes, shapes and values (NaN equal to NaN)."""
+    if list(ours) != list(theirs):
+        return False
+    for name, array in ours.items():
+        other = theirs[name]
+        if not isinstance(other, np.ndarray) or array.dtype != other.dtype or array.shape != other.shape \
+                or not np.array_equal(array, other, equal_nan=array.dtype.kind == "f"):
+            return False
+    return True

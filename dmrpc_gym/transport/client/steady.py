@@ -1,0 +1,142 @@
+"""A client stream's steady-state exchange: one prebuilt DATA frame out, one answer of a known layout in.
+
+The fast path of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection`'s ``write`` and ``read``
+for a request whose answer is expected to have the same bytes as an earlier one except in known slots
+(:class:`ByteLayout`). :meth:`SteadyLink.round_trip` holds the connection's lock once, sends the frame
+with one ``send`` and takes the answer with one ``recv_into``, checked in place. The general ``write``
+and ``read`` stay the reference; this path hands over to them wherever it cannot be sure.
+
+What it assumes (anything else is handed over, with nothing lost):
+
+- **sending**: the request is one uncompressed message that fits one DATA frame and both send windows;
+  nothing unsent or corked is ahead of it; the process is no Jupyter kernel (where a send is held
+  from Ctrl-C, see :mod:`~dmrpc_gym.transport.client.interrupts`). Otherwise nothing is sent
+  (:data:`NOT_SENT`) and the caller takes the general path;
+- **receiving**: no deadline (no step timeout, a blocking socket); nothing buffered, no message part
+  way through the stream's splitter, no large frame read in place, no header block open; and the answer
+  arrives in one ``recv`` as exactly the layout's bytes: one DATA frame on this stream (no flags, no
+  padding) holding one uncompressed message, whose fixed parts match. Otherwise whatever was received
+  goes to the connection's buffer, and ``None`` says: the request was sent, read its answer the general way;
+- **keepalive**: with PINGs on (a receive timeout of a read slice on the socket), a slice that passes
+  with nothing received is handed over too; the general read then counts the silence from that moment,
+  at most one slice (1 s) late.
+
+Hostile input: only bytes equal to the layout's fixed parts are taken here, and the layout was learned
+from an answer the general path accepted (its size under the stream's message limit); everything else
+meets the general path's bounds. The connection's flow control and counters move as the general path moves them.
+"""
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+from dmrpc_gym.transport.client.stream import _HALF
+from dmrpc_gym.transport.frames import grpc_frame
+
+__all__ = ["ByteLayout", "SteadyLink", "NOT_SENT", "SENDING", "RECEIVING", "TAKEN"]
+
+#: :meth:`SteadyLink.round_trip`'s answer when it sent nothing (the general path must send).
+NOT_SENT = False
+#: :attr:`SteadyLink.phase`: where the latest round trip got to.
+SENDING, RECEIVING, TAKEN = 0, 1, 2
+_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError)
+
+
+class ByteLayout:
+    """The bytes a DATA frame carrying one gRPC message on stream ``stream_id`` must have: those of
+    ``message``, framed, except in ``slots`` (``(start, stop)`` offsets into ``message``, in order).
+
+    >>> layout = ByteLayout(b"ab1234cd", 1, [(2, 6)])
+    >>> layout.total, [(a, b) for a, b, _ in layout.checks]
+    (22, [(0, 16), (20, 22)])
+    """
+
+    __slots__ = ("total", "checks")
+
+    def __init__(self, message: bytes, stream_id: int, slots: list[tuple[int, int]]):
+        framed = grpc_frame(message, stream_id)
+        self.total = len(framed)
+        checks, at = [], 0
+        for start, stop in slots:
+            checks.append((at, start + 14, framed[at:start + 14]))
+            at = stop + 14
+        checks.append((at, self.total, framed[at:]))
+        self.checks = tuple((a, b, piece) for a, b, piece in checks if b > a)
+
+
+class SteadyLink:
+    """The steady-state exchange of one :class:`~dmrpc_gym.transport.client.stream.GrpcStream`
+    (see the module's docstring for what it assumes).
+
+    >>> from dmrpc_gym.transport.client.h2_transport import open_connection
+    >>> from dmrpc_gym.worlds.embedded import embedded_server
+    >>> conn = open_connection(embedded_server("catch").address, 5.0)
+    >>> link = SteadyLink(conn.open_stream())
+    >>> link.stream.id, link.connection is conn
+    (1, True)
+    >>> link.stream.close()
+    """
+
+    __slots__ = ("stream", "connection", "phase")
+
+    def __init__(self, stream: Any):
+        self.stream = stream
+        self.connection = stream.connection
+        #: How far the latest round trip got: :data:`SENDING`, :data:`RECEIVING` (its send was
+        #: through) or :data:`TAKEN` (its answer was taken here).
+        self.phase = SENDING
+
+    def round_trip(self, data: bytes, size: int, layout: ByteLayout | None, timeout: float | None):
+        """Send ``data`` (one DATA frame of ``size`` payload bytes, as ``grpc_frame`` builds it) and
+        take the answer when it has ``layout``: the message (a ``bytearray``); None when the answer is
+        left to the general read; :data:`NOT_SENT` when nothing was sent. ``timeout`` is the read's
+        (the general path's ``read(timeout)``); any but None hands the receiving over."""
+        stream, conn = self.stream, self.connection
+        self.phase = SENDING
+        with conn.lock:
+            if (stream.ended is not None or conn._dead is not None or conn._unsent or conn._corked
+                    or size > stream.send_window or size > conn._send_conn or size > conn._peer_frame
+                    or stream.compress or conn._kernel):
+                return NOT_SENT
+            # As GrpcConnection.write and send: the windows, then the message committed before a byte goes.
+            stream.send_window -= size
+            conn._send_conn -= size
+            conn._unsent, stream.messages_sent, conn.messages_sent = (
+                data, stream.messages_sent + 1, conn.messages_sent + 1)
+            sock, end, sent = conn._sock, size + 9, 0
+            try:
+                while sent < end:
+                    sent += sock.send(data[sent:] if sent else data)
+            finally:
+                conn._unsent = data[sent:] if sent < end else b""
+            self.phase = RECEIVING
+            conn._per_call = timeout
+            splitter = stream.splitter
+            if (layout is None or timeout is not None or conn._timeout is not None or conn._buf
+                    or conn._partial or stream.messages or conn._headers_in.data is not None
+                    or splitter._data or splitter._big is not None or conn._timeout_by_select):
+                return None
+            try:
+                got = sock.recv_into(conn._rbuf)
+            except _WOULD_BLOCK:                 # keepalive's read slice passed: the general read goes on
+                return None
+            except OSError as err:               # the general read raises it (and says so) the same way
+                conn._dead = err
+                return None
+            view = conn._rview
+            if got == layout.total:
+                for a, b, piece in layout.checks:
+                    if view[a:b] != piece:
+                        break
+                else:
+                    message = conn._rbuf[14:got]
+                    stream.messages_read += 1
+                    n = got - 9                  # as GrpcStream.on_data: the windows earned back
+                    stream.received += n
+                    conn.received += n
+                    self.phase = TAKEN
+                    if stream.received > _HALF or conn.received > _HALF:
+                        stream.data_done(0, 0)
+                    return message
+            conn._buf += view[:got]
+            return None
