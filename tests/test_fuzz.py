@@ -35,6 +35,14 @@ from raw_h2 import RawClient, data, message
 EXAMPLES = int(os.environ.get("DMRPC_FUZZ_EXAMPLES", "0")) or None
 
 
+@pytest.fixture(autouse=True, params=["general", "fast"])
+def both_paths(request, monkeypatch):
+    """Every fuzz test runs with the steady-state step path off, then on (issue 32: ``DMRPC_FAST_STEP``,
+    read by each client agent and by each server connection as it starts)."""
+    monkeypatch.setenv("DMRPC_FAST_STEP", "1" if request.param == "fast" else "0")
+    return request.param
+
+
 def fuzz_settings(examples: int):
     return settings(max_examples=EXAMPLES or examples, deadline=None, derandomize=True, database=None,
                     suppress_health_check=list(HealthCheck))
@@ -161,8 +169,8 @@ SERVER_INPUTS = st.builds(lambda joined, rest: [_JOIN] * joined + rest, st.boole
 
 # -- the server's decode path --------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def registry():
+@pytest.fixture
+def registry():        # (one per run: the general path's worlds must not fill the fast path's registry)
     registry = WorldRegistry(Factory(Catch), max_worlds=64)
     yield registry
     registry.close()

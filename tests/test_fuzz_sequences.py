@@ -19,7 +19,7 @@ import servers
 from hypothesis import given
 from hypothesis import strategies as st
 from raw_h2 import data
-from test_fuzz import fuzz_settings
+from test_fuzz import both_paths, fuzz_settings  # noqa: F401 - both_paths: off and on, as in test_fuzz
 from test_grpc_pings import BdpClient, answers
 from test_hostile_server import joined, step_request
 

@@ -185,8 +185,11 @@ class SteadyStep:
         except (Unexpected, KeyError, ValueError):
             self.given_up = True
             return
-        quick = agent._quick                     # the general path names its quick scalars first
-        self.slots = tuple(sorted(slots, key=lambda slot: slot[5] not in quick))
+        order = {name: i for i, name in enumerate(agent.last_observations)}   # the general path's order
+        if len(order) != len(slots):
+            self.given_up = True
+            return
+        self.slots = tuple(sorted(slots, key=lambda slot: order.get(slot[0], -1)))
         self.info, self.extras = info, extras
         named = {}
         for name, a, b, dtype, shape, _ in self.slots:
