@@ -58,11 +58,27 @@ def _env(address: str):
     return env
 
 
-def client_role(address: str, steps: int, count: bool) -> None:
+def _still(env) -> None:
+    """Stop the client's idle watcher (a thread whose wake-ups follow the clock, so that callgrind would
+    count more of them the slower it runs): the counted steps are then the only work. Both layouts: the
+    watcher on the transport (7d5ace9) or on its stream's connection (the transport package)."""
+    transport = env.connection._transport
+    conn = transport if hasattr(transport, "_watcher") else transport._stream.connection
+    if conn._watcher is not None:
+        conn._watcher.stop()
+        for thread in threading.enumerate():
+            if thread.name == "dmrpc-keepalive":
+                thread.join(5)
+
+
+def client_role(address: str, steps: int, count: bool, quiet: bool = False) -> None:
     """Step ``WARMUP`` times, say ``WARM`` and wait for a stdin line, step ``steps`` times and say ``CALLS``
-    (with ``count``, the Python calls of those steps; else 0), then close at the next line or end of stdin."""
+    (with ``count``, the Python calls of those steps; else 0), then close at the next line or end of stdin.
+    ``quiet``: no idle watcher (:func:`_still`)."""
     import numpy as np
     env, action = _env(address), np.int64(1)
+    if quiet:
+        _still(env)
     for _ in range(WARMUP):
         env.step(action)
     print("WARM", flush=True)
@@ -80,9 +96,11 @@ def client_role(address: str, steps: int, count: bool) -> None:
     env.close()
 
 
-def server_role(count: bool) -> None:
+def server_role(count: bool, quiet: bool = False) -> None:
     """Serve bench_transport's small world; with ``count``, count every server thread's Python calls
-    between the ``ON`` and ``OFF`` lines of stdin (each answered ``OK``, ``OFF`` with the count)."""
+    between the ``ON`` and ``OFF`` lines of stdin (each answered ``OK``, ``OFF`` with the count).
+    ``quiet``: no worker threads (``workers=0``), so every step runs inline on the event loop whatever
+    the clock says (with workers, a step slower than 2 ms, as under callgrind, goes to a thread)."""
     import gymnasium as gym
     import numpy as np
 
@@ -102,7 +120,7 @@ def server_role(count: bool) -> None:
     counter = Counter()
     if count:
         threading.setprofile(counter)            # the server's threads start after this
-    server = Server(Constant, kind="gym").start()
+    server = Server(Constant, kind="gym", **({"workers": 0} if quiet else {})).start()
     print("ADDRESS", server.address, flush=True)
     for line in sys.stdin:
         counter.on = line.strip() == "ON"
@@ -116,9 +134,13 @@ def server_role(count: bool) -> None:
 
 # -- the driver --------------------------------------------------------------------------------------------
 def _spawn(tree: str, *role: str, valgrind: str | None = None) -> subprocess.Popen:
+    """``role`` of this script in ``tree``; ``valgrind``: a callgrind output file to run under callgrind
+    ("": not under it, but quiet as a counted side is, see the roles)."""
     # a fixed hash seed: string hashing (dicts, sets) costs the same in every run
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, HERE]), PYTHONHASHSEED="0")
     command = [sys.executable, os.path.abspath(__file__), *role]
+    if valgrind is not None:
+        command += ["--quiet"]
     if valgrind:
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={valgrind}", *command]
     return subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -191,7 +213,7 @@ def instructions(tree: str, steps: int, folder: str) -> tuple[float, float]:
     it for ``steps`` and ``2 * steps`` steps; the difference leaves out start-up, imports and the warm-up."""
     totals: dict[str, dict[int, int]] = {"client": {}, "server": {}}
     for n in (steps, 2 * steps):
-        server = _spawn(tree, "serve")
+        server = _spawn(tree, "serve", valgrind="")
         try:
             client = _spawn(tree, "client", _line(server, "ADDRESS"), str(n),
                             valgrind=os.path.join(folder, f"client-{n}.out"))
@@ -201,7 +223,7 @@ def instructions(tree: str, steps: int, folder: str) -> tuple[float, float]:
             server.stdin.close()
             server.wait(60)
         server = _spawn(tree, "serve", valgrind=os.path.join(folder, f"server-{n}.out"))
-        client = _spawn(tree, "client", _line(server, "ADDRESS"), str(n))
+        client = _spawn(tree, "client", _line(server, "ADDRESS"), str(n), valgrind="")
         _steps(client)
         client.wait(120)
         server.stdin.close()
@@ -213,14 +235,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("role", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--count", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", action="append", default=[], help="another checkout to measure (repeatable)")
     parser.add_argument("--steps", type=int, default=2000, help="steps counted (callgrind: and twice as many)")
     parser.add_argument("--callgrind", action="store_true", help="also count instructions (needs valgrind)")
     args = parser.parse_args()
     if args.role[:1] == ["client"]:
-        return client_role(args.role[1], int(args.role[2]), args.count)
+        return client_role(args.role[1], int(args.role[2]), args.count, args.quiet)
     if args.role[:1] == ["serve"]:
-        return server_role(args.count)
+        return server_role(args.count, args.quiet)
     if args.callgrind and not shutil.which("valgrind"):
         parser.error("--callgrind needs valgrind (apt-get install valgrind)")
     trees = [TREE, *args.tree]

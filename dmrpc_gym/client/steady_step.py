@@ -44,12 +44,10 @@ from dmrpc_gym.protocol.info import INFO_UID
 from dmrpc_gym.protocol.walk import LARGE, MEMORY_PAYLOADS, Unexpected, fields, parts
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.client.states import State
-from dmrpc_gym.transport import NOT_SENT, TAKEN, ByteLayout, grpc_frame
+from dmrpc_gym.transport import FAST_STEP_ENV, NOT_SENT, TAKEN, ByteLayout, grpc_frame
 
 __all__ = ["SteadyStep", "FAST_STEP_ENV", "enabled", "steady_step"]
 
-#: The environment variable that, set to ``0``, keeps every step on the general path.
-FAST_STEP_ENV = "DMRPC_FAST_STEP"
 _MEMO = 256                          # frames remembered per agent, as the general path's StepRequests
 _MEMO_TYPES = (int, bool, np.integer, np.bool_)
 _STEP = pb.EnvironmentResponse.DESCRIPTOR.fields_by_name["step"].number

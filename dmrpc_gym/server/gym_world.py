@@ -255,23 +255,40 @@ class GymAgent:
             try:
                 obs, reward, terminated, truncated, info = await self.lane.quick(self.env.step, action)
             except Exception as exc:  # noqa: BLE001 - the env's error is the answer
-                self.running, self.broken = False, True
-                raise status.internal(
-                    f"{self.world.factory.name}: step raised {type(exc).__name__}: {exc}; "
-                    f"the next step starts a new sequence") from None
+                raise self.step_failed(exc) from None
             raw, ends = reward, (terminated, truncated)
-            reward = float(raw)
-            self._obs = obs
-            self.episode_step += 1
-            self.episode_return += reward
-            out.state, discount = self._outcome(terminated, truncated)
-            self.running = out.state == _RUNNING
-        exact = exact_step(raw, *ends, self.interface.scalar_kinds.of(self._obs) if plan.env else None) \
-            if plan.exact else None      # a foreign client never asks: no work for it
+            reward, discount = self.stepped(out, obs, raw, terminated, truncated)
         if plan.rgb:
+            exact = self._exact(plan, raw, ends)
             await self.interface.answer(plan, out, self._obs, reward, discount, self.lane, self._render, info, exact)
-        elif plan.items:
-            self.interface.encode(plan, out, self._obs, reward, discount, None, info, exact)
+        else:
+            self.encode(plan, out, raw, ends, reward, discount, info)
+
+    def step_failed(self, exc: Exception) -> Exception:
+        """``env.step`` raised ``exc``: the sequence is over, and the error to answer with."""
+        self.running, self.broken = False, True
+        return status.internal(f"{self.world.factory.name}: step raised {type(exc).__name__}: {exc}; "
+                               f"the next step starts a new sequence")
+
+    def stepped(self, out: StepAnswer, obs: Any, raw: Any, terminated: bool, truncated: bool) -> tuple[float, float]:
+        """The env stepped (``raw``: its reward): the counters and ``out``'s state; ``(reward, discount)``."""
+        reward = float(raw)
+        self._obs = obs
+        self.episode_step += 1
+        self.episode_return += reward
+        out.state, discount = self._outcome(terminated, truncated)
+        self.running = out.state == _RUNNING
+        return reward, discount
+
+    def encode(self, plan: Any, out: StepAnswer, raw: Any, ends: tuple, reward: float, discount: float,
+               info: Any) -> None:
+        """Write a step's planned observations (no frame among them) into ``out``."""
+        if plan.items:
+            self.interface.encode(plan, out, self._obs, reward, discount, None, info, self._exact(plan, raw, ends))
+
+    def _exact(self, plan: Any, raw: Any, ends: tuple) -> dict | None:
+        return exact_step(raw, *ends, self.interface.scalar_kinds.of(self._obs) if plan.env else None) \
+            if plan.exact else None      # a foreign client never asks: no work for it
 
     def _outcome(self, terminated: bool, truncated: bool) -> tuple[int, float]:
         """The step's ``(state, discount)``."""

@@ -37,6 +37,7 @@ from dmrpc_gym.server import properties, status
 from dmrpc_gym.server.interface import StepAnswer
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.registry import WorldRegistry
+from dmrpc_gym.server.steady_serve import SteadyServe
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = ["Session"]
@@ -44,6 +45,15 @@ __all__ = ["Session"]
 log = logging.getLogger("dmrpc_gym.server")
 
 _parse = pb.EnvironmentRequest.FromString
+
+
+def failure_response(which: str | None, exc: Exception) -> bytes:
+    """The answer to a ``which`` request that raised ``exc``: its status (a ``DmRpcError``), else INTERNAL."""
+    if isinstance(exc, DmRpcError):
+        log.info("%s refused: %s: %s", which, exc.code_name, exc.message)
+        return error_response(exc.code, exc.message)
+    log.exception("%s request failed", which)
+    return error_response(status.code(grpc.StatusCode.INTERNAL), f"{which} failed: {type(exc).__name__}: {exc}")
 
 
 def error_response(code: int, message: str) -> bytes:
@@ -72,6 +82,9 @@ class Session:
         #: The render_mode a dmrpc_gym client named in its request headers (None: a foreign client).
         self.render_asked = (headers or {}).get(RENDER_METADATA)
         self.agent: Any = None
+        #: The steady-state answer of the joined agent (:mod:`~dmrpc_gym.server.steady_serve`), or None.
+        self.steady: Any = None
+        self._steady: SteadyServe | None = None
         self._handlers = {
             "create_world": self._create_world, "join_world": self._join_world,
             "reset": self._reset, "reset_world": self._reset_world,
@@ -102,6 +115,8 @@ class Session:
                     raise status.failed_precondition("step needs a joined world: send JoinWorldRequest first")
                 out = StepAnswer()
                 await agent.step(request.step, out, large)
+                if self.steady is not None and large is None:   # its layout, for the steady path
+                    return self._steady.learn(raw, request.step, out.message())
                 return out.message()
             handler = self._handlers.get(which)
             if handler is None:
@@ -111,13 +126,8 @@ class Session:
                 raise status.invalid_argument("the request is empty (no payload is set)")
             response = pb.EnvironmentResponse()
             await handler(getattr(request, which), response)
-        except DmRpcError as exc:
-            log.info("%s refused: %s: %s", which, exc.code_name, exc.message)
-            return error_response(exc.code, exc.message)
-        except Exception as exc:  # noqa: BLE001 - a server bug must not end the stream
-            log.exception("%s request failed", which)
-            return error_response(status.code(grpc.StatusCode.INTERNAL),
-                                  f"{which} failed: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a refusal, or a server bug: it must not end the stream
+            return failure_response(which, exc)
         return response.SerializeToString()
 
     def _joined(self, what: str) -> Any:
@@ -136,6 +146,8 @@ class Session:
                 f"send LeaveWorld first (one world per connection)")
         world = await self.registry.get(request.world_name, self.render_asked)
         self.agent = await world.join(request.settings, self.render_asked)
+        self._steady = SteadyServe.of(self.agent, failure_response)
+        self.steady = None if self._steady is None else self._steady.answer
         log.info("joined world %r%s", world.name, f" as {self.agent.name!r}" if hasattr(self.agent, "name") else "")
         response.join_world.specs.CopyFrom(self.agent.specs)
 
@@ -181,6 +193,7 @@ class Session:
     def leave(self) -> None:
         """Leave the joined world, if any."""
         agent, self.agent = self.agent, None
+        self.steady = self._steady = None
         if agent is not None:
             agent.leave()
             log.info("left world %r", agent.world.name)

@@ -107,20 +107,31 @@ class Lane:
         if kwargs:
             return await self.quick(functools.partial(fn, **kwargs), *args)
         pool = self._pool
-        if pool is None:
-            return fn(*args)
-        start = time.perf_counter()
-        pool._seen(self, start)
-        if self._fast >= self._streak and not self._busy:
-            self.inline_calls += 1
-            try:
-                return fn(*args)
-            finally:
-                self._timed(time.perf_counter() - start)
+        if pool is None or (self._fast >= self._streak and not self._busy):   # (as inline_now says)
+            return self.inline(fn, *args)
+        pool._seen(self, time.perf_counter())
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._put((fn, args, loop, future, True, None))
         return await future
+
+    def inline_now(self) -> bool:
+        """Whether :meth:`quick` would run a call inline now (no pool, or a streak of short calls and none queued)."""
+        return self._pool is None or (self._fast >= self._streak and not self._busy)
+
+    def inline(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` on the caller's thread, now, counted and timed as :meth:`quick`'s inline calls are
+        (the steady-state step calls it where :meth:`inline_now` says so)."""
+        pool = self._pool
+        if pool is None:
+            return fn(*args)
+        start = time.perf_counter()
+        pool._seen(self, start)
+        self.inline_calls += 1
+        try:
+            return fn(*args)
+        finally:
+            self._timed(time.perf_counter() - start)
 
     def _timed(self, seconds: float) -> None:
         below = self._pool.short  # type: ignore[union-attr]

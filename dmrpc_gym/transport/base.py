@@ -15,7 +15,12 @@ from typing import Protocol, runtime_checkable
 
 from dmrpc_gym.transport.unix import unix_path
 
-__all__ = ["Transport", "StreamEnded", "Unreachable", "parse_address", "check_address", "ADDRESS_FORMS"]
+__all__ = ["FAST_STEP_ENV", "Transport", "StreamEnded", "Unreachable", "parse_address", "check_address", "ADDRESS_FORMS"]
+
+#: The environment variable that, set to ``0``, turns the steady-state step path off (issue 32: client
+#: steps, :mod:`dmrpc_gym.client.steady_step`; server answers, :mod:`dmrpc_gym.transport.server.steady`),
+#: so that the general path, the reference, can be measured and tested alone.
+FAST_STEP_ENV = "DMRPC_FAST_STEP"
 
 #: The address forms our client takes, as a refusal lists them.
 ADDRESS_FORMS = "host:port, [IPv6]:port, unix:PATH or unix:///ABSOLUTE/PATH"

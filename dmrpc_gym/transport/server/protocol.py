@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 from typing import Callable, Mapping, Sequence
 
@@ -24,7 +25,8 @@ import hpack
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.codes import GrpcStatus
-from dmrpc_gym.transport.server import eager
+from dmrpc_gym.transport.base import FAST_STEP_ENV
+from dmrpc_gym.transport.server import eager, steady
 from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM,
                                         FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADER, HEADERS, IN_PLACE,
                                         MAX_WINDOW, NO_ERROR, PING, PREFACE, PROTOCOL_ERROR, PUSH_PROMISE,
@@ -72,6 +74,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         self._max_message = max_message_size
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
+        self._steady = os.environ.get(FAST_STEP_ENV, "1") != "0"    # the steady-state path, per connection
         self._preface = False
         self._streams: dict[int, Stream] = {}
         self._headers_in = HeaderBlock(self._limits.max_header_list_size, HEADER_LIMIT)
@@ -120,6 +123,8 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
                 pass
 
     def data_received(self, data: bytes) -> None:
+        if self._steady and not self._buf and steady.take(self, data):
+            return                         # one steady-state request, answered (transport.server.steady)
         if self._lingering:
             return                         # after a protocol error: read and dropped (see abort)
         buf = self._buf

@@ -1,0 +1,200 @@
+"""A gym agent's steady-state step on the server: a request seen before, an answer of a known layout.
+
+After the first steps, a client sends the same few step requests again and again (a Discrete action's
+request is one of ``n`` byte strings), and the answers keep one layout (the same observations, shapes and
+dtypes; only their bytes change). :class:`SteadyServe` remembers, per request bytes, the action the
+general path decoded from them and the plan of observations it asked for, and per plan the answer's
+layout learned from a general answer: the bytes between its slots (the envelope, the map entries, the
+state, the discount). :meth:`SteadyServe.answer` then steps the env inline and writes the observation's
+and reward's bytes into the slots: no protobuf parse, no spec checks, no coroutine, no generic encoder.
+:mod:`dmrpc_gym.transport.server.steady` calls it for a read that is exactly one such request.
+
+What it assumes (anything else declines before anything is done, and the general path answers):
+
+- a :class:`~dmrpc_gym.server.gym_world.GymAgent` (not a subclass: their steps differ), running, not
+  interrupted, on the interface the request was learned on, whose lane runs the step inline now (as the
+  general path would, :meth:`~dmrpc_gym.server.workers.Lane.inline_now`);
+- the request: small, read by protobuf (no large actions), seen before with an action that is an
+  immutable scalar (a Discrete's numpy integer, a Python number), no frame asked for;
+- the answer: its layout learned (a running step, observations of float32, float64, int8 or uint8 and a
+  DOUBLE reward, no ``info`` or exact extras in it) and its size within ``room``.
+
+Once the env has stepped there is no declining: a step that does not fit the layout (it ended, an
+``info``, a reward of another type, an observation of another dtype or shape) is written by the general
+encoder, the very code the general path runs after its step. ``DMRPC_FAST_STEP=0`` turns this off
+(read per connection, :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol`).
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any, Callable
+
+import numpy as np
+
+from dmrpc_gym.protocol.walk import MEMORY_PAYLOADS, Unexpected, fields, parts
+from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.server.gym_world import GymAgent
+from dmrpc_gym.server.interface import _DISCOUNT, _ENV, _REWARD, StepAnswer
+
+__all__ = ["SteadyServe"]
+
+_MEMO = 256                         # request byte strings remembered per agent
+_SMALL = 1 << 12                    # requests longer than this are not remembered
+_IMMUTABLE = (np.generic, int, float, bool)
+_STEP = pb.EnvironmentResponse.DESCRIPTOR.fields_by_name["step"].number
+_OBSERVATIONS = pb.StepResponse.DESCRIPTOR.fields_by_name["observations"].number
+_STATE = pb.StepResponse.DESCRIPTOR.fields_by_name["state"].number
+_FIXED_WIDTH = {c.dt for c in MEMORY_PAYLOADS.values() if c.dt != pb.BOOL}
+_PACK_DOUBLE = struct.Struct("<d").pack
+_REWARD_SLOT = ""                   # the slot name of the reward (observation names are never empty)
+
+
+class _Layout:
+    """An answer's bytes: ``pieces`` around ``slots`` (``(name, dtype, shape)``; the reward's name is "")."""
+
+    __slots__ = ("pieces", "slots", "size")
+
+    def __init__(self, pieces: list[bytes], slots: list[tuple], size: int):
+        self.pieces, self.slots, self.size = pieces, tuple(slots), size
+
+
+class SteadyServe:
+    """The steady-state answers of one joined agent (see the module's docstring).
+
+    >>> import asyncio, gymnasium as gym
+    >>> from dmrpc_gym.server import Server
+    >>> from dmrpc_gym.client.env import DmRpcEnv
+    >>> with Server("CartPole-v1") as server, DmRpcEnv(server.address) as env:
+    ...     _ = env.reset(seed=1)
+    ...     steps = [env.step(1) for _ in range(3)]
+    >>> steps[-1][0].dtype, steps[-1][2]
+    (dtype('float32'), False)
+    """
+
+    def __init__(self, agent: GymAgent, failure: Callable[[str, Exception], bytes]):
+        self.agent, self.failure = agent, failure
+        self.interface = agent.interface
+        self.requests: dict[bytes, tuple] = {}       # request bytes -> (action, plan, layout)
+        self.layouts: dict[Any, _Layout | None] = {}  # plan -> the answer's layout (None: none fits)
+
+    @classmethod
+    def of(cls, agent: Any, failure: Callable[[str, Exception], bytes]) -> SteadyServe | None:
+        """The steady path of ``agent`` (None for agents other than a GymAgent's)."""
+        return cls(agent, failure) if type(agent) is GymAgent else None
+
+    # -- an answer ------------------------------------------------------------------------------
+    def answer(self, raw: bytes, room: int) -> bytes | None:
+        """The serialized answer to the step request ``raw``, or None (nothing done: the general path answers)."""
+        entry = self.requests.get(raw)
+        if entry is None:
+            return None
+        action, plan, layout = entry
+        agent = self.agent
+        if not agent.running or agent.interrupt or agent.interface is not self.interface \
+                or layout.size > room or not agent.lane.inline_now():
+            return None
+        try:
+            obs, raw_reward, terminated, truncated, info = agent.lane.inline(agent.env.step, action)
+        except Exception as exc:  # noqa: BLE001 - the env's error is the answer
+            return self.failure("step", agent.step_failed(exc))
+        out = StepAnswer()
+        try:
+            reward, discount = agent.stepped(out, obs, raw_reward, terminated, truncated)
+            if terminated or truncated or info or type(raw_reward) is not float \
+                    or (plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):   # (exact extras to say)
+                return self._general(plan, out, raw_reward, (terminated, truncated), reward, discount, info)
+            flat = self.interface._obs_codec.flatten(obs) if plan.env else None
+            filled = [layout.pieces[0]]
+            for (name, dtype, shape), piece in zip(layout.slots, layout.pieces[1:]):
+                if name is _REWARD_SLOT:
+                    filled.append(_PACK_DOUBLE(reward))
+                else:
+                    array = flat[name]
+                    if array.dtype != dtype or array.shape != shape:
+                        return self._general(plan, out, raw_reward, (False, False), reward, discount, info)
+                    filled.append(array.tobytes())
+                filled.append(piece)
+            return b"".join(filled)
+        except Exception as exc:  # noqa: BLE001 - as Session.handle: a refusal or a server bug, answered
+            return self.failure("step", exc)
+
+    def _general(self, plan: Any, out: StepAnswer, raw: Any, ends: tuple, reward: float, discount: float,
+                 info: Any) -> bytes:
+        self.agent.encode(plan, out, raw, ends, reward, discount, info)
+        return b"".join(out.message())
+
+    # -- learning -------------------------------------------------------------------------------
+    def learn(self, raw: bytes, request: pb.StepRequest, message: list) -> list:
+        """Remember ``raw`` (a step request the general path just answered with ``message``, returned as it
+        is) with its action, plan and answer layout, where the steady path can take it."""
+        agent = self.agent
+        if agent.interface is not self.interface:           # a new env, maybe new specs: start again
+            self.interface, self.requests, self.layouts = agent.interface, {}, {}
+        if raw in self.requests or len(self.requests) >= _MEMO or len(raw) > _SMALL or not agent.running:
+            return message
+        try:
+            action = self.interface.actions(request.actions)
+            plan = self.interface.plan(request.requested_observations)
+        except Exception:  # noqa: BLE001 - the general path answered it with its refusal
+            return message
+        if not isinstance(action, _IMMUTABLE) or plan.rgb:
+            return message
+        if plan not in self.layouts:
+            self.layouts[plan] = self._layout(plan, b"".join(message))
+        layout = self.layouts[plan]
+        if layout is not None:
+            self.requests[raw] = (action, plan, layout)
+        return message
+
+    def _layout(self, plan: Any, answer: bytes) -> _Layout | None:
+        """The layout of ``answer`` (a running step of ``plan``), if it is one taken here and filling it with
+        this step's values gives the very bytes; else None."""
+        try:
+            cuts = self._slots(plan, answer)
+        except (Unexpected, KeyError, ValueError):
+            return None
+        pieces, at, slots = [], 0, []
+        for a, b, slot in cuts:
+            pieces.append(answer[at:a])
+            slots.append(slot)
+            at = b
+        pieces.append(answer[at:])
+        layout = _Layout(pieces, slots, len(answer))
+        flat = self.interface._obs_codec.flatten(self.agent._obs) if plan.env else {}
+        rebuilt = [pieces[0]]
+        for (a, b, (name, dtype, shape)), piece in zip(cuts, pieces[1:]):
+            array = flat.get(name) if name else None
+            if name and (array is None or array.dtype != dtype or array.shape != shape):
+                return None
+            rebuilt += [answer[a:b] if not name else array.tobytes(), piece]
+        return layout if b"".join(rebuilt) == answer else None
+
+    def _slots(self, plan: Any, answer: bytes) -> list[tuple]:
+        """``(start, stop, (name, dtype, shape))`` of each value of ``answer``; ``Unexpected`` where it has another layout."""
+        top = list(fields(answer, 0, len(answer)))
+        if len(top) != 1 or top[0][:2] != (_STEP, 2) or top[0][3] != len(answer):
+            raise Unexpected
+        items = {uid: (kind, name, dt) for uid, kind, name, dt in plan.items}
+        cuts, state = [], None
+        for number, kind, _, stop, value in fields(answer, top[0][4], len(answer)):
+            if number == _STATE and kind == 0:
+                state = value
+                continue
+            entry = list(fields(answer, value, stop)) if number == _OBSERVATIONS and kind == 2 else []
+            if [(n, k) for n, k, *_ in entry] != [(1, 0), (2, 2)]:
+                raise Unexpected
+            item, (_, _, _, end, start) = items[entry[0][4]], entry[1]
+            shape, (payload, a, b) = parts(answer, start, end, MEMORY_PAYLOADS)
+            inner = list(fields(answer, a, b))
+            if payload not in _FIXED_WIDTH or len(inner) != 1 or inner[0][:2] != (1, 2):
+                raise Unexpected
+            if item[0] == _ENV:
+                dtype = np.dtype(MEMORY_PAYLOADS[payload].dtype)
+                cuts.append((inner[0][4], b, (item[1], dtype, tuple(shape or ()))))
+            elif item[0] == _REWARD and item[2] == pb.DOUBLE:
+                cuts.append((inner[0][4], b, (_REWARD_SLOT, None, None)))
+            elif item[0] != _DISCOUNT or item[2] != pb.DOUBLE:
+                raise Unexpected
+        if state != pb.RUNNING:
+            raise Unexpected
+        return cuts

@@ -1,0 +1,98 @@
+"""The server's steady-state request: one read that is exactly one small request, answered at once.
+
+The fast path of :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol`'s ``data_received``:
+when what one read brought is one whole DATA frame holding one whole gRPC message on an open, idle
+stream, and the stream's handler has a synchronous answer for it (a ``steady(message, room)`` that
+returns the answer's bytes, or None to decline before doing anything), :func:`take` answers it in the
+same turn, with one frame, skipping the frame loop, the splitter, the inbox, the answering coroutine
+and the general send. What it does to the connection (flow-control windows and credit, the frame
+count, the conduct's note of an answer) is what the general path does. ``GrpcProtocol`` stays the reference.
+
+What it assumes (anything else is left to the general path, untouched):
+
+- nothing buffered before this read, the preface read, no header block open, the connection not lingering;
+- the read is one DATA frame (no flags: not padded, not END_STREAM) within both receive windows, on a
+  stream that is open, not answering, with nothing queued, no message part way through its splitter,
+  no compression either way, and response headers already sent;
+- the message is uncompressed and within the stream's message limit;
+- the transport is writable. An answer that fits one frame, the send windows and a write chunk (``room``)
+  is written at once; a larger one (an unusual step: a large ``info``) goes out as the general path
+  sends, awaiting the windows, with the stream busy meanwhile (requests that come then wait their turn).
+
+The env call an answer makes runs inline, as the general path runs a short step (see
+:mod:`dmrpc_gym.server.workers`); a handler declines where the general path would hand it to a thread.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from dmrpc_gym.transport.codes import GrpcStatus
+from dmrpc_gym.transport.frames import DATA, WRITE_CHUNK, grpc_frame
+from dmrpc_gym.transport.server import eager
+
+log = logging.getLogger("dmrpc_gym.server")
+
+__all__ = ["take"]
+
+
+def take(p: Any, data: bytes) -> bool:
+    """Answer ``data`` (one read of protocol ``p``, a GrpcProtocol) on the steady path: whether it did."""
+    n = len(data)
+    if n < 14 or data[3] != DATA or data[4] or data[9] or p._lingering or not p._preface \
+            or p._headers_in.data is not None:
+        return False
+    length = (data[0] << 16) | (data[1] << 8) | data[2]
+    if length != n - 9 or ((data[10] << 24) | (data[11] << 16) | (data[12] << 8) | data[13]) != length - 5:
+        return False
+    try:
+        stream = p._streams[((data[5] & 0x7F) << 24) | (data[6] << 16) | (data[7] << 8) | data[8]]
+    except KeyError:
+        return False
+    splitter = stream.splitter
+    if (stream.busy or stream.inbox or stream.client_done or not stream.open or not stream.replied
+            or stream.compress is not None or splitter._data or splitter._big is not None
+            or length - 5 > splitter.limit or length > p._recv_window or length > stream.recv_window
+            or not p._writable):
+        return False
+    steady = getattr(stream.session, "steady", None)    # (a handler without one: the general path only)
+    if steady is None:
+        return False
+    room = min(stream.window, p._conn_window, p._peer_frame, WRITE_CHUNK) - 5
+    answer = steady(data[14:], room)
+    if answer is None:
+        return False
+    # What _on_data, _serve, _consumed and _send do for this request and its answer, in their order.
+    p._recv_window -= length
+    stream.recv_window -= length
+    p._frames_done += 1
+    stream.held += length
+    p._consumed(stream, length)
+    size = len(answer) + 5
+    if size > room + 5:
+        stream.busy = True
+        stream.task = eager.start(_send_later(p, stream, answer))
+        return True
+    p._conduct.answered = True
+    stream.window -= size
+    p._conn_window -= size
+    p._write(grpc_frame(answer, stream.id))
+    return True
+
+
+async def _send_later(p: Any, stream: Any, answer: bytes) -> None:
+    """Send an answer too large to write at once, as the general path's answering coroutine would."""
+    try:
+        await p._send(stream, answer)
+    except asyncio.CancelledError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - as GrpcProtocol._serve: end this stream with a status
+        log.exception("a stream failed")
+        p._trailers(stream, GrpcStatus.INTERNAL, f"{type(exc).__name__}: {exc}")
+    finally:
+        stream.busy, stream.task = False, None
+        if not stream.open or p._closed:
+            p._finish(stream)
+        elif stream.inbox:
+            p._run(stream)
