@@ -257,7 +257,7 @@ class GymAgent:
             except Exception as exc:  # noqa: BLE001 - the env's error is the answer
                 raise self.step_failed(exc) from None
             raw, ends = reward, (terminated, truncated)
-            reward, discount = self.stepped(out, obs, raw, terminated, truncated)
+            out.state, reward, discount = self.stepped(obs, raw, terminated, truncated)
         if plan.rgb:
             exact = self._exact(plan, raw, ends)
             await self.interface.answer(plan, out, self._obs, reward, discount, self.lane, self._render, info, exact)
@@ -270,15 +270,15 @@ class GymAgent:
         return status.internal(f"{self.world.factory.name}: step raised {type(exc).__name__}: {exc}; "
                                f"the next step starts a new sequence")
 
-    def stepped(self, out: StepAnswer, obs: Any, raw: Any, terminated: bool, truncated: bool) -> tuple[float, float]:
-        """The env stepped (``raw``: its reward): the counters and ``out``'s state; ``(reward, discount)``."""
+    def stepped(self, obs: Any, raw: Any, terminated: bool, truncated: bool) -> tuple[int, float, float]:
+        """The env stepped (``raw``: its reward): the counters; the answer's ``(state, reward, discount)``."""
         reward = float(raw)
         self._obs = obs
         self.episode_step += 1
         self.episode_return += reward
-        out.state, discount = self._outcome(terminated, truncated)
-        self.running = out.state == _RUNNING
-        return reward, discount
+        state, discount = self._outcome(terminated, truncated)
+        self.running = state == _RUNNING
+        return state, reward, discount
 
     def encode(self, plan: Any, out: StepAnswer, raw: Any, ends: tuple, reward: float, discount: float,
                info: Any) -> None:

@@ -13,7 +13,7 @@ What it assumes (anything else declines before anything is done, and the general
 
 - a :class:`~dmrpc_gym.server.gym_world.GymAgent` (not a subclass: their steps differ), running, not
   interrupted, on the interface the request was learned on, whose lane runs the step inline now (as the
-  general path would, :meth:`~dmrpc_gym.server.workers.Lane.inline_now`);
+  general path would, :meth:`~dmrpc_gym.server.workers.Lane.inline_if_quick`);
 - the request: small, read by protobuf (no large actions), seen before with an action that is an
   immutable scalar (a Discrete's numpy integer, a Python number), no frame asked for;
 - the answer: its layout learned (a running step, observations of float32, float64, int8 or uint8 and a
@@ -35,6 +35,7 @@ from dmrpc_gym.protocol.walk import MEMORY_PAYLOADS, Unexpected, fields, parts
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server.gym_world import GymAgent
 from dmrpc_gym.server.interface import _DISCOUNT, _ENV, _REWARD, StepAnswer
+from dmrpc_gym.server.workers import NOT_NOW
 
 __all__ = ["SteadyServe"]
 
@@ -74,6 +75,7 @@ class SteadyServe:
     def __init__(self, agent: GymAgent, failure: Callable[[str, Exception], bytes]):
         self.agent, self.failure = agent, failure
         self.interface = agent.interface
+        self.kinds = bool(agent.interface.scalar_kinds._leaves)   # (scalar leaves: their kinds may need saying)
         self.requests: dict[bytes, tuple] = {}       # request bytes -> (action, plan, layout)
         self.layouts: dict[Any, _Layout | None] = {}  # plan -> the answer's layout (None: none fits)
 
@@ -90,36 +92,39 @@ class SteadyServe:
             return None
         action, plan, layout = entry
         agent = self.agent
-        if not agent.running or agent.interrupt or agent.interface is not self.interface \
-                or layout.size > room or not agent.lane.inline_now():
+        if not agent.running or agent.interrupt or agent.interface is not self.interface or layout.size > room:
             return None
         try:
-            obs, raw_reward, terminated, truncated, info = agent.lane.inline(agent.env.step, action)
+            stepped = agent.lane.inline_if_quick(agent.env.step, action)
+            if stepped is NOT_NOW:
+                return None                      # a step for a worker thread: the general path's
+            obs, raw_reward, terminated, truncated, info = stepped
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
             return self.failure("step", agent.step_failed(exc))
-        out = StepAnswer()
         try:
-            reward, discount = agent.stepped(out, obs, raw_reward, terminated, truncated)
+            state, reward, discount = agent.stepped(obs, raw_reward, terminated, truncated)
             if terminated or truncated or info or type(raw_reward) is not float \
-                    or (plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):   # (exact extras to say)
-                return self._general(plan, out, raw_reward, (terminated, truncated), reward, discount, info)
+                    or (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
+                return self._general(plan, state, raw_reward, (terminated, truncated), reward, discount, info)
             flat = self.interface._obs_codec.flatten(obs) if plan.env else None
             filled = [layout.pieces[0]]
             for (name, dtype, shape), piece in zip(layout.slots, layout.pieces[1:]):
                 if name is _REWARD_SLOT:
-                    filled.append(_PACK_DOUBLE(reward))
-                else:
-                    array = flat[name]
-                    if array.dtype != dtype or array.shape != shape:
-                        return self._general(plan, out, raw_reward, (False, False), reward, discount, info)
-                    filled.append(array.tobytes())
-                filled.append(piece)
+                    filled += (_PACK_DOUBLE(reward), piece)
+                    continue
+                array = flat[name]
+                if array.dtype != dtype or array.shape != shape:
+                    return self._general(plan, state, raw_reward, (False, False), reward, discount, info)
+                filled += (array.tobytes(), piece)
             return b"".join(filled)
         except Exception as exc:  # noqa: BLE001 - as Session.handle: a refusal or a server bug, answered
             return self.failure("step", exc)
 
-    def _general(self, plan: Any, out: StepAnswer, raw: Any, ends: tuple, reward: float, discount: float,
+    def _general(self, plan: Any, state: int, raw: Any, ends: tuple, reward: float, discount: float,
                  info: Any) -> bytes:
+        """The answer as the general path writes it after its step."""
+        out = StepAnswer()
+        out.state = state
         self.agent.encode(plan, out, raw, ends, reward, discount, info)
         return b"".join(out.message())
 
@@ -130,6 +135,7 @@ class SteadyServe:
         agent = self.agent
         if agent.interface is not self.interface:           # a new env, maybe new specs: start again
             self.interface, self.requests, self.layouts = agent.interface, {}, {}
+            self.kinds = bool(agent.interface.scalar_kinds._leaves)
         if raw in self.requests or len(self.requests) >= _MEMO or len(raw) > _SMALL or not agent.running:
             return message
         try:

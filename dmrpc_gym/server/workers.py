@@ -48,7 +48,7 @@ import threading
 import time
 from typing import Any, Callable
 
-__all__ = ["WorkerPool", "Lane", "default_workers", "rendered", "INLINE_BELOW", "ALONE_BELOW", "DEFAULT_WORKERS"]
+__all__ = ["WorkerPool", "Lane", "NOT_NOW", "default_workers", "rendered", "INLINE_BELOW", "ALONE_BELOW", "DEFAULT_WORKERS"]
 
 #: Steps shorter than this (seconds), every one of a streak, run on the event loop.
 INLINE_BELOW = 100e-6
@@ -56,6 +56,8 @@ INLINE_BELOW = 100e-6
 ALONE_BELOW = 2e-3
 _ALONE_AFTER = 0.1      # seconds without another env's quick call before an env steps alone
 _FIRST_STREAK, _LONGEST_STREAK = 8, 4096
+#: What :meth:`Lane.inline_if_quick` returns for a call it did not make.
+NOT_NOW = object()
 
 log = logging.getLogger("dmrpc_gym.server")
 
@@ -107,7 +109,7 @@ class Lane:
         if kwargs:
             return await self.quick(functools.partial(fn, **kwargs), *args)
         pool = self._pool
-        if pool is None or (self._fast >= self._streak and not self._busy):   # (as inline_now says)
+        if pool is None or (self._fast >= self._streak and not self._busy):   # (as inline_if_quick says)
             return self.inline(fn, *args)
         pool._seen(self, time.perf_counter())
         loop = asyncio.get_running_loop()
@@ -115,13 +117,8 @@ class Lane:
         self._put((fn, args, loop, future, True, None))
         return await future
 
-    def inline_now(self) -> bool:
-        """Whether :meth:`quick` would run a call inline now (no pool, or a streak of short calls and none queued)."""
-        return self._pool is None or (self._fast >= self._streak and not self._busy)
-
     def inline(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` on the caller's thread, now, counted and timed as :meth:`quick`'s inline calls are
-        (the steady-state step calls it where :meth:`inline_now` says so)."""
+        """``fn(*args)`` on the caller's thread, now, counted and timed as :meth:`quick`'s inline calls are."""
         pool = self._pool
         if pool is None:
             return fn(*args)
@@ -132,6 +129,12 @@ class Lane:
             return fn(*args)
         finally:
             self._timed(time.perf_counter() - start)
+
+    def inline_if_quick(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` inline where :meth:`quick` would run it inline now, else :data:`NOT_NOW` (not called)."""
+        if self._pool is None or (self._fast >= self._streak and not self._busy):
+            return self.inline(fn, *args)
+        return NOT_NOW
 
     def _timed(self, seconds: float) -> None:
         below = self._pool.short  # type: ignore[union-attr]
