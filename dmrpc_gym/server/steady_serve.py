@@ -26,6 +26,7 @@ encoder, the very code the general path runs after its step. ``DMRPC_FAST_STEP=0
 """
 from __future__ import annotations
 
+import os
 import struct
 from typing import Any, Callable
 
@@ -33,6 +34,7 @@ import numpy as np
 
 from dmrpc_gym.protocol.walk import MEMORY_PAYLOADS, Unexpected, fields, parts
 from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.transport import FAST_STEP_ENV
 from dmrpc_gym.server.gym_world import GymAgent
 from dmrpc_gym.server.interface import _DISCOUNT, _ENV, _REWARD, StepAnswer
 from dmrpc_gym.server.workers import NOT_NOW
@@ -81,8 +83,10 @@ class SteadyServe:
 
     @classmethod
     def of(cls, agent: Any, failure: Callable[[str, Exception], bytes]) -> SteadyServe | None:
-        """The steady path of ``agent`` (None for agents other than a GymAgent's)."""
-        return cls(agent, failure) if type(agent) is GymAgent else None
+        """The steady path of ``agent`` (None for agents other than a GymAgent's, or with the switch off)."""
+        if type(agent) is not GymAgent or os.environ.get(FAST_STEP_ENV, "1") == "0":
+            return None
+        return cls(agent, failure)
 
     # -- an answer ------------------------------------------------------------------------------
     def answer(self, raw: bytes, room: int) -> bytes | None:
