@@ -179,13 +179,13 @@ def same(a, b) -> bool:
 
 def test_the_fast_path_and_the_general_path_agree(monkeypatch):
     from dmrpc_gym.client.steady_step import SteadyStep
-    fast_used, finished, finish = [], [], SteadyStep._finish
+    fast_used, finished, named = [], [], SteadyStep._named
 
     def counted(self, message):
         finished.append(1)
-        return finish(self, message)
+        return named(self, message)
 
-    monkeypatch.setattr(SteadyStep, "_finish", counted)
+    monkeypatch.setattr(SteadyStep, "_named", counted)
 
     @fuzz_settings(60)
     @given(scripts())

@@ -261,7 +261,9 @@ class RemoteAgent:
 
     def receive_step(self) -> tuple[Any, float, bool, bool, dict]:
         """The answer to the oldest ``submit_step``: ``(obs, reward, terminated, truncated, info)``."""
-        return self._stepped(*self.connection.receive_step())
+        steady = self._steady              # answers of the learned layout: read at their offsets
+        response, large = self.connection.receive_step(steady.decode if steady is not None else None)
+        return steady.wrap(response) if large is None else self._stepped(response, large)
 
     def step(self, action: Any = None) -> tuple[Any, float, bool, bool, dict]:
         """Send ``action`` and return the answer, as one call (an interrupt drops its answer)."""

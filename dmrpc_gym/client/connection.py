@@ -199,12 +199,13 @@ class Connection(ConnectRetries):
         """The answer to the oldest submitted request; raises ``DmRpcError`` for an error answer."""
         return self._receive(0)[0]
 
-    def receive_step(self) -> tuple[pb.StepResponse, dict[int, bulk.Decoded]]:
+    def receive_step(self, steady: Callable[[bytes], Any] | None = None) -> tuple[Any, dict[int, bulk.Decoded] | None]:
         """The answer to the oldest request, a StepRequest: the response and, apart, its large
-        observations by UID (:func:`~dmrpc_gym.protocol.bulk.split`)."""
-        return self._receive(bulk.OBSERVATIONS)
+        observations by UID (:func:`~dmrpc_gym.protocol.bulk.split`). ``steady``: a decoder of answers
+        of a known layout (:mod:`~dmrpc_gym.client.steady_step`); what it returns comes with None."""
+        return self._receive(bulk.OBSERVATIONS, steady)
 
-    def _receive(self, map_field: int) -> tuple[Any, dict[int, bulk.Decoded]]:
+    def _receive(self, map_field: int, steady: Callable[[bytes], Any] | None = None) -> tuple[Any, Any]:
         pending = self._pending
         current = pending[0] if pending and not pending[0][1] else next(
             (entry for entry in pending if not entry[1]), None)
@@ -214,11 +215,13 @@ class Connection(ConnectRetries):
             while pending[0] is not current:   # answers to interrupted calls: read and drop
                 self._read_one(pending[0][0])
                 pending.popleft()
-            response, large = self._read_one(current[0], map_field)
+            response, large = self._read_one(current[0], map_field, steady if self._first is None else None)
         except BaseException:
             current[1] = True        # its answer, if it comes, is dropped later too
             raise
         pending.popleft()
+        if large is None:                        # the steady decoder's result
+            return response, None
         field = current[0]
         which = response.WhichOneof("payload")
         if self._first is not None:             # the first answer: the server is up
@@ -234,12 +237,16 @@ class Connection(ConnectRetries):
             raise DmRpcError.from_status(response.error, request=field)
         raise DmRpcError(13, f"the server answered a {field} request with {which!r}", request=field)
 
-    def _read_one(self, field: str, map_field: int = 0) -> tuple[pb.EnvironmentResponse, dict[int, bulk.Decoded]]:
+    def _read_one(self, field: str, map_field: int = 0, steady: Callable[[bytes], Any] | None = None) -> tuple:
         self._check_usable()
         while True:
             try:
                 message = self._transport.read(self.timeout)
                 self.last_message = message      # what a steady-state step learns its layout from
+                if steady is not None:
+                    result = steady(message)
+                    if result is not None:
+                        return result, None
                 try:
                     message, large = bulk.split(message, map_field)
                     return pb.EnvironmentResponse.FromString(message), large

@@ -96,6 +96,7 @@ class SteadyStep:
         self.info: pb.Tensor | None = None        # the info and exact-extras observations, as learned
         self.extras: pb.Tensor | None = None
         self.given_up = False
+        self.size, self.pieces = 0, []        # the message's size and fixed pieces (start, stop, bytes)
 
     # -- a step ----------------------------------------------------------------------------------
     def step(self, action: Any) -> tuple | None:
@@ -129,13 +130,13 @@ class SteadyStep:
                 pending.append(entry)
             raise
         if message is None:
-            result = agent._stepped(*conn.receive_step())
+            result = agent.receive_step()
             if self.layout is None:
                 self.learn(result)
             return result
         if message is NOT_SENT:
             return None
-        return self._finish(message)
+        return self.wrap(self._named(message))
 
     def _frame(self, action: Any) -> tuple[bytes, int] | None:
         """The general encoder's request for ``action``, framed; memoized for integer actions."""
@@ -150,16 +151,27 @@ class SteadyStep:
             self.frames[(type(action), action)] = framed
         return framed
 
-    def _finish(self, message: bytearray) -> tuple:
-        """The step's result from an answer that matched the layout: the general ``_result`` of its arrays."""
+    def decode(self, message: bytes) -> dict | None:
+        """The observations of an answer (however it was framed) that has the learned layout, by name;
+        else None (the general path reads it). Only reads: :meth:`wrap` makes the step's result."""
+        if self.layout is None or len(message) != self.size:
+            return None
+        for a, b, piece in self.pieces:
+            if message[a:b] != piece:
+                return None
+        return self._named(bytearray(message))
+
+    def _named(self, message: bytearray) -> dict:
         named = {}
         for name, a, b, dtype, shape, _ in self.slots:
             array = _frombuffer(message[a:b], dtype)
             array.shape = shape
             named[name] = array
-        return self._wrap(named)
+        return named
 
-    def _wrap(self, named: dict) -> tuple:
+    def wrap(self, named: dict) -> tuple:
+        """The step's ``(obs, reward, terminated, truncated, info)`` from its observations (a running step
+        of the learned layout): the general path's own ``_result``, as its ``_stepped`` calls it."""
         agent = self.agent
         agent.state = _RUNNING
         agent.last_observations = named
@@ -197,7 +209,13 @@ class SteadyStep:
         if not _same(named, agent.last_observations):
             self.given_up = True
             return
-        self.layout = ByteLayout(raw, self.link.stream.id, sorted((a, b) for _, a, b, *_ in self.slots))
+        cuts = sorted((a, b) for _, a, b, *_ in self.slots)
+        self.layout = ByteLayout(raw, self.link.stream.id, cuts)
+        self.size, self.pieces, at = len(raw), [], 0
+        for a, b in [*cuts, (len(raw), len(raw))]:
+            if a > at:
+                self.pieces.append((at, a, raw[at:a]))
+            at = b
 
     def _walk(self, raw: bytes):
         """The observation slots ``(name, start, stop, dtype, shape)`` of a StepResponse envelope, and its
