@@ -60,10 +60,12 @@ def _env(address: str):
 
 def _still(env) -> None:
     """Stop the client's idle watcher (a thread whose wake-ups follow the clock, so that callgrind would
-    count more of them the slower it runs): the counted steps are then the only work. Both layouts: the
-    watcher on the transport (7d5ace9) or on its stream's connection (the transport package)."""
+    count more of them the slower it runs): the counted steps are then the only work. Any layout: the
+    watcher on the transport, on its stream (7d5ace9) or on its stream's connection (the transport package)."""
     transport = env.connection._transport
-    conn = transport if hasattr(transport, "_watcher") else transport._stream.connection
+    stream = getattr(transport, "_stream", None)
+    holders = [transport, stream, getattr(stream, "connection", None)]
+    conn = next(holder for holder in holders if hasattr(holder, "_watcher"))
     if conn._watcher is not None:
         conn._watcher.stop()
         for thread in threading.enumerate():
@@ -239,6 +241,7 @@ def main() -> None:
     parser.add_argument("--tree", action="append", default=[], help="another checkout to measure (repeatable)")
     parser.add_argument("--steps", type=int, default=2000, help="steps counted (callgrind: and twice as many)")
     parser.add_argument("--callgrind", action="store_true", help="also count instructions (needs valgrind)")
+    parser.add_argument("--skip-this", action="store_true", help="measure only the --tree checkouts")
     args = parser.parse_args()
     if args.role[:1] == ["client"]:
         return client_role(args.role[1], int(args.role[2]), args.count, args.quiet)
@@ -246,7 +249,7 @@ def main() -> None:
         return server_role(args.count, args.quiet)
     if args.callgrind and not shutil.which("valgrind"):
         parser.error("--callgrind needs valgrind (apt-get install valgrind)")
-    trees = [TREE, *args.tree]
+    trees = [*([] if args.skip_this else [TREE]), *args.tree]
     print("| tree | client: Python calls / step | C calls | server: Python calls / step | C calls |"
           + (" instructions / step, client | server |" if args.callgrind else ""))
     print("|---|---:|---:|---:|---:|" + ("---:|---:|" if args.callgrind else ""))

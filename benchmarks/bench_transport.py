@@ -5,13 +5,13 @@ Every server and client runs in its own subprocess; the clients take turns, roun
 round, and the medians are compared (the machines are noisy: only numbers taken in one
 run are compared)::
 
-    python benchmarks/bench_transport.py --base /path/to/old/checkout   # vs that tree too
+    python benchmarks/bench_transport.py --base /path/to/old/checkout   # vs that tree too (repeatable)
     python benchmarks/bench_transport.py --quick                        # a smoke run
 
 Cases: ``small``: ``DmRpcEnv.step`` with a 4-float observation and a Discrete action;
 ``vector N``: the same world stepped by a ``DmRpcVectorEnv`` of N envs (``--envs``, default 8;
 steps/s and CPU are per env step), on one shared connection (this tree's default) or a connection
-each, and with a baseline's client against this tree's server;
+each, and a baseline's (its client and server), and its client against this tree's server;
 ``small + info + seeds``: the same world returning a 3-key ``info`` each step, and a seeded
 ``reset`` every 100 steps (this tree carries the info and sends the seed; a baseline drops both);
 ``obs 16 MiB``: a 16 MiB uint8 observation each step; ``action 16 MiB``: a 16 MiB uint8
@@ -152,6 +152,12 @@ class Proc:
             self.proc.kill()
 
 
+def _label(tree: str) -> str:
+    """A baseline checkout's name in the tables: its commit, else its folder."""
+    found = subprocess.run(["git", "-C", tree, "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True)
+    return found.stdout.strip() or os.path.basename(os.path.abspath(tree))
+
+
 def certificate(folder: str) -> tuple[str, str]:
     """A self-signed certificate for 127.0.0.1 (``openssl`` command)."""
     if shutil.which("openssl") is None:
@@ -193,7 +199,8 @@ def table(title: str, rates: dict[str, tuple[float, ...]], pairs: list[tuple[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("role", nargs="?", default="driver", choices=["driver", "serve", "client"])
-    parser.add_argument("--base", help="a checkout of the baseline (small steps there too)")
+    parser.add_argument("--base", action="append", default=[],
+                        help="a checkout of a baseline (repeatable; its client and server measured too)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--seconds", type=float)
@@ -257,23 +264,29 @@ def main() -> None:
                         plain)
                     pairs.append((f"{vector}: one connection / a connection each", f"{vector}, this tree",
                                   f"{vector}, this tree, a connection each"))
+                chatty = ["--reset-every", "100"]
                 if args.base:
-                    base = start(args.base, "serve")
-                    cases["small, baseline"] = (start(args.base, "client", "--address", address(base)), base)
-                    pairs.insert(0, ("this tree / baseline", "small, this tree", "small, baseline"))
-                    chatty = ["--reset-every", "100"]
-                    ours_info, base_info = start(TREE, "serve", "--info"), start(args.base, "serve", "--info")
+                    ours_info = start(TREE, "serve", "--info")
                     cases["small + info + seeds, this tree"] = (
                         start(TREE, "client", "--address", address(ours_info), *chatty), ours_info)
-                    cases["small + info + seeds, baseline"] = (
-                        start(args.base, "client", "--address", address(base_info), *chatty), base_info)
-                    pairs.insert(1, ("info + seeds: this tree / baseline", "small + info + seeds, this tree",
-                                     "small + info + seeds, baseline"))
-                    if args.envs:      # both clients against this tree's server
-                        cases[f"{vector}, baseline client"] = (start(args.base, "client", "--address", address(plain),
-                                                                     "--vector", str(args.envs)), plain)
-                        pairs.insert(1, (f"{vector}: this tree / baseline client (one server)",
-                                         f"{vector}, this tree", f"{vector}, baseline client"))
+                for tree in args.base:
+                    label = _label(tree)
+                    base = start(tree, "serve")
+                    cases[f"small, {label}"] = (start(tree, "client", "--address", address(base)), base)
+                    pairs.insert(0, (f"this tree / {label}", "small, this tree", f"small, {label}"))
+                    base_info = start(tree, "serve", "--info")
+                    cases[f"small + info + seeds, {label}"] = (
+                        start(tree, "client", "--address", address(base_info), *chatty), base_info)
+                    pairs.insert(1, (f"info + seeds: this tree / {label}", "small + info + seeds, this tree",
+                                     f"small + info + seeds, {label}"))
+                    if args.envs:      # its client and its server, and its client against this tree's server
+                        cases[f"{vector}, {label}"] = (start(tree, "client", "--address", address(base),
+                                                             "--vector", str(args.envs)), base)
+                        pairs.insert(1, (f"{vector}: this tree / {label}", f"{vector}, this tree", f"{vector}, {label}"))
+                        cases[f"{vector}, {label} client"] = (start(tree, "client", "--address", address(plain),
+                                                                    "--vector", str(args.envs)), plain)
+                        pairs.insert(2, (f"{vector}: this tree / {label} client (one server)",
+                                         f"{vector}, this tree", f"{vector}, {label} client"))
                 table("(c) small steps (DmRpcEnv, our server)", measure(cases, rounds, seconds), pairs)
             if not args.skip_large:
                 obs = start(TREE, "serve", "--obs-bytes", str(MIB16))
@@ -289,15 +302,15 @@ def main() -> None:
                         start(TREE, "client", "--address", address(act), "--impl", "official", *big), act)
                     pairs = [("obs: ours / official", "obs 16 MiB, ours", "obs 16 MiB, official"),
                              ("action: ours / official", "action 16 MiB, ours", "action 16 MiB, official")]
-                if args.base:
-                    base_obs = start(args.base, "serve", "--obs-bytes", str(MIB16))
-                    base_act = start(args.base, "serve", "--action-bytes", str(MIB16))
-                    cases["obs 16 MiB, baseline"] = (start(args.base, "client", "--address", address(base_obs)),
-                                                     base_obs)
-                    cases["action 16 MiB, baseline"] = (
-                        start(args.base, "client", "--address", address(base_act), *big), base_act)
-                    pairs += [("obs: this tree / baseline", "obs 16 MiB, ours", "obs 16 MiB, baseline"),
-                              ("action: this tree / baseline", "action 16 MiB, ours", "action 16 MiB, baseline")]
+                for tree in args.base:
+                    label = _label(tree)
+                    base_obs = start(tree, "serve", "--obs-bytes", str(MIB16))
+                    base_act = start(tree, "serve", "--action-bytes", str(MIB16))
+                    cases[f"obs 16 MiB, {label}"] = (start(tree, "client", "--address", address(base_obs)), base_obs)
+                    cases[f"action 16 MiB, {label}"] = (
+                        start(tree, "client", "--address", address(base_act), *big), base_act)
+                    pairs += [(f"obs: this tree / {label}", "obs 16 MiB, ours", f"obs 16 MiB, {label}"),
+                              (f"action: this tree / {label}", "action 16 MiB, ours", f"action 16 MiB, {label}")]
                 table("(b) 16 MiB payloads (our server; official = DmEnvAdaptor over grpcio, limits lifted)",
                       measure(cases, max(2, rounds // 2), seconds * 2), pairs)
     finally:
