@@ -34,7 +34,7 @@ class _LargeMessages:
                 self._read_frame()
                 if stream.ended is not None:
                     raise stream.ended
-            n = min(message.left, stream.send_window, self._send_conn, self._peer_frame)
+            n = min(message.left, stream.send_window, self._send_conn, self._peer.max_frame)
             if self._deadline is not None:
                 self._arm()
             stream.send_window -= n

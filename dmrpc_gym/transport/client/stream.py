@@ -142,9 +142,14 @@ class GrpcStream:
 
     def refuse(self, err: StreamError) -> None:
         """End this stream over an answer we refuse (too large, badly encoded): RST_STREAM CANCEL."""
-        self.end(err.status, f"refused an answer from the server: {err}")
-        self.splitter.limit = -1            # drop whatever else arrives
-        self.connection.send(frame(RST_STREAM, 0, self.id, U32.pack(CANCEL)))
+        self.reset(CANCEL, err.status, f"refused an answer from the server: {err}")
+
+    def reset(self, code: int, status: int | None, message: str) -> None:
+        """End this stream with ``message`` and tell the server so with RST_STREAM ``code``; whatever
+        else arrives on it is dropped."""
+        self.end(status, message)
+        self.splitter.limit = -1
+        self.connection.send(frame(RST_STREAM, 0, self.id, U32.pack(code)))
 
     def end(self, status: int | None, message: str) -> None:
         if self.ended is None:

@@ -26,12 +26,12 @@ from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.server import eager
 from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM,
-                                        FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADER, HEADERS, IN_PLACE,
-                                        MAX_WINDOW, NO_ERROR, PING, PREFACE, PROTOCOL_ERROR, PUSH_PROMISE,
-                                        REFUSED_STREAM, RST_STREAM, SETTINGS, SETTING_FRAME, SETTING_HEADER_LIST,
-                                        SETTING_HEADER_TABLE, SETTING_STREAMS, SETTING_WINDOW, U32, WINDOW_UPDATE,
-                                        WRITE_CHUNK, Deflated, ProtocolError, StreamError, check_frame, frame,
-                                        goaway_frame, parse_settings, settings_frame)
+                                        FRAME_SIZE_ERROR, GOAWAY, HEADER, HEADERS, IN_PLACE, NO_ERROR, PING, PREFACE,
+                                        PROTOCOL_ERROR, PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTINGS,
+                                        SETTING_FRAME, SETTING_HEADER_LIST, SETTING_STREAMS, SETTING_WINDOW, U32,
+                                        WINDOW_UPDATE, WRITE_CHUNK, Deflated, ProtocolError, StreamError, check_frame,
+                                        frame, goaway_frame, settings_frame)
+from dmrpc_gym.transport.flow import SETTINGS_ACK, PeerSettings, StreamReset, credited
 from dmrpc_gym.transport.server.stream import HEADER_LIMIT, HTTP1_ANSWER, Stream, StreamHandler, refusal_of
 from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.server.replies import Replies
@@ -77,9 +77,8 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         self._headers_in = HeaderBlock(self._limits.max_header_list_size, HEADER_LIMIT)
         self._decoder = self._headers_in.decoder()
         self._encoder = hpack.Encoder()
-        self._conn_window = DEFAULT_WINDOW
-        self._peer_window = DEFAULT_WINDOW
-        self._peer_frame = 16384
+        self._send_conn = DEFAULT_WINDOW   # what we may still send on the connection
+        self._peer = PeerSettings()
         # Inbound flow control: the client may send what the session has consumed, and one
         # largest message more (so memory follows what the application takes, not what arrives).
         self._window = receive_window(max_message_size)
@@ -209,66 +208,56 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
             check_frame(kind, flags, sid, len(payload))
             if self._headers_in.open and (kind != CONTINUATION or sid != self._headers_in.stream):
                 raise ProtocolError(PROTOCOL_ERROR, "a frame interrupted a header block")
-        if kind == DATA:
-            self._on_data(flags, sid, payload)
-        elif kind in (HEADERS, CONTINUATION):
-            self._on_headers(kind, flags, sid, payload)
-        elif kind == SETTINGS:
-            if not flags & ACK:
-                self._on_settings(payload)
-        elif kind == PING:
-            if not flags & ACK:
-                self._conduct.ping(asyncio.get_running_loop().time(), len(self._streams), payload == KEEPALIVE_PING)
-                self._write(frame(PING, ACK, 0, payload))
-        elif kind == WINDOW_UPDATE:
-            self._on_window_update(sid, U32.unpack(payload)[0] & 0x7FFFFFFF)
-        elif kind == RST_STREAM:
-            if sid > self._last_stream:
-                raise ProtocolError(PROTOCOL_ERROR, f"RST_STREAM on idle stream {sid}")
-            stream = self._streams.get(sid)
-            if stream is not None:
-                self._conduct.reset(asyncio.get_running_loop().time())
-                self._end_stream(stream)
-        elif kind == GOAWAY:             # RFC 9113 6.8: the streams already open run to completion
-            self._draining = True
-            self._close_if_done()
-        elif kind == PUSH_PROMISE:
-            raise ProtocolError(PROTOCOL_ERROR, "a client sent PUSH_PROMISE")
-        # PRIORITY and unknown types: ignored.
+        handler = _HANDLERS[kind] if kind < len(_HANDLERS) else None
+        if handler is not None:          # PRIORITY and unknown types: ignored
+            handler(self, flags, sid, payload)
 
-    def _on_settings(self, payload: bytes) -> None:
-        for key, value in parse_settings(payload):
-            if key == SETTING_WINDOW:
-                for stream in self._streams.values():
-                    stream.window += value - self._peer_window
-                    if stream.window > MAX_WINDOW:      # RFC 9113 6.9.2: a connection error
-                        raise ProtocolError(FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {value} took "
-                                            f"stream {stream.id}'s window past 2**31-1")
-                self._peer_window = value
-            elif key == SETTING_FRAME:
-                self._peer_frame = value
-            elif key == SETTING_HEADER_TABLE:
-                self._encoder.header_table_size = value
-        self._write(frame(SETTINGS, ACK, 0))
+    def _on_settings(self, flags: int, sid: int, payload: bytes) -> None:
+        if flags & ACK:
+            return
+        self._peer.apply(payload, self._streams.values())
+        self._encoder.header_table_size = self._peer.header_table
+        self._write(SETTINGS_ACK)
         self._window_open.set()
 
-    def _on_window_update(self, sid: int, increment: int) -> None:
+    def _on_window_update(self, flags: int, sid: int, payload: bytes) -> None:
+        increment = U32.unpack(payload)[0] & 0x7FFFFFFF
         if sid == 0:
-            if not increment:
-                raise ProtocolError(PROTOCOL_ERROR, "a WINDOW_UPDATE of 0 on the connection")
-            self._conn_window += increment
-            if self._conn_window > MAX_WINDOW:
-                raise ProtocolError(FLOW_CONTROL_ERROR, "a WINDOW_UPDATE took the connection window past 2**31-1")
+            self._send_conn = credited(self._send_conn, increment, 0)
         elif sid in self._streams:
             stream = self._streams[sid]
-            stream.window += increment
-            if not increment or stream.window > MAX_WINDOW:
-                self._reset(stream, PROTOCOL_ERROR if not increment else FLOW_CONTROL_ERROR)
+            try:
+                stream.send_window = credited(stream.send_window, increment, sid)
+            except StreamReset as err:
+                self._reset(stream, err.code)
         elif sid > self._last_stream:
             raise ProtocolError(PROTOCOL_ERROR, f"WINDOW_UPDATE on idle stream {sid}")
         self._window_open.set()
 
-    def _on_headers(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
+    def _on_continuation(self, flags: int, sid: int, payload: bytes) -> None:
+        self._on_headers(flags, sid, payload, CONTINUATION)
+
+    def _on_ping(self, flags: int, sid: int, payload: bytes) -> None:
+        if not flags & ACK:
+            self._conduct.ping(asyncio.get_running_loop().time(), len(self._streams), payload == KEEPALIVE_PING)
+            self._write(frame(PING, ACK, 0, payload))
+
+    def _on_reset(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid > self._last_stream:
+            raise ProtocolError(PROTOCOL_ERROR, f"RST_STREAM on idle stream {sid}")
+        stream = self._streams.get(sid)
+        if stream is not None:
+            self._conduct.reset(asyncio.get_running_loop().time())
+            self._end_stream(stream)
+
+    def _on_goaway(self, flags: int, sid: int, payload: bytes) -> None:
+        self._draining = True            # RFC 9113 6.8: the streams already open run to completion
+        self._close_if_done()
+
+    def _on_push(self, flags: int, sid: int, payload: bytes) -> None:
+        raise ProtocolError(PROTOCOL_ERROR, "a client sent PUSH_PROMISE")
+
+    def _on_headers(self, flags: int, sid: int, payload: bytes, kind: int = HEADERS) -> None:
         headers = self._headers_in.add(kind, flags, sid, payload, self._decoder)
         if headers is None:
             return
@@ -286,7 +275,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         if self._draining or len(self._streams) >= self._limits.max_streams:
             self._write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
             return
-        stream = Stream(sid, self._peer_window, self._max_message, self._window)
+        stream = Stream(sid, self._peer.initial_window, self._max_message, self._window)
         refusal = refusal_of(headers, self._token, self._headers_in.size, self._limits.max_header_list_size)
         if refusal is not None:
             self._trailers(stream, *refusal)
@@ -394,3 +383,12 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         if transport.can_write_eof():
             transport.write_eof()
         asyncio.get_running_loop().call_later(_LINGER, transport.close)
+
+
+#: The server's handler of each frame type it acts on, indexed by type
+#: (``handler(protocol, flags, stream, payload)``; None: ignored).
+_HANDLERS = tuple({
+    DATA: GrpcProtocol._on_data, HEADERS: GrpcProtocol._on_headers, CONTINUATION: GrpcProtocol._on_continuation,
+    SETTINGS: GrpcProtocol._on_settings, PING: GrpcProtocol._on_ping, WINDOW_UPDATE: GrpcProtocol._on_window_update,
+    RST_STREAM: GrpcProtocol._on_reset, GOAWAY: GrpcProtocol._on_goaway, PUSH_PROMISE: GrpcProtocol._on_push,
+}.get(kind) for kind in range(CONTINUATION + 1))

@@ -85,17 +85,17 @@ class Replies:
         self._conduct.answered = True    # HEADERS or DATA out: the next PING is no strike (gRPC's rule)
         if not stream.replied:
             self._write(frames.header_frames(stream.id, 0, self._encoder.encode(self._headers(stream)),
-                                         self._peer_frame))
+                                         self._peer.max_frame))
         if type(message) is list:
             n = sum(map(len, message)) + 5
             if n <= WRITE_CHUNK or stream.compress is not None:
                 message = b"".join(message)
         else:
             n = len(message) + 5
-        if (n <= WRITE_CHUNK and n <= stream.window and n <= self._conn_window and n <= self._peer_frame
+        if (n <= WRITE_CHUNK and n <= stream.send_window and n <= self._send_conn and n <= self._peer.max_frame
                 and stream.compress is None and self._writable):
-            stream.window -= n
-            self._conn_window -= n
+            stream.send_window -= n
+            self._send_conn -= n
             self._write(frames.grpc_frame(message, stream.id))
             return
         if stream.compress is not None:
@@ -108,7 +108,7 @@ class Replies:
         while parts.left:
             if self._closed or self._transport is None or self._transport.is_closing():
                 raise asyncio.CancelledError()    # the peer is gone: the rest of the answer is not sent
-            while min(stream.window, self._conn_window) <= 0 or not self._writable:
+            while min(stream.send_window, self._send_conn) <= 0 or not self._writable:
                 if self._closed or not stream.open:
                     raise asyncio.CancelledError()
                 if self._writable:
@@ -116,9 +116,9 @@ class Replies:
                     await self._window_open.wait()
                 else:
                     await self._can_write.wait()
-            n = min(parts.left, stream.window, self._conn_window, self._peer_frame, WRITE_CHUNK)
-            stream.window -= n
-            self._conn_window -= n
+            n = min(parts.left, stream.send_window, self._send_conn, self._peer.max_frame, WRITE_CHUNK)
+            stream.send_window -= n
+            self._send_conn -= n
             self._conduct.answered = True
             # Joined into bytes: asyncio may keep what it could not send yet (Python 3.12+ keeps
             # memoryviews as they are), and the pieces may be an env's own array, which its next
@@ -138,7 +138,7 @@ class Replies:
             fields.append(("grpc-message", urllib.parse.quote(message, safe=" !#$&'()*+,/:;=?@[]~")))
         fields.extend(extra)
         block = self._encoder.encode(fields, huffman=len(message) < 256)
-        self._write(frames.header_frames(stream.id, END_STREAM, block, self._peer_frame))
+        self._write(frames.header_frames(stream.id, END_STREAM, block, self._peer.max_frame))
 
     def _refuse(self, stream: Stream, err: StreamError, client_done: bool) -> None:
         """End one stream with ``err``'s status; the client need send no more (RST_STREAM NO_ERROR)."""

@@ -46,12 +46,12 @@ class Stream:
     (1048576, True, [])
     """
 
-    __slots__ = ("id", "window", "recv_window", "held", "credit", "splitter", "inbox", "session", "busy", "task",
+    __slots__ = ("id", "send_window", "recv_window", "held", "credit", "splitter", "inbox", "session", "busy", "task",
                  "open", "replied", "compress", "encoding", "client_done")
 
     def __init__(self, stream_id: int, window: int, limit: int, recv_window: int = DEFAULT_WINDOW):
         self.id = stream_id
-        self.window = window             # what we may send on it (the client's flow control)
+        self.send_window = window        # what we may send on it (the client's flow control)
         self.recv_window = recv_window   # what the client may still send on it (ours)
         self.held = 0                    # bytes received and not yet consumed by the session
         self.credit = 0                  # bytes consumed since our last WINDOW_UPDATE for it
