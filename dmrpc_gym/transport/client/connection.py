@@ -34,10 +34,10 @@ from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.client import interrupts
 from dmrpc_gym.transport.flow import PeerSettings
 from dmrpc_gym.transport.frames import (CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM,
-                                        GATHER_SECONDS, IN_PLACE, GOAWAY, HEADER, HEADERS, MAX_WINDOW, PADDED, PING, PREFACE, PROTOCOL_ERROR,
-                                        PUSH_PROMISE, RST_STREAM, SETTING_FRAME, SETTING_PUSH, SETTING_WINDOW, SETTINGS,
-                                        U32, WINDOW_UPDATE, ProtocolError, check_frame, frame, grpc_frame,
-                                        header_frames, settings_frame)
+                                        GATHER_SECONDS, GOAWAY, HEADER, HEADERS, IN_PLACE, MAX_WINDOW, PADDED, PING,
+                                        PREFACE, PROTOCOL_ERROR, PUSH_PROMISE, RST_STREAM, SETTINGS, SETTING_FRAME,
+                                        SETTING_PUSH, SETTING_WINDOW, U32, WINDOW_UPDATE, ProtocolError, check_frame,
+                                        frame, grpc_frame, header_frames, settings_frame, window_update_frame)
 from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.client.clock import _Clock
 from dmrpc_gym.transport.client.control import _Control
@@ -101,7 +101,7 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
                          ("grpc-accept-encoding", encodings.ACCEPT_ENCODING)]
         settings = ((SETTING_PUSH, 0), (SETTING_WINDOW, MAX_WINDOW), (SETTING_FRAME, _OUR_FRAME))
         self._sock.sendall(PREFACE + settings_frame(settings)
-                           + frame(WINDOW_UPDATE, 0, 0, U32.pack(MAX_WINDOW - DEFAULT_WINDOW)))
+                           + window_update_frame(0, MAX_WINDOW - DEFAULT_WINDOW))
 
     # -- public ----------------------------------------------------------------
     def open_stream(self, metadata: tuple[tuple[str, str], ...] = (), compression: str | None = None,

@@ -11,8 +11,8 @@ import struct
 
 from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.flow import SETTINGS_ACK, StreamReset, credited
-from dmrpc_gym.transport.frames import (ACK, FRAME_SIZE_ERROR, PING, PROTOCOL_ERROR, SETTINGS, U32, ProtocolError, frame,
-                                        goaway_frame)
+from dmrpc_gym.transport.frames import (ACK, FRAME_SIZE_ERROR, PROTOCOL_ERROR, SETTINGS, U32, ProtocolError,
+                                        goaway_frame, ping_frame)
 
 __all__: list[str] = []          # a part of GrpcConnection, not an interface of its own
 
@@ -69,7 +69,7 @@ class _Control:
 
     def _on_ping(self, flags: int, sid: int, payload: bytes) -> None:
         if not flags & ACK:
-            self.send(frame(PING, ACK, 0, payload))
+            self.send(ping_frame(payload, ack=True))
         else:
             self._pong()
 

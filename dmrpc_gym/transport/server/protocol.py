@@ -29,8 +29,9 @@ from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MES
                                         FRAME_SIZE_ERROR, GOAWAY, HEADER, HEADERS, IN_PLACE, NO_ERROR, PING, PREFACE,
                                         PROTOCOL_ERROR, PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTINGS,
                                         SETTING_FRAME, SETTING_HEADER_LIST, SETTING_STREAMS, SETTING_WINDOW, U32,
-                                        WINDOW_UPDATE, WRITE_CHUNK, Deflated, ProtocolError, StreamError, check_frame,
-                                        frame, goaway_frame, settings_frame)
+                                        WINDOW_UPDATE, WRITE_CHUNK, Deflated, ProtocolError, StreamError,
+                                        check_frame, goaway_frame, ping_frame, rst_stream_frame, settings_frame,
+                                        window_update_frame)
 from dmrpc_gym.transport.flow import SETTINGS_ACK, PeerSettings, StreamReset, credited
 from dmrpc_gym.transport.server.stream import HEADER_LIMIT, HTTP1_ANSWER, Stream, StreamHandler, refusal_of
 from dmrpc_gym.transport.headers import HeaderBlock
@@ -180,7 +181,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         settings = ((SETTING_STREAMS, self._limits.max_streams), (SETTING_WINDOW, self._window),
                     (SETTING_FRAME, _OUR_FRAME), (SETTING_HEADER_LIST, self._limits.max_header_list_size))
         self._write(settings_frame(settings)
-                    + frame(WINDOW_UPDATE, 0, 0, U32.pack(self._window - DEFAULT_WINDOW)))
+                    + window_update_frame(0, self._window - DEFAULT_WINDOW))
         return True
 
     def pause_writing(self) -> None:
@@ -240,7 +241,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
     def _on_ping(self, flags: int, sid: int, payload: bytes) -> None:
         if not flags & ACK:
             self._conduct.ping(asyncio.get_running_loop().time(), len(self._streams), payload == KEEPALIVE_PING)
-            self._write(frame(PING, ACK, 0, payload))
+            self._write(ping_frame(payload, ack=True))
 
     def _on_reset(self, flags: int, sid: int, payload: bytes) -> None:
         if sid > self._last_stream:
@@ -273,14 +274,14 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
             raise ProtocolError(PROTOCOL_ERROR, f"stream id {sid} is not a client stream (odd)")
         self._last_stream = sid
         if self._draining or len(self._streams) >= self._limits.max_streams:
-            self._write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
+            self._write(rst_stream_frame(sid, REFUSED_STREAM))
             return
         stream = Stream(sid, self._peer.initial_window, self._max_message, self._window)
         refusal = refusal_of(headers, self._token, self._headers_in.size, self._limits.max_header_list_size)
         if refusal is not None:
             self._trailers(stream, *refusal)
             if not flags & END_STREAM:
-                self._write(frame(RST_STREAM, 0, sid, U32.pack(NO_ERROR)))
+                self._write(rst_stream_frame(sid, NO_ERROR))
             return
         encoding = headers.get("grpc-encoding", "identity")
         if encoding != "identity":

@@ -13,8 +13,8 @@ import urllib.parse
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport import frames
-from dmrpc_gym.transport.frames import (DATA, END_STREAM, GATHER_SECONDS, HEADER, NO_ERROR, RST_STREAM, U32,
-                                        WRITE_CHUNK, StreamError, frame)
+from dmrpc_gym.transport.frames import (DATA, END_STREAM, GATHER_SECONDS, HEADER, NO_ERROR, WRITE_CHUNK, StreamError,
+                                        rst_stream_frame)
 from dmrpc_gym.transport.server.stream import Stream
 
 __all__ = ["Replies"]
@@ -145,11 +145,11 @@ class Replies:
         log.info("ending stream %d: %s", stream.id, err)
         self._trailers(stream, err.status, str(err))
         if not client_done and not stream.client_done:
-            self._write(frame(RST_STREAM, 0, stream.id, U32.pack(NO_ERROR)))
+            self._write(rst_stream_frame(stream.id, NO_ERROR))
         self._end_stream(stream)
 
     def _reset(self, stream: Stream, code: int) -> None:
-        self._write(frame(RST_STREAM, 0, stream.id, U32.pack(code)))
+        self._write(rst_stream_frame(stream.id, code))
         self._end_stream(stream)
 
     def _end_stream(self, stream: Stream) -> None:

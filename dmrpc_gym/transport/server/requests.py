@@ -26,7 +26,8 @@ from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport import frames
 from dmrpc_gym.transport.frames import (END_STREAM, FLOW_CONTROL_ERROR, MAX_WINDOW, PADDED, PROTOCOL_ERROR,
-                                        STREAM_CLOSED, U32, SERVER_MESSAGE_LIMIT, WINDOW_UPDATE, ProtocolError, StreamError, frame)
+                                        SERVER_MESSAGE_LIMIT, STREAM_CLOSED, ProtocolError, StreamError,
+                                        window_update_frame)
 from dmrpc_gym.transport.server.stream import Stream
 
 __all__ = ["Requests", "receive_window", "inflation_turn"]
@@ -90,14 +91,14 @@ class Requests:
         if stream.open and not stream.client_done:
             stream.credit += n
             if stream.credit >= _SLACK // 2:
-                self._write(frame(WINDOW_UPDATE, 0, stream.id, U32.pack(stream.credit)))
+                self._write(window_update_frame(stream.id, stream.credit))
                 stream.recv_window += stream.credit
                 stream.credit = 0
 
     def _credit_connection(self, n: int) -> None:
         self._credit += n
         if self._credit >= _SLACK // 2:
-            self._write(frame(WINDOW_UPDATE, 0, 0, U32.pack(self._credit)))
+            self._write(window_update_frame(0, self._credit))
             self._recv_window += self._credit
             self._credit = 0
 
