@@ -33,7 +33,7 @@ from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MES
                                         check_frame, goaway_frame, ping_frame, rst_stream_frame, settings_frame,
                                         window_update_frame)
 from dmrpc_gym.transport.flow import SETTINGS_ACK, PeerSettings, StreamReset, credited
-from dmrpc_gym.transport.server.stream import HEADER_LIMIT, HTTP1_ANSWER, Stream, StreamHandler, refusal_of
+from dmrpc_gym.transport.server.stream import HEADER_LIMIT, HTTP1_ANSWER, Inbound, Outbound, Stream, StreamHandler, refusal_of
 from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.server.replies import Replies
 from dmrpc_gym.transport.server.requests import Requests, receive_window
@@ -320,13 +320,13 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         except asyncio.CancelledError:
             pass
         except StreamError as err:       # a request that does not inflate within the size limit
-            self._refuse(stream, err, stream.client_done)
+            self._refuse(stream, err, stream.inbound is Inbound.DONE)
         except Exception as exc:  # noqa: BLE001 - end this stream with a status, keep the connection
             log.exception("a stream failed")
             self._trailers(stream, GrpcStatus.INTERNAL, f"{type(exc).__name__}: {exc}")
         finally:
             stream.busy, stream.task = False, None
-            if over or not stream.open or self._closed:
+            if over or stream.outbound is Outbound.ENDED or self._closed:
                 self._finish(stream)
 
     def _finish(self, stream: Stream) -> None:

@@ -15,7 +15,7 @@ from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport import frames
 from dmrpc_gym.transport.frames import (DATA, END_STREAM, GATHER_SECONDS, HEADER, NO_ERROR, WRITE_CHUNK, StreamError,
                                         rst_stream_frame)
-from dmrpc_gym.transport.server.stream import Stream
+from dmrpc_gym.transport.server.stream import Inbound, Outbound, Stream
 
 __all__ = ["Replies"]
 
@@ -74,7 +74,7 @@ class Replies:
             self._write(held[0] if len(held) == 1 else b"".join(held))
 
     def _headers(self, stream: Stream) -> list[tuple[str, str]]:
-        stream.replied = True
+        stream.outbound = stream.outbound.to(Outbound.REPLIED)
         fields = [*_REPLY_HEADERS, *self._app_headers]
         if stream.encoding:
             fields.append(("grpc-encoding", stream.encoding))
@@ -83,7 +83,9 @@ class Replies:
     async def _send(self, stream: Stream, message: bytes | list) -> None:
         """Send one message: bytes, or a list of pieces (:class:`~dmrpc_gym.protocol.bulk.Pieces`) not joined."""
         self._conduct.answered = True    # HEADERS or DATA out: the next PING is no strike (gRPC's rule)
-        if not stream.replied:
+        if stream.outbound is not Outbound.REPLIED:
+            if stream.outbound is Outbound.ENDED:
+                raise asyncio.CancelledError()    # trailers or a reset went: no more answers on it
             self._write(frames.header_frames(stream.id, 0, self._encoder.encode(self._headers(stream)),
                                          self._peer.max_frame))
         if type(message) is list:
@@ -109,7 +111,7 @@ class Replies:
             if self._closed or self._transport is None or self._transport.is_closing():
                 raise asyncio.CancelledError()    # the peer is gone: the rest of the answer is not sent
             while min(stream.send_window, self._send_conn) <= 0 or not self._writable:
-                if self._closed or not stream.open:
+                if self._closed or stream.outbound is Outbound.ENDED:
                     raise asyncio.CancelledError()
                 if self._writable:
                     self._window_open.clear()
@@ -126,11 +128,11 @@ class Replies:
             self._write(b"".join([HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id), *parts.take(n)]))
 
     def _trailers(self, stream: Stream, code: int, message: str, extra: tuple = ()) -> None:
-        if not stream.open or self._closed:
+        if stream.outbound is Outbound.ENDED or self._closed:
             return
-        stream.open = False
         self._conduct.answered = True
-        fields = [] if stream.replied else self._headers(stream)
+        fields = [] if stream.outbound is Outbound.REPLIED else self._headers(stream)
+        stream.end()
         fields.append(("grpc-status", str(code)))
         if message:
             if len(message) > MAX_STATUS_MESSAGE:
@@ -144,7 +146,7 @@ class Replies:
         """End one stream with ``err``'s status; the client need send no more (RST_STREAM NO_ERROR)."""
         log.info("ending stream %d: %s", stream.id, err)
         self._trailers(stream, err.status, str(err))
-        if not client_done and not stream.client_done:
+        if not client_done and stream.inbound is Inbound.OPEN:
             self._write(rst_stream_frame(stream.id, NO_ERROR))
         self._end_stream(stream)
 
@@ -153,7 +155,7 @@ class Replies:
         self._end_stream(stream)
 
     def _end_stream(self, stream: Stream) -> None:
-        stream.open = False
+        stream.end()
         self._streams.pop(stream.id, None)
         if not stream.busy:
             self._finish(stream)

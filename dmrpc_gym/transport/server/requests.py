@@ -28,7 +28,7 @@ from dmrpc_gym.transport import frames
 from dmrpc_gym.transport.frames import (END_STREAM, FLOW_CONTROL_ERROR, MAX_WINDOW, PADDED, PROTOCOL_ERROR,
                                         SERVER_MESSAGE_LIMIT, STREAM_CLOSED, ProtocolError, StreamError,
                                         window_update_frame)
-from dmrpc_gym.transport.server.stream import Stream
+from dmrpc_gym.transport.server.stream import Inbound, Outbound, Stream
 
 __all__ = ["Requests", "receive_window", "inflation_turn"]
 
@@ -61,7 +61,7 @@ class Requests:
         stream.recv_window -= n
         if stream.recv_window < 0:
             raise ProtocolError(FLOW_CONTROL_ERROR, f"DATA past stream {sid}'s flow-control window")
-        if stream.client_done:
+        if stream.inbound is Inbound.DONE:
             self._credit_connection(n)
             self._reset(stream, STREAM_CLOSED)     # DATA after the client's END_STREAM
             return
@@ -88,7 +88,7 @@ class Requests:
         """The session took ``n`` bytes of the stream's requests: the client may send as many more."""
         stream.held -= n
         self._credit_connection(n)
-        if stream.open and not stream.client_done:
+        if stream.inbound is Inbound.OPEN and stream.outbound is not Outbound.ENDED:
             stream.credit += n
             if stream.credit >= _SLACK // 2:
                 self._write(window_update_frame(stream.id, stream.credit))
@@ -103,7 +103,10 @@ class Requests:
             self._credit = 0
 
     def _client_done(self, stream: Stream) -> None:
-        stream.client_done = True
+        if stream.inbound is Inbound.DONE:       # trailers after END_STREAM (RFC 9113 5.1)
+            self._reset(stream, STREAM_CLOSED)
+            return
+        stream.inbound = stream.inbound.to(Inbound.DONE)
         stream.inbox.append(None)
         self._run(stream)
     async def _inflate(self, stream: Stream, raw: bytes) -> bytes | bytearray:

@@ -15,13 +15,14 @@ import asyncio
 from collections import deque
 from typing import Awaitable, Protocol
 
+from dmrpc_gym.protocol.states import State, transitions
 from dmrpc_gym.protocol.wire import METHOD_PATH
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.frames import DEFAULT_WINDOW, SERVER_MESSAGE_LIMIT, MessageSplitter
 from dmrpc_gym.transport.security import token_matches
 
-__all__ = ["StreamHandler", "Stream", "refusal_of", "HTTP1_ANSWER", "HEADER_LIMIT"]
+__all__ = ["StreamHandler", "Stream", "Inbound", "Outbound", "refusal_of", "HTTP1_ANSWER", "HEADER_LIMIT"]
 
 #: What sets the server's header-list limit, as its refusals name it.
 HEADER_LIMIT = "ConnectionLimits.max_header_list_size"
@@ -38,16 +39,45 @@ class StreamHandler(Protocol):
     def close(self) -> None: ...
 
 
+class Inbound(State):
+    """The client's half of a stream: it may send (OPEN) until its END_STREAM, or a reset (DONE)."""
+
+    OPEN = "open"
+    DONE = "done"
+
+
+class Outbound(State):
+    """Our half: nothing sent yet (FRESH), response headers out (REPLIED), trailers or a reset out (ENDED).
+
+    Together with :class:`Inbound` these are RFC 9113's stream states (5.1) as a server lives them:
+    OPEN/FRESH and OPEN/REPLIED are *open*, DONE and not ENDED *half-closed (remote)*, OPEN/ENDED
+    *half-closed (local)*, DONE/ENDED *closed*.
+    """
+
+    FRESH = "fresh"
+    REPLIED = "replied"
+    ENDED = "ended"
+
+
+transitions(Inbound, {Inbound.OPEN: {Inbound.DONE}, Inbound.DONE: set()})
+transitions(Outbound, {Outbound.FRESH: {Outbound.REPLIED, Outbound.ENDED}, Outbound.REPLIED: {Outbound.ENDED},
+                       Outbound.ENDED: set()})
+
+
 class Stream:
     """One call's state on the server: flow-control window, requests in, and how answers go out.
 
+    ``inbound`` and ``outbound`` are the stream's state (:class:`Inbound`, :class:`Outbound`).
+    ``busy`` is no state of the stream but a guard: someone is answering its requests now (on the
+    loop's turn that read them, or in ``task``), and takes any new ones in order.
+
     >>> stream = Stream(1, window=65535, limit=1 << 20)
-    >>> stream.splitter.limit, stream.open, list(stream.inbox)
-    (1048576, True, [])
+    >>> stream.splitter.limit, stream.inbound, stream.outbound, list(stream.inbox)
+    (1048576, <Inbound.OPEN: 'open'>, <Outbound.FRESH: 'fresh'>, [])
     """
 
     __slots__ = ("id", "send_window", "recv_window", "held", "credit", "splitter", "inbox", "session", "busy", "task",
-                 "open", "replied", "compress", "encoding", "client_done")
+                 "inbound", "outbound", "compress", "encoding")
 
     def __init__(self, stream_id: int, window: int, limit: int, recv_window: int = DEFAULT_WINDOW):
         self.id = stream_id
@@ -60,11 +90,15 @@ class Stream:
         self.session: StreamHandler | None = None
         self.busy = False                # answering requests (on the loop's turn, or in ``task``)
         self.task: asyncio.Task | None = None   # carries the answering on when it had to wait
-        self.open = True
-        self.replied = False
+        self.inbound = Inbound.OPEN
+        self.outbound = Outbound.FRESH
         self.compress = None             # compresses our answers in the client's request encoding
         self.encoding = None
-        self.client_done = False
+
+    def end(self) -> None:
+        """Our half is over (trailers or a reset sent, or the connection lost); again: nothing more."""
+        if self.outbound is not Outbound.ENDED:
+            self.outbound = self.outbound.to(Outbound.ENDED)
 
 
 def refusal_of(headers: dict[str, str], token: str | None, size: int = 0,
