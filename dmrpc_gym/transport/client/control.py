@@ -18,7 +18,10 @@ __all__: list[str] = []          # a part of GrpcConnection, not an interface of
 
 
 class _Control:
-    """The control frames of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` (a mixin)."""
+    """The control frames of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` (a mixin).
+
+    What it needs of its host: :class:`~dmrpc_gym.transport.client.contracts.ControlHost`.
+    """
 
     def _fail(self, err: ProtocolError) -> None:
         """A connection error: tell the server with GOAWAY, then raise a ``ConnectionError``.

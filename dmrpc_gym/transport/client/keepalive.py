@@ -42,7 +42,10 @@ _READ_SLICE = 1               # seconds a blocking read waits, keepalive on, bef
 
 
 class _Idle:
-    """The connection between calls (see the module doc)."""
+    """The connection between calls (see the module doc).
+
+    What it needs of its host: :class:`~dmrpc_gym.transport.client.contracts.IdleHost`.
+    """
 
     _ping_every: float | None = None  # keepalive interval (None: no PINGs of ours)
     _ping_out: float | None = None    # when our unanswered PING went out

@@ -18,7 +18,10 @@ __all__: list[str] = []          # a part of GrpcConnection, not an interface of
 
 
 class _LargeMessages:
-    """The large-message paths of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` (a mixin)."""
+    """The large-message paths of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` (a mixin).
+
+    What it needs of its host: :class:`~dmrpc_gym.transport.client.contracts.LargeMessagesHost`.
+    """
 
     def _write_large(self, stream, parts: tuple) -> None:
         """Send the message ``parts`` on ``stream`` in DATA frames, as the peer's windows allow."""

@@ -35,7 +35,10 @@ _REPLY_HEADERS = ((":status", "200"), ("content-type", "application/grpc"),
 
 
 class Replies:
-    """The sending half of the server's HTTP/2 protocol."""
+    """The sending half of the server's HTTP/2 protocol.
+
+    What it needs of its host: :class:`~dmrpc_gym.transport.server.contracts.RepliesHost`.
+    """
 
     def _write(self, data: bytes) -> None:
         """Write ``data``. Answers wait while the write buffer is full (see :meth:`_send`); what

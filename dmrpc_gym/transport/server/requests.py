@@ -45,7 +45,10 @@ def receive_window(max_message_size: int) -> int:
 
 
 class Requests:
-    """The receiving half of the server's HTTP/2 protocol."""
+    """The receiving half of the server's HTTP/2 protocol.
+
+    What it needs of its host: :class:`~dmrpc_gym.transport.server.contracts.RequestsHost`.
+    """
 
     def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
         n = len(payload)
