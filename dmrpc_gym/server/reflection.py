@@ -8,7 +8,7 @@ request) answers ``list_services``, ``file_containing_symbol`` and
 ``FileDescriptorProto`` bytes); extension requests find none (we declare no
 extensions); what is not found is an ``error_response`` NOT_FOUND naming it.
 
-The files come from our generated modules (:mod:`dmrpc_gym.protocol._proto`),
+The files come from our generated modules (``dmrpc_gym/protocol/_proto/``),
 whose messages live in packages of our own, under the names they have on the
 wire: ``dmrpc_gym.v1`` is served as ``dm_env_rpc.v1`` in
 ``dm_env_rpc/v1/dm_env_rpc.proto``, with the ``Environment`` service whose
