@@ -67,9 +67,10 @@ def test_drain_refuses_new_worlds_and_lets_episodes_finish():
         kept = made.send(pb.CreateWorldRequest()).world_name          # a world made before the drain
         env = DmRpcEnv(server.address)
         env.reset(seed=0)
-        drained = []
-        drainer = threading.Thread(target=lambda: drained.append(server.drain(grace=60)))
+        drained, begun = [], threading.Event()
+        drainer = threading.Thread(target=lambda: drained.append(server.drain(grace=60, begun=begun.set)))
         drainer.start()
+        assert begun.wait(30)
         refused = refused_world(server.address)
         assert refused.code_name == "UNAVAILABLE" and "draining" in refused.message
         with Connection(server.address, connect_timeout=None) as conn:   # nor the default world

@@ -146,9 +146,10 @@ def serve_until_stopped(args: argparse.Namespace) -> int:
             if asked == "now":
                 break
             if asked == "drain":
-                print(f"draining: no new worlds; running episodes have {args.grace:g} s "
-                      "(SIGTERM again or Ctrl-C stops at once)", flush=True)
-                drainer = threading.Thread(target=server.drain, args=(args.grace,), name="dmrpc-gym drain")
+                said = (f"draining: no new worlds; running episodes have {args.grace:g} s "
+                        "(SIGTERM again or Ctrl-C stops at once)")
+                drainer = threading.Thread(target=server.drain, args=(args.grace, lambda: print(said, flush=True)),
+                                           name="dmrpc-gym drain")
                 drainer.start()
     finally:
         server.stop()

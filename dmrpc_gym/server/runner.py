@@ -15,7 +15,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from dmrpc_gym.server.factories import Factory
 from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, ConnectionLimits, GrpcProtocol, behind_tls, listen_unix,
@@ -278,13 +278,14 @@ class Server:
             remove_socket_file(path)
         self._release_workers()
 
-    def drain(self, grace: float = 30.0) -> bool:
+    def drain(self, grace: float = 30.0, begun: Callable[[], None] | None = None) -> bool:
         """Drain, then stop: no world is created from now on (CreateWorld is answered UNAVAILABLE,
         saying the server drains), every connection gets GOAWAY, health reports NOT_SERVING, and
         the running episodes go on for up to ``grace`` seconds, until no agent is joined. Then
         :meth:`stop`: what is left ends with UNAVAILABLE "server shutting down". The listeners stay
-        open meanwhile, so that probes see NOT_SERVING. Returns True when every episode ended
-        within the grace. A :meth:`stop` from another thread (a second signal) ends it at once.
+        open meanwhile, so that probes see NOT_SERVING. ``begun`` is called once the drain has
+        begun (no world will be created). Returns True when every episode ended within the grace.
+        A :meth:`stop` from another thread (a second signal) ends it at once.
         """
         if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not grace >= 0:
             raise ValueError(f"grace must be a number of seconds >= 0, got {grace!r}")
@@ -293,10 +294,12 @@ class Server:
             self.stop()
             return True
 
-        async def episodes_end() -> bool:
+        async def begin() -> None:
             registry.drain()
             for connection in list(self._connections):
                 connection.go_away()             # open streams go on; new calls come on new connections
+
+        async def episodes_end() -> bool:
             deadline = loop.time() + grace
             while registry.agents() and not self._stopped.is_set():
                 if loop.time() >= deadline:
@@ -306,6 +309,9 @@ class Server:
 
         log.info("draining: no new worlds; running episodes have %g s", grace)
         try:
+            asyncio.run_coroutine_threadsafe(begin(), loop).result(_STOP_MARGIN)
+            if begun is not None:
+                begun()
             ended = asyncio.run_coroutine_threadsafe(episodes_end(), loop).result(grace + _STOP_MARGIN)
         except Exception as exc:  # noqa: BLE001 - the loop stopped under it (a stop meanwhile)
             log.info("draining the server on %s: %s", self.address, exc or type(exc).__name__)

@@ -3,9 +3,12 @@
 grpcio's Python server spends more CPU per message than a trivial step costs
 (measured in ``benchmarks/README.md``). dm_env_rpc needs one
 method and one kind of call, so the server speaks just that part of gRPC over
-HTTP/2 itself (sharing the framing of :mod:`dmrpc_gym.transport.frames`): each stream on
-``/dm_env_rpc.v1.Environment/Process`` gets a session whose ``handle(bytes)``
-answers each request in order; streams run concurrently, so one may wait on
+HTTP/2 itself (sharing the framing of :mod:`dmrpc_gym.transport.frames`): each stream is
+routed by its ``:path`` through the application's method table
+(:mod:`~dmrpc_gym.transport.server.methods`; ``/dm_env_rpc.v1.Environment/Process`` alone by
+default) to a session whose ``handle(bytes)`` answers each request in order (or, for a
+server-streaming method, with many messages: :mod:`~dmrpc_gym.transport.server.many`);
+streams run concurrently, so one may wait on
 another (multi-agent steps). Any HTTP/2 gRPC client works with it: grpcio's
 (the official ``dm-env-rpc`` client), ours, or another language's (grpc-js
 and grpclib are tested). It reads gzip/deflate requests and answers in kind,
