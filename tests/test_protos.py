@@ -12,9 +12,12 @@ import pytest
 from dm_env_rpc.v1 import dm_env_rpc_pb2 as official_pb
 from dm_env_rpc.v1.extensions import properties_pb2 as official_props
 from google.protobuf import any_pb2
+from grpc_health.v1 import health_pb2 as official_health
+from grpc_reflection.v1alpha import reflection_pb2 as official_reflection
 from google.protobuf.descriptor import FieldDescriptor
 
 from dmrpc_gym.protocol import wire
+from dmrpc_gym.protocol._proto import health_pb2, reflection_pb2
 from dmrpc_gym.protocol.wire import pb, props_pb
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -26,6 +29,11 @@ PAIRS = [
     (pb.EnvironmentResponse, official_pb.EnvironmentResponse),
     (props_pb.PropertyRequest, official_props.PropertyRequest),
     (props_pb.PropertyResponse, official_props.PropertyResponse),
+    # health checking and server reflection (issue 34): against grpcio-health-checking and grpcio-reflection
+    (health_pb2.HealthCheckRequest, official_health.HealthCheckRequest),
+    (health_pb2.HealthCheckResponse, official_health.HealthCheckResponse),
+    (reflection_pb2.ServerReflectionRequest, official_reflection.ServerReflectionRequest),
+    (reflection_pb2.ServerReflectionResponse, official_reflection.ServerReflectionResponse),
 ]
 PAIR_IDS = [ours.DESCRIPTOR.name for ours, _ in PAIRS]
 
@@ -37,7 +45,8 @@ def test_generated_modules_match_the_protos(tmp_path):
     generate = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generate)
     fresh = generate.generate(tmp_path)
-    assert [p.name for p in fresh] == [p.name for p in GENERATED] == ["dm_env_rpc_pb2.py", "properties_pb2.py"]
+    assert [p.name for p in fresh] == [p.name for p in GENERATED] == ["dm_env_rpc_pb2.py", "health_pb2.py", "properties_pb2.py",
+                                                                  "reflection_pb2.py"]
     for new, checked_in in zip(fresh, GENERATED):
         assert new.read_bytes() == checked_in.read_bytes(), \
             f"{checked_in.relative_to(ROOT)} is stale: run `python protos/generate.py`"
@@ -148,7 +157,7 @@ def populate(message, choice: int, depth: int = 0) -> None:
 
 @pytest.mark.parametrize("ours, theirs", PAIRS, ids=PAIR_IDS)
 def test_populated_messages_are_byte_identical_both_ways(ours, theirs):
-    variants = max(len(o.fields) for o in ours.DESCRIPTOR.oneofs)
+    variants = max((len(o.fields) for o in ours.DESCRIPTOR.oneofs), default=1)
     for choice in range(max(variants, 11)):       # every envelope variant, every Tensor payload
         mine, official = ours(), theirs()
         populate(mine, choice)

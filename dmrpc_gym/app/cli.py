@@ -122,6 +122,11 @@ def add_serve(subparsers: Any) -> None:
                         help="how long a world whose creator left waits to be joined (default: %(default)s)")
     parser.add_argument("--max-connections", type=int, default=1024, metavar="N",
                         help="connections open at once; more are accepted and closed (default: %(default)s)")
+    parser.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
+                        help="on SIGTERM, how long running episodes may go on before the server stops; new "
+                             "worlds are refused meanwhile (default: %(default)s)")
+    parser.add_argument("--health-without-token", action="store_true",
+                        help="answer gRPC health checks without the token (for probes that cannot send one)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every world and error")
     parser.set_defaults(run=run_serve)
 

@@ -1,7 +1,7 @@
 """What each part of the server's protocol needs of the protocol it is mixed into.
 
 :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol` is assembled from parts: what comes in
-(``Requests``), what goes out (``Replies``) and the watch over a stalled peer (``Watching``). A part
+(``Requests``), what goes out (``Replies``), answers streamed over time (``ManyAnswers``) and the watch over a stalled peer (``Watching``). A part
 uses state that ``GrpcProtocol.__init__`` sets and methods that the other parts define; these
 protocols write that down, one per part. ``tests/transport/test_contracts.py`` holds each part to
 its protocol: every name the part uses and does not define itself is in it, and ``GrpcProtocol``
@@ -23,7 +23,7 @@ from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.server.conduct import Conduct
 from dmrpc_gym.transport.server.stream import Stream
 
-__all__ = ["RequestsHost", "RepliesHost", "WatchingHost"]
+__all__ = ["RequestsHost", "RepliesHost", "ManyAnswersHost", "WatchingHost"]
 
 
 class RequestsHost(Protocol):
@@ -57,6 +57,19 @@ class RepliesHost(Protocol):
     _can_write: asyncio.Event
     _window_open: asyncio.Event
 
+    def _finish(self, stream: Stream) -> None: ...
+
+
+class ManyAnswersHost(Protocol):
+    """What ``ManyAnswers`` (answers streamed by an async iterator; how any stream's answering ends) needs."""
+
+    _closed: bool
+
+    def _consumed(self, stream: Stream, n: int) -> None: ...
+    async def _inflate(self, stream: Stream, raw: bytes) -> bytes | bytearray: ...
+    async def _send(self, stream: Stream, message: bytes | list) -> None: ...
+    def _trailers(self, stream: Stream, code: int, message: str, extra: tuple = ()) -> None: ...
+    def _refuse(self, stream: Stream, err: StreamError, client_done: bool) -> None: ...
     def _finish(self, stream: Stream) -> None: ...
 
 

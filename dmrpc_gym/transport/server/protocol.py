@@ -3,9 +3,12 @@
 grpcio's Python server spends more CPU per message than a trivial step costs
 (measured in ``benchmarks/README.md``). dm_env_rpc needs one
 method and one kind of call, so the server speaks just that part of gRPC over
-HTTP/2 itself (sharing the framing of :mod:`dmrpc_gym.transport.frames`): each stream on
-``/dm_env_rpc.v1.Environment/Process`` gets a session whose ``handle(bytes)``
-answers each request in order; streams run concurrently, so one may wait on
+HTTP/2 itself (sharing the framing of :mod:`dmrpc_gym.transport.frames`): each stream is
+routed by its ``:path`` through the application's method table
+(:mod:`~dmrpc_gym.transport.server.methods`; ``/dm_env_rpc.v1.Environment/Process`` alone by
+default) to a session whose ``handle(bytes)`` answers each request in order (or, for a
+server-streaming method, with many messages: :mod:`~dmrpc_gym.transport.server.many`);
+streams run concurrently, so one may wait on
 another (multi-agent steps). Any HTTP/2 gRPC client works with it: grpcio's
 (the official ``dm-env-rpc`` client), ours, or another language's (grpc-js
 and grpclib are tested). It reads gzip/deflate requests and answers in kind,
@@ -18,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence, Union
 
 import hpack
 
@@ -29,15 +32,18 @@ from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MES
                                         FRAME_SIZE_ERROR, GOAWAY, HEADER, HEADERS, IN_PLACE, NO_ERROR, PING, PREFACE,
                                         PROTOCOL_ERROR, PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTINGS,
                                         SETTING_FRAME, SETTING_HEADER_LIST, SETTING_STREAMS, SETTING_WINDOW, U32,
-                                        WINDOW_UPDATE, WRITE_CHUNK, Deflated, ProtocolError, StreamError,
+                                        WINDOW_UPDATE, WRITE_CHUNK, Deflated, ProtocolError,
                                         check_frame, goaway_frame, ping_frame, rst_stream_frame, settings_frame,
                                         window_update_frame)
 from dmrpc_gym.transport.flow import SETTINGS_ACK, PeerSettings, StreamReset, credited
-from dmrpc_gym.transport.server.stream import HEADER_LIMIT, HTTP1_ANSWER, Inbound, Outbound, Stream, StreamHandler, refusal_of
+from dmrpc_gym.transport.server.stream import HEADER_LIMIT, HTTP1_ANSWER, Stream, StreamHandler, refusal_of
 from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.server.replies import Replies
 from dmrpc_gym.transport.server.requests import Requests, receive_window
 from dmrpc_gym.transport.server.conduct import Conduct, Watching
+from dmrpc_gym.transport.server.many import ManyAnswers
+from dmrpc_gym.transport.server.methods import Method
+from dmrpc_gym.protocol.wire import METHOD_PATH
 from dmrpc_gym.transport.limits import KEEPALIVE_PING, ConnectionLimits, Refusals
 
 __all__ = ["StreamHandler", "GrpcProtocol"]   # StreamHandler: re-exported from server.stream
@@ -51,10 +57,12 @@ _refusals = Refusals(log, "refusing connections: %d are open, the limit (Connect
                           "%d refused in the last minute")
 
 
-class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
+class GrpcProtocol(Requests, Replies, ManyAnswers, Watching, asyncio.Protocol):
     """One HTTP/2 connection: any number of gRPC streams, each served by its own session.
 
-    ``new_session(headers)``: the handler of a new stream, given its request headers;
+    ``methods``: what is served, :class:`~dmrpc_gym.transport.server.methods.Method` by ``:path``
+    (a stream is routed once, at its HEADERS); a callable ``new_session(headers)`` alone serves
+    dm_env_rpc's ``Process`` with it. Another path is answered UNIMPLEMENTED, naming those served;
     ``token``: when set, a call must carry ``authorization: Bearer <token>``;
     ``max_message_size``: the largest request accepted, in bytes (RESOURCE_EXHAUSTED beyond);
     ``limits``: the connection's bounds (:class:`~dmrpc_gym.transport.limits.ConnectionLimits`);
@@ -62,10 +70,10 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
     (the application says who it is and what it speaks; the transport does not know).
     """
 
-    def __init__(self, new_session: Callable[[Mapping[str, str]], StreamHandler], connections: set, *,
-                 token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
+    def __init__(self, methods: Union[Mapping[str, Method], Callable[[Mapping[str, str]], StreamHandler]],
+                 connections: set, *, token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
                  limits: ConnectionLimits | None = None, app_headers: Sequence[tuple[str, str]] = ()):
-        self._new_session = new_session
+        self._methods = {METHOD_PATH: Method(methods)} if callable(methods) else dict(methods)
         self._app_headers = tuple(app_headers)   # the application's response headers (name, version, features)
         self._limits = limits or ConnectionLimits()
         self._connections = connections
@@ -277,7 +285,8 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
             self._write(rst_stream_frame(sid, REFUSED_STREAM))
             return
         stream = Stream(sid, self._peer.initial_window, self._max_message, self._window)
-        refusal = refusal_of(headers, self._token, self._headers_in.size, self._limits.max_header_list_size)
+        refusal = refusal_of(headers, self._token, self._headers_in.size, self._limits.max_header_list_size,
+                             self._methods)
         if refusal is not None:
             self._trailers(stream, *refusal)
             if not flags & END_STREAM:
@@ -287,7 +296,9 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         if encoding != "identity":
             stream.splitter.decompress = Deflated       # inflated as the session takes it
             stream.compress, stream.encoding = encodings.compressor(encoding), encoding
-        stream.session = self._new_session(headers)
+        method = self._methods[headers[":path"]]
+        stream.session = method.handler(headers)
+        stream.serve = self._serve_many if method.many else self._serve
         self._streams[sid] = stream
         if flags & END_STREAM:
             self._client_done(stream)
@@ -300,7 +311,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         if stream.busy:
             return
         stream.busy = True
-        stream.task = eager.start(self._serve(stream))
+        stream.task = eager.start(stream.serve(stream))
 
     async def _serve(self, stream: Stream) -> None:
         """Answer the waiting requests in order; trailers once the client is done writing."""
@@ -317,17 +328,10 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
                 await self._send(stream, await session.handle(raw))
             else:
                 over = False             # more requests may come
-        except asyncio.CancelledError:
-            pass
-        except StreamError as err:       # a request that does not inflate within the size limit
-            self._refuse(stream, err, stream.inbound is Inbound.DONE)
-        except Exception as exc:  # noqa: BLE001 - end this stream with a status, keep the connection
-            log.exception("a stream failed")
-            self._trailers(stream, GrpcStatus.INTERNAL, f"{type(exc).__name__}: {exc}")
+        except BaseException as exc:  # noqa: BLE001 - see _failed: a status for this stream, or re-raised
+            self._failed(stream, exc)
         finally:
-            stream.busy, stream.task = False, None
-            if over or stream.outbound is Outbound.ENDED or self._closed:
-                self._finish(stream)
+            self._served(stream, over)
 
     def _finish(self, stream: Stream) -> None:
         """The stream is over: close its session (once) and forget it; what it held is given back."""
@@ -362,7 +366,8 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         "server shutting down", which clients treat as a reason to reconnect, then GOAWAY and close."""
         for stream in list(self._streams.values()):
             self._trailers(stream, GrpcStatus.UNAVAILABLE, "server shutting down")
-        self.abort()
+        self.abort(linger=True)          # closed with the peer's bytes unread, the kernel could reset
+                                         # the connection, and the peer lose the trailers
 
     def abort(self, code: int = NO_ERROR, debug: str = "", linger: bool = False) -> None:
         """Say GOAWAY (``code``, ``debug`` text) and drop the connection; its streams end and their sessions close.
