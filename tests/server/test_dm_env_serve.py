@@ -80,7 +80,7 @@ def test_an_action_outside_its_bounded_array_is_refused_by_name():
 
 def test_unknown_settings_are_refused_with_the_accepted_list():
     with servers.start(dm_worlds.probe) as server, servers.official(server.address) as conn:
-        with pytest.raises(Exception, match=r"unknown world setting .*speed.* for tests.support.dm_worlds:probe \(accepted: limit, seed\)"):
+        with pytest.raises(Exception, match=r"unknown world setting .*speed.* for dm_worlds:probe \(accepted: limit, seed\)"):
             conn.send(dpb.CreateWorldRequest(settings={"speed": dpb.Tensor(int64s={"array": [1]})}))
 
 

@@ -7,7 +7,7 @@ HTTP/2 itself (sharing the framing of :mod:`dmrpc_gym.transport.frames`): each s
 routed by its ``:path`` through the application's method table
 (:mod:`~dmrpc_gym.transport.server.methods`; ``/dm_env_rpc.v1.Environment/Process`` alone by
 default) to a session whose ``handle(bytes)`` answers each request in order (or, for a
-server-streaming method, with many messages: :mod:`~dmrpc_gym.transport.server.many`);
+server-streaming method, with many messages: :mod:`~dmrpc_gym.transport.server.answering`);
 streams run concurrently, so one may wait on
 another (multi-agent steps). Any HTTP/2 gRPC client works with it: grpcio's
 (the official ``dm-env-rpc`` client), ours, or another language's (grpc-js
@@ -41,7 +41,7 @@ from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.server.replies import Replies
 from dmrpc_gym.transport.server.requests import Requests, receive_window
 from dmrpc_gym.transport.server.conduct import Conduct, Watching
-from dmrpc_gym.transport.server.many import ManyAnswers
+from dmrpc_gym.transport.server.answering import Answering
 from dmrpc_gym.transport.server.methods import Method
 from dmrpc_gym.protocol.wire import METHOD_PATH
 from dmrpc_gym.transport.limits import KEEPALIVE_PING, ConnectionLimits, Refusals
@@ -57,7 +57,7 @@ _refusals = Refusals(log, "refusing connections: %d are open, the limit (Connect
                           "%d refused in the last minute")
 
 
-class GrpcProtocol(Requests, Replies, ManyAnswers, Watching, asyncio.Protocol):
+class GrpcProtocol(Requests, Replies, Answering, Watching, asyncio.Protocol):
     """One HTTP/2 connection: any number of gRPC streams, each served by its own session.
 
     ``methods``: what is served, :class:`~dmrpc_gym.transport.server.methods.Method` by ``:path``
@@ -298,7 +298,7 @@ class GrpcProtocol(Requests, Replies, ManyAnswers, Watching, asyncio.Protocol):
             stream.compress, stream.encoding = encodings.compressor(encoding), encoding
         method = self._methods[headers[":path"]]
         stream.session = method.handler(headers)
-        stream.serve = self._serve_many if method.many else self._serve
+        stream.many = method.many
         self._streams[sid] = stream
         if flags & END_STREAM:
             self._client_done(stream)
@@ -311,27 +311,7 @@ class GrpcProtocol(Requests, Replies, ManyAnswers, Watching, asyncio.Protocol):
         if stream.busy:
             return
         stream.busy = True
-        stream.task = eager.start(stream.serve(stream))
-
-    async def _serve(self, stream: Stream) -> None:
-        """Answer the waiting requests in order; trailers once the client is done writing."""
-        inbox, session, over = stream.inbox, stream.session, True
-        try:
-            while inbox:
-                raw = inbox.popleft()
-                if raw is None:
-                    self._trailers(stream, GrpcStatus.OK, "")
-                    break
-                self._consumed(stream, len(raw) + 5)
-                if type(raw) is Deflated:
-                    raw = await self._inflate(stream, raw)
-                await self._send(stream, await session.handle(raw))
-            else:
-                over = False             # more requests may come
-        except BaseException as exc:  # noqa: BLE001 - see _failed: a status for this stream, or re-raised
-            self._failed(stream, exc)
-        finally:
-            self._served(stream, over)
+        stream.task = eager.start(self._serve(stream))
 
     def _finish(self, stream: Stream) -> None:
         """The stream is over: close its session (once) and forget it; what it held is given back."""

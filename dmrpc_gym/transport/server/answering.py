@@ -1,13 +1,12 @@
-"""Calls whose handler answers a request with any number of messages over time, and how every
-call's answering ends (a mixin of :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol`).
+"""How a stream's requests are answered, and how its answering ends (a mixin of
+:class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol`).
 
-dm_env_rpc's ``Process`` answers each request with one message
-(``GrpcProtocol._serve``); a method served with ``many=True``
-(:class:`~dmrpc_gym.transport.server.methods.Method`) has a handler whose
-``handle(raw)`` is an async iterator: each message it yields is sent as it
-comes, for as long as it goes on (health's ``Watch`` streams until the client
-cancels). Which of the two answers a stream is chosen once, at its HEADERS,
-so ``Process`` pays nothing per message for the other.
+Each request is answered in order: with one message (dm_env_rpc's ``Process``: ``handle(raw)``
+awaits it), or, for a method served with ``many=True``
+(:class:`~dmrpc_gym.transport.server.methods.Method`), with every message its handler's
+async iterator yields, sent as they come, for as long as it goes on (health's ``Watch`` streams
+until the client cancels). Which of the two is chosen once, at the stream's HEADERS
+(``Stream.many``); a message of ``Process`` pays one flag test for it.
 """
 from __future__ import annotations
 
@@ -18,21 +17,21 @@ from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.frames import Deflated, StreamError
 from dmrpc_gym.transport.server.stream import Inbound, Outbound, Stream
 
-__all__ = ["ManyAnswers"]
+__all__ = ["Answering"]
 
 log = logging.getLogger("dmrpc_gym.server")
 
 
-class ManyAnswers:
-    """Answering with an async iterator per request, and the end of any stream's answering.
+class Answering:
+    """A stream's requests answered in order (see the module doc), and the end of its answering.
 
-    What it needs of its host: :class:`~dmrpc_gym.transport.server.contracts.ManyAnswersHost`.
+    What it needs of its host: :class:`~dmrpc_gym.transport.server.contracts.AnsweringHost`.
     """
 
-    async def _serve_many(self, stream: Stream) -> None:
-        """Answer the waiting requests in order, each with every message its handler yields;
-        trailers (OK) once the client is done writing and the last request's answers are over."""
-        inbox, session, over = stream.inbox, stream.session, True
+    async def _serve(self, stream: Stream) -> None:
+        """Answer the waiting requests in order; trailers (OK) once the client is done writing and the
+        last request's answers are over."""
+        inbox, session, many, over = stream.inbox, stream.session, stream.many, True
         try:
             while inbox:
                 raw = inbox.popleft()
@@ -42,8 +41,11 @@ class ManyAnswers:
                 self._consumed(stream, len(raw) + 5)
                 if type(raw) is Deflated:
                     raw = await self._inflate(stream, raw)
-                async for answer in session.handle(raw):
-                    await self._send(stream, answer)
+                if many:
+                    async for answer in session.handle(raw):
+                        await self._send(stream, answer)
+                else:
+                    await self._send(stream, await session.handle(raw))
             else:
                 over = False             # more requests may come
         except BaseException as exc:  # noqa: BLE001 - see _failed: a status for this stream, or re-raised
