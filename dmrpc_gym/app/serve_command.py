@@ -70,7 +70,8 @@ def start_server(args: argparse.Namespace):
                   render=render, timeout=args.timeout, workers=args.workers,
                   processes=args.processes, inline_below=args.inline_below, max_worlds=args.max_worlds,
                   max_worlds_per_connection=args.max_worlds_per_connection, orphan_lifetime=args.orphan_lifetime,
-                  limits=ConnectionLimits(max_connections=args.max_connections), **options).start()
+                  limits=ConnectionLimits(max_connections=args.max_connections),
+                  metrics_port=args.metrics_port, metrics_host=args.metrics_host, **options).start()
 
 
 def connect_line(server: Any, *, token: str | None = None, tls_ca: str | None = None) -> str:
@@ -133,6 +134,8 @@ def serve_until_stopped(args: argparse.Namespace) -> int:
     # no client's world is being built beside it (two pygame envs made and closed at once can crash).
     line = connect_line(server, token=args.token or os.environ.get(TOKEN_ENV) or None, tls_ca=args.tls_cert)
     print(f"serving {server.factory.name} on {server.address}", flush=True)
+    if server.metrics_address is not None:
+        print(f"metrics on http://{server.metrics_address}/metrics", flush=True)
     print(f"connect from Python: {line}", flush=True)
     try:
         while not stop.wait(0.5) and not server.wait(0):

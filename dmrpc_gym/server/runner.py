@@ -23,6 +23,8 @@ from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, ConnectionLimits, GrpcProt
                                  unix_path)
 from dmrpc_gym.server.session import Session
 from dmrpc_gym.server.registry import WorldRegistry
+from dmrpc_gym.server.metrics import MetricsEndpoint, check_metrics_port
+from dmrpc_gym.server.stats import ServerStats
 from dmrpc_gym.server.workers import INLINE_BELOW, WorkerPool, default_workers
 from dmrpc_gym._version import __version__
 from dmrpc_gym.protocol.fidelity import FIDELITY_FEATURE
@@ -81,7 +83,14 @@ class Server:
         max_worlds_per_connection: worlds one connection may have made and not destroyed.
         orphan_lifetime: seconds a world whose creator has gone stays with no agent
             joined (any connection may join it by name meanwhile); then it is destroyed.
+        metrics_port: serve Prometheus metrics over HTTP on this port (0: the OS picks;
+            :attr:`metrics_address` says which), from :attr:`stats`; None (the default): none.
+            Needs prometheus-client (the ``metrics`` extra): ``ImportError`` naming it otherwise.
+        metrics_host: the interface of the metrics port (None: the host of the first TCP address,
+            else 127.0.0.1).
 
+    :attr:`stats` (:class:`~dmrpc_gym.server.stats.ServerStats`) counts what the server does, for
+    the metrics and ``dmrpc-gym status`` alike.
     ``start()`` returns the server, ``address`` / ``port`` say where it listens,
     ``stop()`` is idempotent and never hangs; it is also a context manager.
     Resolving the factory (an unknown env id, a missing module) raises
@@ -98,7 +107,9 @@ class Server:
                  workers: int | None = None, processes: int = 0, inline_below: float = INLINE_BELOW,
                  tls: Any = None, token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
                  limits: ConnectionLimits | None = None, max_worlds: int = 1024,
-                 max_worlds_per_connection: int = 64, orphan_lifetime: float = 60.0):
+                 max_worlds_per_connection: int = 64, orphan_lifetime: float = 60.0,
+                 metrics_port: int | None = None, metrics_host: str | None = None):
+        check_metrics_port(metrics_port)       # before anything is built: a bad port, a missing package
         self.factory = Factory(factory, kind=kind, render=render)
         self.workers = default_workers() if workers is None else workers
         self._pool = WorkerPool(self.workers, inline_below=inline_below)   # checks the numbers
@@ -141,6 +152,10 @@ class Server:
         self._registry: WorldRegistry | None = None
         self._lock = threading.Lock()
         self._stopped = threading.Event()
+        self.stats = ServerStats(timed=metrics_port is not None)
+        tcp = [parse_address(bind)[0] for bind in self._binds if unix_path(bind) is None]
+        self._metrics_at = (metrics_host or (tcp[0] if tcp else "127.0.0.1"), metrics_port)
+        self._metrics: MetricsEndpoint | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -167,6 +182,12 @@ class Server:
                 self._release_workers()
                 raise
             self._loop, self._thread = loop, thread
+        if self._metrics_at[1] is not None and self._metrics is None:
+            try:
+                self._metrics = MetricsEndpoint(self.stats, *self._metrics_at)
+            except BaseException:
+                self.stop()
+                raise
         log.debug("serving %s on %s", self.factory.name, self.address)   # `serve` prints it
         return self
 
@@ -190,15 +211,18 @@ class Server:
             from dmrpc_gym.server.processes import RemoteFactory
             factory = RemoteFactory(self.factory, self._processes)
         registry = WorldRegistry(factory, default_world=self.default_world, timeout=self.timeout,
-                                 pool=self._pool, **self._world_limits)
+                                 pool=self._pool, stats=self.stats, **self._world_limits)
         connections: set[GrpcProtocol] = set()
         loop = asyncio.get_running_loop()
         self._connections, self._registry = connections, registry
+        stats = self.stats
+        stats.registry, stats.connections, stats.loop = registry, connections, loop
+        stats.max_connections = self.limits.max_connections
 
         def grpc() -> GrpcProtocol:
             return GrpcProtocol(lambda headers: Session(registry, headers), connections, token=self._token,
                                 max_message_size=self._max_message, limits=self.limits,
-                                app_headers=RESPONSE_HEADERS)
+                                app_headers=RESPONSE_HEADERS, traffic=stats.traffic)
         protocol = behind_tls(grpc, self._tls, self.limits.handshake_timeout)
         where = []
         for bind in self._binds:
@@ -266,6 +290,8 @@ class Server:
         thread.join(_STOP_MARGIN)
         for path in filter(None, map(unix_path, self._binds)):
             remove_socket_file(path)
+        if self._metrics is not None:
+            self._metrics.close()
         self._release_workers()
 
     def _release_workers(self) -> None:
@@ -299,6 +325,11 @@ class Server:
         if self._where is None:
             raise RuntimeError("the server is not started; call start() first")
         return list(self._where)
+
+    @property
+    def metrics_address(self) -> str | None:
+        """``host:port`` of the Prometheus metrics (at ``/metrics``) once started, else None."""
+        return self._metrics.address if self._metrics is not None else None
 
     @property
     def address(self) -> str:

@@ -37,6 +37,7 @@ from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.server.replies import Replies
 from dmrpc_gym.transport.server.requests import Requests, receive_window
 from dmrpc_gym.transport.server.conduct import Conduct, Watching
+from dmrpc_gym.transport.server.traffic import Traffic
 from dmrpc_gym.transport.limits import KEEPALIVE_PING, ConnectionLimits, Refusals
 
 __all__ = ["StreamHandler", "GrpcProtocol"]   # StreamHandler: re-exported from server.stream
@@ -58,13 +59,17 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
     ``max_message_size``: the largest request accepted, in bytes (RESOURCE_EXHAUSTED beyond);
     ``limits``: the connection's bounds (:class:`~dmrpc_gym.transport.limits.ConnectionLimits`);
     ``app_headers``: ``(name, value)`` pairs every stream's response headers carry after gRPC's own
-    (the application says who it is and what it speaks; the transport does not know).
+    (the application says who it is and what it speaks; the transport does not know);
+    ``traffic``: where the connection counts its bytes, refusals and failed statuses (one
+    :class:`~dmrpc_gym.transport.server.traffic.Traffic` per server; None: its own).
     """
 
     def __init__(self, new_session: Callable[[Mapping[str, str]], StreamHandler], connections: set, *,
                  token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
-                 limits: ConnectionLimits | None = None, app_headers: Sequence[tuple[str, str]] = ()):
+                 limits: ConnectionLimits | None = None, app_headers: Sequence[tuple[str, str]] = (),
+                 traffic: Traffic | None = None):
         self._new_session = new_session
+        self._traffic = traffic if traffic is not None else Traffic()
         self._app_headers = tuple(app_headers)   # the application's response headers (name, version, features)
         self._limits = limits or ConnectionLimits()
         self._connections = connections
@@ -99,11 +104,17 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         self._draining = False           # a GOAWAY went either way: close once the streams are done
         self._held: list[bytes] | None = None   # small writes of one data_received, sent together
 
+    @property
+    def open_streams(self) -> int:
+        """The streams open on this connection now."""
+        return len(self._streams)
+
     # -- asyncio.Protocol --------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:
         self._transport = transport
         if len(self._connections) >= self._limits.max_connections:
             self._closed = True
+            self._traffic.refuse("max_connections")
             _refusals.note(self._limits.max_connections)
             transport.abort()
             return
@@ -122,6 +133,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._lingering:
             return                         # after a protocol error: read and dropped (see abort)
+        self._traffic.bytes_in += len(data)
         buf = self._buf
         buf += data
         if len(self._streams) > 1:    # answers of several streams made on this turn are gathered
@@ -284,11 +296,15 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
             raise ProtocolError(PROTOCOL_ERROR, f"stream id {sid} is not a client stream (odd)")
         self._last_stream = sid
         if self._draining or len(self._streams) >= self._limits.max_streams:
+            if not self._draining:
+                self._traffic.refuse("max_streams")
             self._write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
             return
         stream = Stream(sid, self._peer_window, self._max_message, self._window)
         refusal = refusal_of(headers, self._token, self._headers_in.size, self._limits.max_header_list_size)
         if refusal is not None:
+            if self._headers_in.size > self._limits.max_header_list_size:
+                self._traffic.refuse("max_header_list_size")
             self._trailers(stream, *refusal)
             if not flags & END_STREAM:
                 self._write(frame(RST_STREAM, 0, sid, U32.pack(NO_ERROR)))

@@ -14,7 +14,7 @@ import urllib.parse
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport import frames
 from dmrpc_gym.transport.frames import (DATA, END_STREAM, GATHER_SECONDS, HEADER, NO_ERROR, RST_STREAM, U32,
-                                        WRITE_CHUNK, StreamError, frame)
+                                        WRITE_CHUNK, MessageTooLarge, StreamError, frame)
 from dmrpc_gym.transport.server.stream import Stream
 
 __all__ = ["Replies"]
@@ -58,6 +58,7 @@ class Replies:
         transport = self._transport
         if not self._closed and transport is not None and not transport.is_closing():   # a peer gone: not written
             transport.write(data)
+            self._traffic.bytes_out += len(data)
             if not self._writable and self._transport.get_write_buffer_size() > _MAX_BACKLOG:
                 log.info("dropping an HTTP/2 connection: its client left %d bytes of answers unread",
                          self._transport.get_write_buffer_size())
@@ -130,6 +131,8 @@ class Replies:
             return
         stream.open = False
         self._conduct.answered = True
+        if code:
+            self._traffic.ended(code)
         fields = [] if stream.replied else self._headers(stream)
         fields.append(("grpc-status", str(code)))
         if message:
@@ -143,6 +146,8 @@ class Replies:
     def _refuse(self, stream: Stream, err: StreamError, client_done: bool) -> None:
         """End one stream with ``err``'s status; the client need send no more (RST_STREAM NO_ERROR)."""
         log.info("ending stream %d: %s", stream.id, err)
+        if isinstance(err, MessageTooLarge):
+            self._traffic.refuse("max_message_size")
         self._trailers(stream, err.status, str(err))
         if not client_done and not stream.client_done:
             self._write(frame(RST_STREAM, 0, stream.id, U32.pack(NO_ERROR)))
