@@ -191,3 +191,19 @@ def test_without_prometheus_client_the_option_is_named(monkeypatch, capsys):
     assert main(["serve", "catch", "--port", "0", "--metrics-port", "0"]) == 1
     err = capsys.readouterr().err
     assert "--metrics-port" in err and "prometheus-client" in err and "[metrics]" in err
+
+
+def test_serve_prints_where_its_metrics_are(tmp_path):
+    from test_ux_cli import Served
+    served = Served("catch", tmp_path, "--metrics-port", "0")
+    try:
+        line = served.process.stdout.readline().strip()
+        assert line.startswith("metrics on http://127.0.0.1:") and line.endswith("/metrics")
+        with Connection(served.address) as conn:
+            conn.send(pb.CreateWorldRequest())
+        text = urllib.request.urlopen(line.split(" on ", 1)[1], timeout=30).read().decode()
+        created = {tuple(s.labels.items()): s.value for f in text_string_to_metric_families(text)
+                   for s in f.samples if s.name == "dmrpc_gym_worlds_created_total"}
+        assert created[(("kind", "gym"),)] == 1
+    finally:
+        assert "Traceback" not in served.stop()

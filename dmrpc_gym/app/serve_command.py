@@ -134,9 +134,9 @@ def serve_until_stopped(args: argparse.Namespace) -> int:
     # no client's world is being built beside it (two pygame envs made and closed at once can crash).
     line = connect_line(server, token=args.token or os.environ.get(TOKEN_ENV) or None, tls_ca=args.tls_cert)
     print(f"serving {server.factory.name} on {server.address}", flush=True)
+    print(f"connect from Python: {line}", flush=True)
     if server.metrics_address is not None:
         print(f"metrics on http://{server.metrics_address}/metrics", flush=True)
-    print(f"connect from Python: {line}", flush=True)
     try:
         while not stop.wait(0.5) and not server.wait(0):
             pass
