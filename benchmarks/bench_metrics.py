@@ -6,9 +6,10 @@ Two measures, since wall clock on a 2-vCPU VM swings by 15 %:
 - **per round, interleaved**: every server runs in a subprocess; this process's ``DmRpcEnv`` steps each
   in turn, ``--steps`` small steps per server per round, ``--rounds`` rounds. Steps/s (wall clock) and the
   server's CPU time per step (its ``time.process_time``, scrapes included) are taken per round; the
-  ratios are medians of the per-round ratios on / off;
+  ratios are medians of the per-round ratios on / off, and those of the best rounds (the least disturbed);
 - **calls per step** on the server (``bench_counts.py``'s profile hook: Python functions entered and C
-  functions called, every server thread), which repeat to the call.
+  functions called, every server thread); with ``workers=0`` every step runs on the event loop and the
+  counts repeat to the call (with worker threads, the timing-driven choice of inline or thread moves them).
 
 The small step is ``bench_counts.py``'s: a constant env, a 4-float observation, a Discrete action::
 
@@ -28,7 +29,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TREE = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
+sys.path[:0] = [HERE, TREE]     # this tree's client steps every server, whatever is installed
 
 import bench_counts  # noqa: E402
 
@@ -101,11 +102,13 @@ class Served:
         self.proc.wait(30)
 
 
-def scraper(url: str, every: float, stop: threading.Event, scrapes: list[int]) -> None:
+def scraper(url: str, every: float, stop: threading.Event, scrapes: list[float]) -> None:
+    """GET ``url`` every ``every`` seconds until ``stop``; each scrape's wall time goes to ``scrapes``."""
     while not stop.wait(every):
+        start = time.perf_counter()
         with urllib.request.urlopen(url, timeout=10) as answer:
             answer.read()
-        scrapes[0] += 1
+        scrapes.append(time.perf_counter() - start)
 
 
 def ratio(a: list[float], b: list[float]) -> float:
@@ -129,7 +132,7 @@ def main() -> None:
     if args.tree:
         cases.append((f"{args.tree} (no metrics)", os.path.abspath(args.tree), False))
     served = [Served(*case) for case in cases]
-    stop, scrapes = threading.Event(), [0]
+    stop, scrapes = threading.Event(), []
     on = served[1]
     if args.scrape > 0:
         threading.Thread(target=scraper, args=(f"http://{on.metrics}/metrics", args.scrape, stop, scrapes),
@@ -149,23 +152,26 @@ def main() -> None:
         for s in served:
             s.close()
     off = served[0]
+    took = f", {1000 * statistics.median(scrapes):.1f} ms each (median, wall clock)" if scrapes else ""
     print(f"{args.rounds} rounds of {args.steps} steps each, interleaved (order alternating); the metrics-on "
-          f"server scraped {scrapes[0]} times (every {args.scrape:g} s)\n")
+          f"server scraped {len(scrapes)} times (every {args.scrape:g} s){took}\n")
     print("| server | steps/s (median) | min | max | server CPU us/step (median) | min | max |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for s in served:
         print(f"| {s.name} | {statistics.median(s.rates):.0f} | {min(s.rates):.0f} | {max(s.rates):.0f} | "
               f"{statistics.median(s.cpu):.1f} | {min(s.cpu):.1f} | {max(s.cpu):.1f} |")
-    print("\n| ratio (median of per-round ratios) | steps/s | server CPU per step |")
-    print("|---|---:|---:|")
+    print("\n| ratio | steps/s, median of per-round ratios | best round / best round | server CPU per step, "
+          "median of per-round ratios | best round / best round |")
+    print("|---|---:|---:|---:|---:|")
     for s in served[1:]:
-        print(f"| {s.name} / metrics off | {ratio(s.rates, off.rates):.3f} | {ratio(s.cpu, off.cpu):.3f} |")
-    print("\n| server | Python calls / step | C calls / step |")
-    print("|---|---:|---:|")
+        print(f"| {s.name} / metrics off | {ratio(s.rates, off.rates):.3f} | {max(s.rates) / max(off.rates):.3f} | "
+              f"{ratio(s.cpu, off.cpu):.3f} | {min(s.cpu) / min(off.cpu):.3f} |")
+    print("\n| server | Python calls / step | C calls / step | the same, workers=0 (every step inline) | C |")
+    print("|---|---:|---:|---:|---:|")
     for name, tree, metrics in cases:
         counted = bench_counts.calls(tree, args.count_steps, metrics=metrics)
-        print(f"| {name} | {counted[2]:.1f} | {counted[3]:.1f} |", flush=True)
-
+        inline = bench_counts.calls(tree, args.count_steps, metrics=metrics, inline=True)
+        print(f"| {name} | {counted[2]:.1f} | {counted[3]:.1f} | {inline[2]:.1f} | {inline[3]:.1f} |", flush=True)
 
 if __name__ == "__main__":
     main()
