@@ -27,7 +27,7 @@ import json
 import shutil
 import sys
 import time
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
 from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.protocol import tensors
@@ -138,8 +138,6 @@ def format_status(doc: dict[str, Any], address: str, rows: int = 20, width: int 
     worlds (the busiest first), lines cut to ``width`` characters."""
     health = doc["health"]
     state = "SERVING" if health["serving"] else f"NOT SERVING ({health['why']})"
-    if health["draining"] and health["serving"]:
-        state += " (draining)"
     totals = doc["totals"].values()
     made, gone = sum(t.get("created", 0) for t in totals), sum(t.get("destroyed", 0) for t in totals)
     steps = sum(t.get("steps", 0) for t in totals)
@@ -178,7 +176,7 @@ def format_status(doc: dict[str, Any], address: str, rows: int = 20, width: int 
 
 
 def watch(reader: Any, address: str, *, interval: float = 1.0, forever: bool = False, as_json: bool = False,
-          out: TextIO | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+          out: TextIO | None = None) -> None:
     """Read ``reader`` and print the screen (or one JSON document a line); with an ``interval``, read
     twice for the rates; ``forever``: again every ``interval`` seconds until interrupted."""
     out = out or sys.stdout
@@ -186,7 +184,7 @@ def watch(reader: Any, address: str, *, interval: float = 1.0, forever: bool = F
     before = None
     if interval > 0:
         before = reader.read()
-        sleep(interval)
+        time.sleep(interval)
     while True:
         now = reader.read()
         rated = with_rates(now, before)
@@ -201,4 +199,4 @@ def watch(reader: Any, address: str, *, interval: float = 1.0, forever: bool = F
         if not forever:
             return
         before = now
-        sleep(max(interval, 0.1))
+        time.sleep(interval)

@@ -34,6 +34,7 @@ import json
 import time
 from typing import Any, Iterable
 
+from dmrpc_gym._version import __version__
 from dmrpc_gym.protocol.errors import status_name
 from dmrpc_gym.server.factories import RENDER_MODE
 from dmrpc_gym.server.settings import shown
@@ -164,7 +165,6 @@ class ServerStats:
 
     def snapshot(self, histograms: bool = False) -> dict[str, Any]:
         """The server's state and counts as one JSON-ready document (on the event loop: see :meth:`read`)."""
-        from dmrpc_gym._version import __version__
         now = time.monotonic()
         registry = self.registry
         serving, why = self.health()

@@ -38,7 +38,7 @@ from dmrpc_gym.transport.server.replies import Replies
 from dmrpc_gym.transport.server.requests import Requests, receive_window
 from dmrpc_gym.transport.server.conduct import Conduct, Watching
 from dmrpc_gym.transport.server.traffic import Traffic
-from dmrpc_gym.transport.limits import KEEPALIVE_PING, ConnectionLimits, Refusals
+from dmrpc_gym.transport.limits import KEEPALIVE_PING, ConnectionLimits
 
 __all__ = ["StreamHandler", "GrpcProtocol"]   # StreamHandler: re-exported from server.stream
 
@@ -46,9 +46,6 @@ log = logging.getLogger("dmrpc_gym.server")
 
 _OUR_FRAME = 1 << 20             # largest frame we accept (we advertise it)
 _LINGER = 1.0                    # seconds a connection that broke the protocol is read and dropped
-_refusals = Refusals(log, "refusing connections: %d are open, the limit (ConnectionLimits.max_connections, "
-                          "serve --max-connections); "
-                          "%d refused in the last minute")
 
 
 class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
@@ -115,7 +112,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         if len(self._connections) >= self._limits.max_connections:
             self._closed = True
             self._traffic.refuse("max_connections")
-            _refusals.note(self._limits.max_connections)
+            self._traffic.connections_refused.note(self._limits.max_connections)
             transport.abort()
             return
         transport.set_write_buffer_limits(high=WRITE_CHUNK)
