@@ -123,6 +123,11 @@ def add_serve(subparsers: Any) -> None:
                         help="how long a world whose creator left waits to be joined (default: %(default)s)")
     parser.add_argument("--max-connections", type=int, default=1024, metavar="N",
                         help="connections open at once; more are accepted and closed (default: %(default)s)")
+    parser.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
+                        help="on SIGTERM, how long running episodes may go on before the server stops; new "
+                             "worlds are refused meanwhile (default: %(default)s)")
+    parser.add_argument("--health-without-token", action="store_true",
+                        help="answer gRPC health checks without the token (for probes that cannot send one)")
     parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                         help="serve Prometheus metrics over HTTP on PORT at /metrics (0: a free one, printed); "
                              "needs prometheus-client (the metrics extra); default: no metrics")

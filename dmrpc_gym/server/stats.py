@@ -99,8 +99,7 @@ class WorldTally:
 class ServerStats:
     """Everything a server counts (see the module doc); ``timed``: keep the step-time histograms too.
 
-    The server sets :attr:`registry`, :attr:`connections` and :attr:`loop` once it listens;
-    :attr:`draining` says that it is stopping and takes no new worlds.
+    The server sets :attr:`registry`, :attr:`connections` and :attr:`loop` once it listens.
     """
 
     def __init__(self, timed: bool = False) -> None:
@@ -113,7 +112,6 @@ class ServerStats:
         self._live: dict[int, WorldTally] = {}
         self.errors: dict[int, int] = {}         # error answers by status code (the transport's are in traffic)
         self.timings = {kind: Timings() for kind in KINDS.values()} if timed else None
-        self.draining = False
         self.registry: Any = None
         self.connections: Iterable[Any] = ()
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -154,20 +152,20 @@ class ServerStats:
                        "env_seconds": t.env_seconds, "created": self.created.get(kind, 0),
                        "destroyed": self.destroyed.get(kind, 0)} for kind, t in sums.items()}
 
-    def health(self) -> tuple[bool, str]:
-        """``(serving, why)``: not while draining, nor while the server holds its limit of worlds."""
-        if self.draining:
-            return False, "draining: the server is stopping"
+    def health(self) -> tuple[bool, bool, str]:
+        """``(serving, draining, why not serving)``, as the health service reports it: the registry's
+        :meth:`~dmrpc_gym.server.registry.WorldRegistry.room` (not while draining, nor at ``max_worlds``)."""
         registry = self.registry
-        if registry is not None and len(registry.names()) >= registry.max_worlds:
-            return False, f"at its limit of {registry.max_worlds} worlds (max_worlds)"
-        return True, ""
+        if registry is None:
+            return True, False, ""
+        why = registry.room()
+        return why is None, registry.draining, why or ""
 
     def snapshot(self, histograms: bool = False) -> dict[str, Any]:
         """The server's state and counts as one JSON-ready document (on the event loop: see :meth:`read`)."""
         now = time.monotonic()
         registry = self.registry
-        serving, why = self.health()
+        serving, draining, why = self.health()
         connections = list(self.connections)
         traffic = self.traffic
         errors: dict[str, int] = {}
@@ -178,7 +176,7 @@ class ServerStats:
             "env": registry.factory.name if registry is not None else None,
             "instance": registry.instance if registry is not None else None,
             "uptime": now - self._started, "started": self.started,
-            "health": {"serving": serving, "draining": self.draining, "why": why},
+            "health": {"serving": serving, "draining": draining, "why": why},
             "connections": len(connections), "streams": sum(c.open_streams for c in connections),
             "bytes_in": traffic.bytes_in, "bytes_out": traffic.bytes_out,
             "limits": {"max_worlds": registry.max_worlds if registry is not None else None,

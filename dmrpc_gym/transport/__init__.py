@@ -19,15 +19,17 @@ from dmrpc_gym.transport.client.grpcio_transport import GrpcioTransport
 from dmrpc_gym.transport.client.h2_transport import H2Transport
 from dmrpc_gym.transport.client.pool import SharedConnections
 from dmrpc_gym.transport.codes import ErrorCode, GrpcStatus
-from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
+from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE, StreamError
 from dmrpc_gym.transport.limits import MIN_KEEPALIVE, ConnectionLimits
 from dmrpc_gym.transport.security import TOKEN_ENV, behind_tls, server_context, token_metadata
+from dmrpc_gym.transport.server.methods import Method
 from dmrpc_gym.transport.server.protocol import GrpcProtocol
 from dmrpc_gym.transport.server.traffic import Traffic
 from dmrpc_gym.transport.unix import listen_unix, remove_socket_file, unix_address, unix_path
 
 __all__ = ["Transport", "StreamEnded", "Unreachable", "check_address", "parse_address",
-           "H2Transport", "GrpcioTransport", "SharedConnections", "GrpcProtocol", "Traffic", "ConnectionLimits",
+           "H2Transport", "GrpcioTransport", "SharedConnections", "GrpcProtocol", "Method", "StreamError", "Traffic",
+           "ConnectionLimits",
            "DEFAULT_MAX_MESSAGE", "MIN_KEEPALIVE", "ErrorCode", "GrpcStatus",
            "TOKEN_ENV", "token_metadata", "behind_tls", "server_context",
            "listen_unix", "remove_socket_file", "unix_address", "unix_path"]
