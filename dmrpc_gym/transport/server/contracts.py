@@ -22,6 +22,7 @@ from dmrpc_gym.transport.frames import StreamError
 from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.server.conduct import Conduct
 from dmrpc_gym.transport.server.stream import Stream
+from dmrpc_gym.transport.server.traffic import Traffic
 
 __all__ = ["RequestsHost", "RepliesHost", "AnsweringHost", "WatchingHost"]
 
@@ -56,6 +57,7 @@ class RepliesHost(Protocol):
     _writable: bool
     _can_write: asyncio.Event
     _window_open: asyncio.Event
+    _traffic: Traffic
 
     def _finish(self, stream: Stream) -> None: ...
 
