@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The grpc-go peers of tests/test_interop_go.py: installs Debian's Go toolchain, grpc-go and
+# The grpc-go peers of tests/interop/test_interop_go.py: installs Debian's Go toolchain, grpc-go and
 # protobuf-go with their code generators, generates the Go code of protos/ and builds
-# tests/interop/go/{server,client} offline (GOPATH mode over /usr/share/gocode: no module proxy).
-# Idempotent: rebuilds only when the sources or the packages changed. Prints the folder holding
-# the two binaries (dmrpc-go-server, dmrpc-go-client); export it as DMRPC_GO_PEER_DIR.
+# tests/interop/go/{server,client,health} offline (GOPATH mode over /usr/share/gocode: no module
+# proxy; health uses grpc-go's own grpc_health_v1 package). Idempotent: rebuilds only when the
+# sources or the packages changed. Prints the folder holding the three binaries (dmrpc-go-server,
+# dmrpc-go-client, dmrpc-go-health); export it as DMRPC_GO_PEER_DIR.
 #   usage: .ci/install_go_peer.sh [DIR]     (default: ${DMRPC_GO_PEER_DIR:-$HOME/.cache/dmrpc-go})
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -41,7 +42,8 @@ fi
 stamp=$( { cat "$root"/tests/interop/go/environment.proto "$root"/tests/interop/go/*/main.go \
                  "$root"/protos/dmrpc_gym/protocol/_proto/dm_env_rpc.proto;
            dpkg-query -W "${packages[@]}"; } | sha256sum | cut -d' ' -f1)
-if [ -x "$dir/dmrpc-go-server" ] && [ -x "$dir/dmrpc-go-client" ] && [ "$(cat "$dir/stamp" 2>/dev/null)" = "$stamp" ]; then
+if [ -x "$dir/dmrpc-go-server" ] && [ -x "$dir/dmrpc-go-client" ] && [ -x "$dir/dmrpc-go-health" ] \
+   && [ "$(cat "$dir/stamp" 2>/dev/null)" = "$stamp" ]; then
   echo "$dir"
   exit 0
 fi
@@ -50,7 +52,7 @@ mkdir -p "$dir"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 src="$work/src/dmrpcgo"
-mkdir -p "$src/pb" "$src/envpb" "$src/server" "$src/client"
+mkdir -p "$src/pb" "$src/envpb" "$src/server" "$src/client" "$src/health"
 msg=dmrpc_gym/protocol/_proto/dm_env_rpc.proto
 mkdir -p "$work/gen"
 protoc -I "$root/protos" -I "$root/tests/interop/go" \
@@ -61,12 +63,15 @@ cp "$work"/gen/dmrpc_gym/protocol/_proto/dm_env_rpc.pb.go "$src/pb/"
 cp "$work"/gen/environment*.pb.go "$src/envpb/"
 cp "$root/tests/interop/go/server/main.go" "$src/server/"
 cp "$root/tests/interop/go/client/main.go" "$src/client/"
+cp "$root/tests/interop/go/health/main.go" "$src/health/"
 
 export GO111MODULE=off GOPATH="$work:/usr/share/gocode" GOCACHE="$dir/gocache" GOFLAGS=
 (cd "$src/server" && go build -o "$dir/dmrpc-go-server.new" .) >&2
 (cd "$src/client" && go build -o "$dir/dmrpc-go-client.new" .) >&2
+(cd "$src/health" && go build -o "$dir/dmrpc-go-health.new" .) >&2
 mv "$dir/dmrpc-go-server.new" "$dir/dmrpc-go-server"
 mv "$dir/dmrpc-go-client.new" "$dir/dmrpc-go-client"
+mv "$dir/dmrpc-go-health.new" "$dir/dmrpc-go-health"
 { go version; dpkg-query -W "${packages[@]}"; } > "$dir/versions"
 echo "$stamp" > "$dir/stamp"
 echo "$dir"

@@ -44,6 +44,9 @@ def imports(path: pathlib.Path, known: set[str]) -> list[tuple[str, bool]]:
     """``(imported module, at module level?)`` for every import of ours in ``path``."""
     tree = ast.parse(path.read_text(), str(path))
     top = set(map(id, tree.body))
+    for node in tree.body:       # `if TYPE_CHECKING:` imports run at type-checking time: module level too
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            top |= set(map(id, node.body))
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -154,6 +157,9 @@ def test_the_walk_sees_imports_and_would_catch_a_wrong_one(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from dmrpc_gym.server import runner\n")
     assert imports(bad, set(GRAPH)) == [("dmrpc_gym.server.runner", False)]
+    typing_only = tmp_path / "typing_only.py"
+    typing_only.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dmrpc_gym.server import runner\n")
+    assert imports(typing_only, set(GRAPH)) == [("dmrpc_gym.server.runner", True)]   # counted for cycles
     assert layer("dmrpc_gym.connection") == "client"   # an old path counts as its new home
     assert transport_part("dmrpc_gym.transport.h2_client") == "client"
     assert transport_part("dmrpc_gym.transport.frames") == "core"

@@ -70,7 +70,9 @@ def start_server(args: argparse.Namespace):
                   render=render, timeout=args.timeout, workers=args.workers,
                   processes=args.processes, inline_below=args.inline_below, max_worlds=args.max_worlds,
                   max_worlds_per_connection=args.max_worlds_per_connection, orphan_lifetime=args.orphan_lifetime,
-                  limits=ConnectionLimits(max_connections=args.max_connections), **options).start()
+                  limits=ConnectionLimits(max_connections=args.max_connections),
+                  health_without_token=args.health_without_token, metrics_port=args.metrics_port,
+                  metrics_host=args.metrics_host, **options).start()
 
 
 def connect_line(server: Any, *, token: str | None = None, tls_ca: str | None = None) -> str:
@@ -117,26 +119,77 @@ def connect_line(server: Any, *, token: str | None = None, tls_ca: str | None = 
 
 
 def serve_until_stopped(args: argparse.Namespace) -> int:
-    """Serve as ``args`` say until Ctrl-C or SIGTERM (then 0); ``ValueError``, ``TypeError``,
-    ``OSError`` or ``ImportError`` when the target cannot be served."""
+    """Serve as ``args`` say until stopped (then 0); ``ValueError``, ``TypeError``, ``OSError``
+    or ``ImportError`` when the target cannot be served.
+
+    SIGTERM drains (:meth:`~dmrpc_gym.server.Server.drain`): no new worlds, running episodes
+    have ``--grace`` seconds, then the server stops. A second SIGTERM, or SIGINT (Ctrl-C),
+    stops it at once: open streams end UNAVAILABLE "server shutting down".
+    """
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be within 0..65535, got {args.port}")
+    if not args.grace >= 0:
+        raise ValueError(f"--grace must be a number of seconds >= 0, got {args.grace}")
     server = start_server(args)
-    stop = threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
+    signals = Signals()
     from dmrpc_gym.transport import TOKEN_ENV
     # The line may build (and close) an env to learn the agents: before the address is printed, so that
     # no client's world is being built beside it (two pygame envs made and closed at once can crash).
     line = connect_line(server, token=args.token or os.environ.get(TOKEN_ENV) or None, tls_ca=args.tls_cert)
     print(f"serving {server.factory.name} on {server.address}", flush=True)
     print(f"connect from Python: {line}", flush=True)
+    if server.metrics_address is not None:
+        print(f"metrics on http://{server.metrics_address}/metrics", flush=True)
+    drainer = None
     try:
-        while not stop.wait(0.5) and not server.wait(0):
-            pass
+        while not server.wait(0):
+            asked = signals.wait(0.5)
+            if asked == "now":
+                break
+            if asked == "drain":
+                said = (f"draining: no new worlds; running episodes have {args.grace:g} s "
+                        "(SIGTERM again or Ctrl-C stops at once)")
+                drainer = threading.Thread(target=server.drain, args=(args.grace, lambda: print(said, flush=True)),
+                                           name="dmrpc-gym drain")
+                drainer.start()
     finally:
-        server.stop(grace=1.0)
+        server.stop()
+        if drainer is not None:
+            drainer.join()
     return 0                   # Ctrl-C and SIGTERM are a server's normal end: stopped, status 0
+
+
+class Signals:
+    """What the signals sent to ``serve`` ask: the first SIGTERM ``"drain"``, a second SIGTERM or
+    a SIGINT ``"now"`` (installed only in the main thread, where Python runs signal handlers).
+
+    >>> signals = Signals(install=False)
+    >>> signals.received(signal.SIGTERM); signals.wait(0), signals.wait(0)
+    ('drain', None)
+    >>> signals.received(signal.SIGTERM); signals.wait(0)
+    'now'
+    """
+
+    def __init__(self, install: bool = True):
+        self._asked: list[str] = []
+        self._terms = 0
+        self._event = threading.Event()
+        if install and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda number, frame: self.received(number))
+
+    def received(self, number: int) -> None:
+        """Signal ``number`` came (a signal handler's work: note it, nothing more)."""
+        if number == signal.SIGTERM:
+            self._terms += 1
+        self._asked.append("drain" if number == signal.SIGTERM and self._terms == 1 else "now")
+        self._event.set()
+
+    def wait(self, timeout: float) -> str | None:
+        """The oldest request not yet taken, waiting up to ``timeout`` seconds for one; None: none came."""
+        if not self._asked:
+            self._event.wait(timeout)
+        self._event.clear()
+        return self._asked.pop(0) if self._asked else None

@@ -21,6 +21,7 @@ from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.protocol.errors import DmRpcError, status_name
 from dmrpc_gym.protocol.wire import FEATURES_METADATA, SERVER_METADATA, pb
 from dmrpc_gym.client.lifecycle import ConnectRetries, Patience
+from dmrpc_gym.client.pending import Answer, Pending
 from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, MIN_KEEPALIVE, TOKEN_ENV, GrpcioTransport, GrpcStatus,
                                  H2Transport, SharedConnections, StreamEnded, Transport, check_address, parse_address,
                                  token_metadata)
@@ -128,7 +129,7 @@ class Connection(ConnectRetries):
         # The requests written before the first answer: sent again if the server goes away
         # (UNAVAILABLE, reset) before answering; None once an answer has come.
         self._first: list[tuple] | None = []
-        self._pending: deque[list] = deque()  # [expected field, abandoned?, number]
+        self._pending: deque[Pending] = deque()  # the requests whose answers are still to come, in order
         self._entries = 0                     # requests written so far (the number of the latest)
         self._broken: str | None = None
         self._closed = False
@@ -158,7 +159,7 @@ class Connection(ConnectRetries):
         if parts is None:
             parts = pieces.envelope(_TAGS[field], body) if pieces else (_TAGS[field] + tensors.varint(len(body)), body)
         self._entries += 1
-        entry = [field, False, self._entries]
+        entry = Pending(field, self._entries)
         pending = self._pending
         try:
             transport.write(*parts)
@@ -179,7 +180,7 @@ class Connection(ConnectRetries):
             if transport.broken:
                 self._broken = "a send was interrupted half-way through a message"
             elif transport.messages_sent != before:
-                entry[1] = True
+                entry.drop()
                 if not pending or pending[-1] is not entry:
                     pending.append(entry)
             raise
@@ -207,22 +208,22 @@ class Connection(ConnectRetries):
 
     def _receive(self, map_field: int, steady: Callable[[bytes], Any] | None = None) -> tuple[Any, Any]:
         pending = self._pending
-        current = pending[0] if pending and not pending[0][1] else next(
-            (entry for entry in pending if not entry[1]), None)
+        current = pending[0] if pending and pending[0].answer is Answer.OWED else next(
+            (entry for entry in pending if entry.answer is Answer.OWED), None)
         if current is None:
             raise RuntimeError("receive() without a submitted request")
         try:
             while pending[0] is not current:   # answers to interrupted calls: read and drop
-                self._read_one(pending[0][0])
+                self._read_one(pending[0].field)
                 pending.popleft()
-            response, large = self._read_one(current[0], map_field, steady if self._first is None else None)
+            response, large = self._read_one(current.field, map_field, steady if self._first is None else None)
         except BaseException:
-            current[1] = True        # its answer, if it comes, is dropped later too
+            current.drop()           # its answer, if it comes, is dropped later too
             raise
         pending.popleft()
         if large is None:                        # the steady decoder's result
             return response, None
-        field = current[0]
+        field = current.field
         which = response.WhichOneof("payload")
         if self._first is not None:             # the first answer: the server is up
             first, self._first = self._first, None
@@ -287,8 +288,8 @@ class Connection(ConnectRetries):
             return self._receive(map_field)
         except BaseException:
             for entry in self._pending:
-                if entry[2] >= first:
-                    entry[1] = True
+                if entry.number >= first and entry.answer is Answer.OWED:
+                    entry.drop()
             raise
 
     def _send_failed(self, err: OSError) -> ConnectionError:

@@ -9,6 +9,7 @@ them at once. Both vector envs (gymnasium's and SB3's) stand on it.
 from __future__ import annotations
 
 import contextlib
+import enum
 import threading
 from collections import deque
 from typing import Any, Iterable, Mapping, Sequence
@@ -24,6 +25,14 @@ __all__ = ["Batch", "Restart", "RESTART", "StepResult"]
 
 #: One sub-env's ``(observation, reward, terminated, truncated, info)``.
 StepResult = tuple[Any, float, bool, bool, dict]
+
+
+class Owed(enum.Enum):
+    """What a sub-env's submitted request was, so that its answer is read as what it is."""
+
+    RESET = "reset"
+    STEP = "step"
+
 
 def _with_index(err: Exception, index: int) -> Exception:
     """The same kind of error, saying which sub-env it came from."""
@@ -85,8 +94,8 @@ class Batch:
             self.env_kwargs.setdefault("connections", SharedConnections())
         self.envs: list[DmRpcEnv] = []
         self.closed = False
-        # Per sub-env: the kinds ("reset"/"step") of submitted requests not yet read.
-        self._owed: list[deque] = [deque() for _ in range(self.num_envs)]
+        # Per sub-env: the kinds of the submitted requests whose answers are not read yet, in order.
+        self._owed: list[deque[Owed]] = [deque() for _ in range(self.num_envs)]
         # Sub-envs whose step was submitted and not yet received, in order (index -> restarted?).
         self._flying: dict[int, bool] = {}
         self._elapsed = [0] * self.num_envs
@@ -174,9 +183,9 @@ class Batch:
             env, owed, job = self.envs[i], self._owed[i], jobs[i]
             if isinstance(job, Restart) and env.agent.submit_reset(
                     env.reset_settings if job.settings is None else job.settings):
-                owed.append("reset")
+                owed.append(Owed.RESET)
             env.connection.submit(*requests[i])
-            owed.append("step")
+            owed.append(Owed.STEP)
             return True
 
         shared = self.env_kwargs.get("connections")
@@ -265,7 +274,7 @@ class Batch:
         agent, owed = self.envs[i].agent, self._owed[i]
         while owed:
             kind = owed.popleft()
-            if kind == "reset":
+            if kind is Owed.RESET:
                 agent.receive_reset()
             elif not owed:
                 return agent.receive_step()
@@ -283,7 +292,7 @@ class Batch:
                 while owed:
                     kind = owed.popleft()
                     try:
-                        if kind == "reset":
+                        if kind is Owed.RESET:
                             agent.receive_reset()
                         else:
                             agent.receive_step()

@@ -46,6 +46,10 @@ def warn_reconnected(address: str, created: bool, world_name: str, why: str) -> 
                   f"world {world_name!r} again ({why})", RuntimeWarning, stacklevel=4)
 
 
+#: Seconds an attempt to connect may take however little of ``connect_timeout`` is left.
+LEAST_ATTEMPT = 0.25
+
+
 class Patience:
     """The retry budget of connecting: a deadline and a growing pause between attempts.
 
@@ -72,6 +76,13 @@ class Patience:
     def remaining(self) -> float | None:
         """Seconds left before the deadline (``None``: no deadline)."""
         return None if self.deadline is None else max(self.deadline - time.monotonic(), 0.0)
+
+    def for_attempt(self) -> float | None:
+        """The time an attempt may take: what is left, but at least :data:`LEAST_ATTEMPT`, so that
+        an attempt made as the deadline nears is a real try (a socket timeout of 0 would make the
+        connect non-blocking, and its "operation now in progress" the cause reported)."""
+        left = self.remaining()
+        return None if left is None else max(left, LEAST_ATTEMPT)
 
     def pause(self, cause: Any) -> bool:
         """Note ``cause`` (the failed attempt's error); sleep before the next attempt and return
@@ -117,7 +128,7 @@ class ConnectRetries:
         patience = self._patience
         while True:
             try:
-                return self._open(patience.remaining())
+                return self._open(patience.for_attempt())
             except Unreachable as err:
                 if patience.attempts == 1 and not err.starting and patience.remaining():
                     warnings.warn(f"{err}; retrying for up to {patience.seconds:g} s (connect_timeout)",
@@ -165,7 +176,7 @@ class ConnectRetries:
                 raise patience.gave_up(self.address)
             self._transport.close()
             try:
-                self._transport = self._open(patience.remaining())
+                self._transport = self._open(patience.for_attempt())
             except Unreachable as again:
                 cause = str(again)
                 continue

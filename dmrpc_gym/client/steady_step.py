@@ -38,6 +38,7 @@ import numpy as np
 
 from dmrpc_gym.client.connection import _TAGS
 from dmrpc_gym.client.fidelity import exactly
+from dmrpc_gym.client.pending import Pending
 from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.protocol.fidelity import EXACT_UID
 from dmrpc_gym.protocol.info import INFO_UID
@@ -115,7 +116,7 @@ class SteadyStep:
         stream, pending = link.stream, conn._pending
         before = stream.messages_sent
         conn._entries += 1
-        entry = ["step", False, conn._entries]
+        entry = Pending("step", conn._entries)
         try:
             message = link.round_trip(framed[0], framed[1], self.layout, conn.timeout)
             if message is None:
@@ -125,8 +126,8 @@ class SteadyStep:
                 raise                            # nothing sent, or its answer is in: nothing owed
             if isinstance(err, OSError):
                 raise (conn._read_failed(err, "step") if link.phase else conn._send_failed(err)) from None
-            entry[1] = True                      # as Connection._write: its answer is dropped when it comes
-            if entry not in pending:
+            entry.drop()                         # as Connection._write: its answer is dropped when it comes
+            if not any(e is entry for e in pending):
                 pending.append(entry)
             raise
         if message is None:

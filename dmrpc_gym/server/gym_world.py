@@ -38,12 +38,14 @@ import numpy as np
 
 from dmrpc_gym.protocol import bulk
 from dmrpc_gym.protocol.fidelity import exact_step
+from dmrpc_gym.protocol.states import State, transitions
 from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import RENDER_MODE, Factory, close_quietly
 from dmrpc_gym.server.fidelity import fidelity_properties, say_losses
 from dmrpc_gym.server.interface import AgentInterface, StepAnswer, sequence_state, spec_names
 from dmrpc_gym.server.rendering import current_frame, rgb_render, rgb_shape
 from dmrpc_gym.server.properties import Property
+from dmrpc_gym.server.stats import WorldTally
 from dmrpc_gym.server.workers import Lane, WorkerPool
 from dmrpc_gym.server.settings import (SEED, check_seed, refuse_unknown, pop_seed, same_settings, unpack_settings,
                                        world_reset_settings)
@@ -77,6 +79,7 @@ class GymWorld:
         self.interface = self._describe(env, kwargs, seed)
         self._spares: list[tuple[Any, Lane]] = [(env, lane)]
         self.agents: dict[int, GymAgent] = {}
+        self.tally = WorldTally(self.kind)
 
     def _lane(self) -> Lane:
         return self.pool.lane() if self.pool is not None else Lane(None)
@@ -174,8 +177,41 @@ class GymWorld:
         self.agents.clear()
 
 
+class Sequence(State):
+    """Where a gym agent is in its sequences (episodes); a StepRequest acts by it.
+
+    IDLE: the next step starts a sequence (``env.reset``); STARTING: ``env.reset`` runs;
+    RUNNING: steps step the env; INTERRUPTED: another connection reset the world while this
+    agent ran or started, and its next step says so (state INTERRUPTED) and leaves it IDLE;
+    STALE: world settings changed this agent's specs, and only a ResetRequest (whose answer
+    carries the new specs) leaves it.
+
+    >>> Sequence.IDLE.to(Sequence.STARTING).to(Sequence.RUNNING)
+    <Sequence.RUNNING: 'running'>
+    """
+
+    IDLE = "idle"
+    STARTING = "starting"
+    RUNNING = "running"
+    INTERRUPTED = "interrupted"
+    STALE = "stale"
+
+
+transitions(Sequence, {
+    Sequence.IDLE: {Sequence.IDLE, Sequence.STARTING, Sequence.STALE},
+    Sequence.STARTING: {Sequence.RUNNING, Sequence.IDLE, Sequence.INTERRUPTED},
+    Sequence.RUNNING: {Sequence.IDLE, Sequence.INTERRUPTED},
+    Sequence.INTERRUPTED: {Sequence.IDLE},
+    Sequence.STALE: {Sequence.IDLE},
+})
+
+
 class GymAgent:
-    """One joined connection of a gym world, with its own env (see the module doc)."""
+    """One joined connection of a gym world, with its own env (see the module doc).
+
+    ``sequence`` is where it is in its episodes (:class:`Sequence`); ``broken`` is no part of
+    it but a fact about its env: the env raised, and is not handed to another agent.
+    """
 
     def __init__(self, world: GymWorld, slot: int, env: Any, lane: Lane, interface: AgentInterface,
                  env_kwargs: dict[str, Any], seed: int | None):
@@ -186,10 +222,7 @@ class GymAgent:
         self.overrides: dict[str, Any] = {k: v for k, v in env_kwargs.items() if k == RENDER_MODE}
         self.next_seed = seed
         self.sequence_seed: int | None = None
-        self.running = False
-        self.starting = False    # env.reset is in progress (a ResetWorld meanwhile interrupts)
-        self.interrupt = False   # another connection reset the world while this one ran
-        self.stale = False       # new world settings changed the specs the client holds
+        self.sequence = Sequence.IDLE
         self.broken = False      # the env raised: do not hand it to another agent
         self.episode_step = 0
         self.episode_return = 0.0
@@ -214,26 +247,30 @@ class GymAgent:
 
     async def _start(self) -> None:
         """Begin a sequence: ``env.reset`` with the pending seed."""
-        if self.stale:
+        if self.sequence is Sequence.STALE:
             raise status.failed_precondition(
                 f"the settings of world {self.world.name!r} changed this agent's specs; send a "
                 f"ResetRequest (its response carries the new specs) or join again")
         seed = self.next_seed
         recipe = self._recipe()
         if not same_settings(recipe, self.env_kwargs) and await self._rebuild(recipe, seed):
-            self.stale = True
+            self.sequence = self.sequence.to(Sequence.STALE)
             return await self._start()  # raises: the client must fetch the new specs first
-        self.next_seed, self.interrupt, self.starting = None, False, True
+        self.next_seed, self.sequence = None, self.sequence.to(Sequence.STARTING)
+        self.world.tally.resets += 1
         try:
             obs, self._info = await self.lane.quick(self.env.reset, seed=seed)
-        except Exception as exc:  # noqa: BLE001 - the env's error is the answer
+        except BaseException as exc:
+            self.sequence = self.sequence.to(Sequence.IDLE)
+            if not isinstance(exc, Exception):
+                raise                            # cancelled: the stream ended meanwhile
             self.broken = True
             if self.next_seed is None:
                 self.next_seed = seed
             raise status.internal(f"{self.world.factory.name}: reset raised {type(exc).__name__}: {exc}") from None
-        finally:
-            self.starting = False
-        self.sequence_seed, self.running = seed, True
+        if self.sequence is Sequence.STARTING:   # else INTERRUPTED meanwhile: the next step says so
+            self.sequence = Sequence.RUNNING
+        self.sequence_seed = seed
         self.episode_step, self.episode_return = 0, 0.0
         self._obs = obs
 
@@ -244,13 +281,8 @@ class GymAgent:
         plan = self.interface.plan(request.requested_observations)
         reward = raw = 0.0                   # raw: the env's own reward, of its own type
         discount, info, ends = 1.0, None, (False, False)
-        if not self.running:
-            await self._start()
-            out.state, info = _RUNNING, self._info
-        elif self.interrupt:
-            self.running = self.interrupt = False
-            out.state = _INTERRUPTED
-        else:
+        sequence = self.sequence
+        if sequence is Sequence.RUNNING:
             action = self.interface.actions(request.actions, large)
             try:
                 obs, reward, terminated, truncated, info = await self.lane.quick(self.env.step, action)
@@ -258,6 +290,12 @@ class GymAgent:
                 raise self.step_failed(exc) from None
             raw, ends = reward, (terminated, truncated)
             out.state, reward, discount = self.stepped(obs, raw, terminated, truncated)
+        elif sequence is Sequence.INTERRUPTED:
+            self.sequence = sequence.to(Sequence.IDLE)
+            out.state = _INTERRUPTED
+        else:                                # IDLE, or STALE (then _start refuses)
+            await self._start()
+            out.state, info = _RUNNING, self._info
         if plan.rgb:
             exact = self._exact(plan, raw, ends)
             await self.interface.answer(plan, out, self._obs, reward, discount, self.lane, self._render, info, exact)
@@ -266,7 +304,8 @@ class GymAgent:
 
     def step_failed(self, exc: Exception) -> Exception:
         """``env.step`` raised ``exc``: the sequence is over, and the error to answer with."""
-        self.running, self.broken = False, True
+        self.broken = True
+        self.sequence = self.sequence.to(Sequence.IDLE)   # RUNNING, or INTERRUPTED meanwhile
         return status.internal(f"{self.world.factory.name}: step raised {type(exc).__name__}: {exc}; "
                                f"the next step starts a new sequence")
 
@@ -277,7 +316,8 @@ class GymAgent:
         self.episode_step += 1
         self.episode_return += reward
         state, discount = self._outcome(terminated, truncated)
-        self.running = state == _RUNNING
+        if state != _RUNNING:            # the sequence ended (an interruption meanwhile with it)
+            self.sequence = self.sequence.to(Sequence.IDLE)
         return state, reward, discount
 
     def encode(self, plan: Any, out: StepAnswer, raw: Any, ends: tuple, reward: float, discount: float,
@@ -308,17 +348,19 @@ class GymAgent:
         self.overrides = overrides
         if seed is not None:
             self.next_seed = seed
-        self.running = self.interrupt = self.stale = False
+        self.sequence = Sequence.IDLE if self.sequence is Sequence.IDLE else self.sequence.to(Sequence.IDLE)
         return self.interface.specs
 
     def world_reset(self, seed: int | None, caller: bool) -> None:
         """The world was reset (by ``caller`` or another connection)."""
         if seed is not None:
             self.next_seed = seed
+        sequence = self.sequence
         if caller:
-            self.running = self.interrupt = False
-        elif self.running or self.starting:
-            self.interrupt = True
+            if sequence is Sequence.RUNNING or sequence is Sequence.INTERRUPTED:
+                self.sequence = sequence.to(Sequence.IDLE)
+        elif sequence is Sequence.RUNNING or sequence is Sequence.STARTING:
+            self.sequence = sequence.to(Sequence.INTERRUPTED)
 
     def leave(self) -> None:
         self.world.release(self)

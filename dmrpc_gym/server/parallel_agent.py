@@ -6,23 +6,22 @@ world's calls and the world's results into StepResponses.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping, Protocol
 
 from dmrpc_gym.protocol import bulk
 from dmrpc_gym.protocol.fidelity import exact_step
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import render_threads
+from dmrpc_gym.server.factories import Factory
 from dmrpc_gym.server.fidelity import fidelity_properties
 from dmrpc_gym.server.interface import AgentInterface, StepAnswer, sequence_state
 from dmrpc_gym.server.rendering import current_frame
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.settings import SEED, pop_seed, refuse_unknown, unpack_settings
+from dmrpc_gym.server.workers import Lane
 
-if TYPE_CHECKING:
-    from dmrpc_gym.server.parallel_world import ParallelWorld
-
-__all__ = ["ParallelAgent", "AGENT"]
+__all__ = ["ParallelAgent", "SharedWorld", "AGENT"]
 
 #: The join setting naming the agent to play.
 AGENT = "agent"
@@ -35,11 +34,36 @@ def names_text(agents: Any) -> str:
     return ", ".join(repr(a) for a in agents) or "none"
 
 
+class SharedWorld(Protocol):
+    """What an agent needs of the world whose env it shares with other agents: a
+    :class:`~dmrpc_gym.server.parallel_world.ParallelWorld` (or an AEC world) is one. Written here
+    so that this module need not import the world's, which imports it."""
+
+    name: str
+    env: Any
+    lane: Lane
+    factory: Factory
+    obs: dict[str, Any]
+    infos: dict[str, Any]
+    live: set[str]
+    running: bool
+    episode: int
+    seed: int | None
+    episode_seed: int | None
+
+    async def start_sequence(self, agent: ParallelAgent) -> None: ...
+    async def act(self, agent: ParallelAgent, action: Any) -> tuple | None: ...
+    def abort(self) -> None: ...
+    def release(self, agent: ParallelAgent) -> None: ...
+    def properties(self) -> list[Property]: ...
+
+
 class ParallelAgent:
     """One joined connection of a PettingZoo world: one agent of its env."""
 
-    def __init__(self, world: "ParallelWorld", name: str, interface: AgentInterface):
+    def __init__(self, world: SharedWorld, name: str, interface: AgentInterface):
         self.world, self.name, self.interface = world, name, interface
+        self.lane = world.lane           # the world's env's: where a step's env time is read
         self.running = False
         self.episode = 0
         self.result: tuple | None = None

@@ -15,6 +15,12 @@ Worlds are bounded, as everything a peer can make the server hold:
   seconds with no agent joined (counted again from each time its last agent
   leaves), then is destroyed. DestroyWorld ends a world at any time; the
   default world is never an orphan.
+
+While the server **drains** (:meth:`WorldRegistry.drain`) no world is created,
+the default world included: CreateWorld is answered UNAVAILABLE, saying so;
+the worlds held go on. :meth:`room` says why no world can be created now, and
+the callables in ``watchers`` are called whenever that may have changed (the
+health service reports it).
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ import asyncio
 import itertools
 import uuid
 import logging
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import status
@@ -32,6 +38,7 @@ from dmrpc_gym.server.dm_env_world import DmEnvWorld
 from dmrpc_gym.server.gym_world import GymWorld
 from dmrpc_gym.server.parallel_world import ParallelWorld
 from dmrpc_gym.server.settings import describe, pop_seed, unpack_settings
+from dmrpc_gym.server.stats import ServerStats
 from dmrpc_gym.server.workers import Lane, WorkerPool
 
 __all__ = ["WorldRegistry", "DEFAULT_WORLD"]
@@ -53,6 +60,7 @@ class WorldRegistry:
         max_worlds: worlds the server holds at most (CreateWorld past it: RESOURCE_EXHAUSTED).
         max_worlds_per_connection: worlds one connection may have made and not destroyed.
         orphan_lifetime: seconds an orphan world (its creator gone) lives with no agent joined.
+        stats: where worlds made, destroyed and refused are counted (None: its own).
 
     >>> import asyncio
     >>> from dmrpc_gym.protocol import tensors
@@ -72,8 +80,9 @@ class WorldRegistry:
 
     def __init__(self, factory: Factory, default_world: bool = True, timeout: float = 30.0,
                  pool: WorkerPool | None = None, max_worlds: int = 1024, max_worlds_per_connection: int = 64,
-                 orphan_lifetime: float = 60.0):
+                 orphan_lifetime: float = 60.0, stats: ServerStats | None = None):
         self.factory = factory
+        self.stats = stats if stats is not None else ServerStats()
         self.max_worlds = max_worlds
         self.max_worlds_per_connection = max_worlds_per_connection
         self.orphan_lifetime = orphan_lifetime
@@ -89,9 +98,39 @@ class WorldRegistry:
         #: name only if the server it reaches again has the same instance (names restart at world-1).
         self.instance = uuid.uuid4().hex
         self._default: asyncio.Future | None = None   # the default world being built
+        self.draining = False
+        #: Called (no arguments) whenever the worlds held, or whether one can be created, may have changed.
+        self.watchers: list[Callable[[], None]] = []
+
+    def _changed(self) -> None:
+        for watcher in self.watchers:
+            watcher()
+
+    def drain(self) -> None:
+        """The server drains: no world is created from now on; those held go on."""
+        self.draining = True
+        self._changed()
+
+    def room(self) -> str | None:
+        """Why no world can be created now (the server drains, or holds ``max_worlds``), else None."""
+        if self.draining:
+            return ("this server is draining (shutting down): it creates no new worlds; "
+                    "its running episodes go on. Connect to another server")
+        if len(self._worlds) + self._building >= self.max_worlds:
+            return (f"this server holds {self.max_worlds} worlds, its limit (max_worlds): "
+                    f"destroy one with DestroyWorld first")
+        return None
+
+    def agents(self) -> int:
+        """How many agents are joined to the worlds held (the episodes running)."""
+        return sum(len(world.agents) for world in self._worlds.values())
 
     def names(self) -> list[str]:
         return list(self._worlds)
+
+    def worlds(self) -> list[Any]:
+        """The worlds held now."""
+        return list(self._worlds.values())
 
     def _build(self, name: str, kwargs: dict[str, Any], seed: int | None, lane: Lane) -> Any:
         """Build a world and its first env (on a worker thread)."""
@@ -111,6 +150,8 @@ class WorldRegistry:
         lane = self.pool.lane() if self.pool is not None else Lane(None)
         world = await lane.build(lambda world: world.close(), self._build, name, recipe, seed, lane)
         self._worlds[name] = world
+        self.stats.world_made(world.tally)
+        self._changed()
         log.info("created world %r (%s) with %s (render_mode=%r)", name, world.kind, describe(kwargs),
                  recipe[RENDER_MODE].mode)
         return world
@@ -124,13 +165,15 @@ class WorldRegistry:
         ``asked``: the render_mode its client named (None: a foreign client; see
         :meth:`~dmrpc_gym.server.factories.Factory.rendering`).
         """
-        if len(self._worlds) + self._building >= self.max_worlds:
-            raise status.resource_exhausted(
-                f"this server holds {self.max_worlds} worlds, its limit (max_worlds): "
-                f"destroy one with DestroyWorld first")
+        why = self.room()
+        if why is not None:
+            if not self.draining:
+                self.stats.refuse("max_worlds")
+            raise (status.unavailable if self.draining else status.resource_exhausted)(why)
         if creator is not None:
             made = sum(1 for who in self._creators.values() if who is creator)
             if made >= self.max_worlds_per_connection:
+                self.stats.refuse("max_worlds_per_connection")
                 raise status.resource_exhausted(
                     f"this connection has made {made} worlds, the limit per connection "
                     f"(max_worlds_per_connection): destroy one with DestroyWorld first")
@@ -138,10 +181,12 @@ class WorldRegistry:
         seed = pop_seed(kwargs, "world")
         name = f"world-{next(self._numbers)}"
         self._building += 1
+        self._changed()
         try:
             await self._make(name, kwargs, seed, asked)
         finally:
             self._building -= 1
+            self._changed()
         if creator is not None:
             self._creators[name] = creator
         return name
@@ -180,7 +225,10 @@ class WorldRegistry:
         if timer is not None:
             timer.cancel()
         self._creators.pop(name, None)
-        return self._worlds.pop(name)
+        world = self._worlds.pop(name)
+        self.stats.world_gone(world.tally)
+        self._changed()
+        return world
 
     async def get(self, name: str, asked: str | None = None) -> Any:
         """The world named ``name`` (the default world is created here on first use, rendering as
@@ -189,6 +237,8 @@ class WorldRegistry:
         if world is not None:
             return world
         if name == DEFAULT_WORLD and self.default_world:
+            if self.draining:
+                raise status.unavailable(f"there is no default world yet, and {self.room()}")
             if self._default is None:   # one build, however many join at once
                 self._default = asyncio.ensure_future(self._make(name, {}, None, asked))
                 self._default.add_done_callback(self._built_default)
@@ -226,6 +276,7 @@ class WorldRegistry:
                 timer.cancel()
         worlds, self._worlds, self._orphans, self._creators = list(self._worlds.values()), {}, {}, {}
         for world in worlds:
+            self.stats.world_gone(world.tally)
             try:
                 world.close()
             except Exception:  # noqa: BLE001 - stopping is best effort

@@ -15,14 +15,17 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from dmrpc_gym.server.factories import Factory
 from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, ConnectionLimits, GrpcProtocol, behind_tls, listen_unix,
                                  parse_address, remove_socket_file, server_context, token_metadata, unix_address,
                                  unix_path)
-from dmrpc_gym.server.session import Session
+from dmrpc_gym.server.health import Health
 from dmrpc_gym.server.registry import WorldRegistry
+from dmrpc_gym.server.metrics import MetricsEndpoint, check_metrics_port
+from dmrpc_gym.server.stats import ServerStats
+from dmrpc_gym.server.services import served_methods
 from dmrpc_gym.server.workers import INLINE_BELOW, WorkerPool, default_workers
 from dmrpc_gym._version import __version__
 from dmrpc_gym.protocol.fidelity import FIDELITY_FEATURE
@@ -81,7 +84,19 @@ class Server:
         max_worlds_per_connection: worlds one connection may have made and not destroyed.
         orphan_lifetime: seconds a world whose creator has gone stays with no agent
             joined (any connection may join it by name meanwhile); then it is destroyed.
+        health_without_token: serve gRPC health checking (:mod:`~dmrpc_gym.server.health`)
+            without the token, for probes that cannot send one (every other call still needs it).
+        metrics_port: serve Prometheus metrics over HTTP on this port (0: the OS picks;
+            :attr:`metrics_address` says which), from :attr:`stats`; None (the default): none.
+            Needs prometheus-client (the ``metrics`` extra): ``ImportError`` naming it otherwise.
+        metrics_host: the interface of the metrics port (None: the host of the first TCP address,
+            else 127.0.0.1).
 
+    Beside ``Process`` it serves ``grpc.health.v1.Health`` and server reflection
+    (:mod:`~dmrpc_gym.server.reflection`); :meth:`drain` lets running episodes finish before it stops.
+
+    :attr:`stats` (:class:`~dmrpc_gym.server.stats.ServerStats`) counts what the server does, for
+    the metrics and ``dmrpc-gym status`` alike.
     ``start()`` returns the server, ``address`` / ``port`` say where it listens,
     ``stop()`` is idempotent and never hangs; it is also a context manager.
     Resolving the factory (an unknown env id, a missing module) raises
@@ -98,7 +113,10 @@ class Server:
                  workers: int | None = None, processes: int = 0, inline_below: float = INLINE_BELOW,
                  tls: Any = None, token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
                  limits: ConnectionLimits | None = None, max_worlds: int = 1024,
-                 max_worlds_per_connection: int = 64, orphan_lifetime: float = 60.0):
+                 max_worlds_per_connection: int = 64, orphan_lifetime: float = 60.0,
+                 health_without_token: bool = False, metrics_port: int | None = None,
+                 metrics_host: str | None = None):
+        check_metrics_port(metrics_port)       # before anything is built: a bad port, a missing package
         self.factory = Factory(factory, kind=kind, render=render)
         self.workers = default_workers() if workers is None else workers
         self._pool = WorkerPool(self.workers, inline_below=inline_below)   # checks the numbers
@@ -113,6 +131,7 @@ class Server:
         self._tls = server_context(tls)
         token_metadata(token)                 # checks it
         self._token, self._max_message = token, int(max_message_size)
+        self._health_without_token = bool(health_without_token)
         if limits is not None and not isinstance(limits, ConnectionLimits):
             raise TypeError(f"limits must be a ConnectionLimits, got {type(limits).__name__}")
         self.limits = limits or ConnectionLimits()
@@ -141,6 +160,10 @@ class Server:
         self._registry: WorldRegistry | None = None
         self._lock = threading.Lock()
         self._stopped = threading.Event()
+        self.stats = ServerStats(timed=metrics_port is not None)
+        tcp = [parse_address(bind)[0] for bind in self._binds if unix_path(bind) is None]
+        self._metrics_at = (metrics_host or (tcp[0] if tcp else "127.0.0.1"), metrics_port)
+        self._metrics: MetricsEndpoint | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -167,6 +190,12 @@ class Server:
                 self._release_workers()
                 raise
             self._loop, self._thread = loop, thread
+        if self._metrics_at[1] is not None and self._metrics is None:
+            try:
+                self._metrics = MetricsEndpoint(self.stats, *self._metrics_at)
+            except BaseException:
+                self.stop()
+                raise
         log.debug("serving %s on %s", self.factory.name, self.address)   # `serve` prints it
         return self
 
@@ -190,15 +219,20 @@ class Server:
             from dmrpc_gym.server.processes import RemoteFactory
             factory = RemoteFactory(self.factory, self._processes)
         registry = WorldRegistry(factory, default_world=self.default_world, timeout=self.timeout,
-                                 pool=self._pool, **self._world_limits)
+                                 pool=self._pool, stats=self.stats, **self._world_limits)
         connections: set[GrpcProtocol] = set()
         loop = asyncio.get_running_loop()
         self._connections, self._registry = connections, registry
+        stats = self.stats
+        stats.registry, stats.connections, stats.loop = registry, connections, loop
+        stats.max_connections = self.limits.max_connections
+
+        methods = served_methods(registry, Health(registry), self._health_without_token)
 
         def grpc() -> GrpcProtocol:
-            return GrpcProtocol(lambda headers: Session(registry, headers), connections, token=self._token,
+            return GrpcProtocol(methods, connections, token=self._token,
                                 max_message_size=self._max_message, limits=self.limits,
-                                app_headers=RESPONSE_HEADERS)
+                                app_headers=RESPONSE_HEADERS, traffic=stats.traffic)
         protocol = behind_tls(grpc, self._tls, self.limits.handshake_timeout)
         where = []
         for bind in self._binds:
@@ -240,6 +274,9 @@ class Server:
                 for connection in list(self._connections):
                     connection.stop()            # its streams end UNAVAILABLE "server shutting down"
                 await asyncio.sleep(0)          # let the streams' tasks see their cancellation
+                closing = loop.time() + _STOP_MARGIN / 4
+                while self._connections and loop.time() < closing:
+                    await asyncio.sleep(0.01)   # the trailers and GOAWAY flushed, the peers' bytes read
                 tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
                 if tasks:
                     await asyncio.wait(tasks, timeout=_STOP_MARGIN)
@@ -266,7 +303,55 @@ class Server:
         thread.join(_STOP_MARGIN)
         for path in filter(None, map(unix_path, self._binds)):
             remove_socket_file(path)
+        if self._metrics is not None:
+            self._metrics.close()
         self._release_workers()
+
+    def drain(self, grace: float = 30.0, begun: Callable[[], None] | None = None) -> bool:
+        """Drain, then stop: no world is created from now on (CreateWorld is answered UNAVAILABLE,
+        saying the server drains), every connection gets GOAWAY, health reports NOT_SERVING, and
+        the running episodes go on for up to ``grace`` seconds, until no agent is joined. Then
+        :meth:`stop`: what is left ends with UNAVAILABLE "server shutting down". The listeners stay
+        open meanwhile, so that probes see NOT_SERVING. ``begun`` is called once the drain has
+        begun (no world will be created). Returns True when every episode ended within the grace.
+        A :meth:`stop` from another thread (a second signal) ends it at once.
+        """
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not grace >= 0:
+            raise ValueError(f"grace must be a number of seconds >= 0, got {grace!r}")
+        loop, registry = self._loop, self._registry
+        if loop is None or registry is None or self._stopped.is_set():
+            self.stop()
+            return True
+
+        async def begin() -> None:
+            registry.drain()
+            for connection in list(self._connections):
+                connection.go_away()             # open streams go on; new calls come on new connections
+
+        async def episodes_end() -> bool:
+            deadline = loop.time() + grace
+            while registry.agents() and not self._stopped.is_set():
+                if loop.time() >= deadline:
+                    return False
+                await asyncio.sleep(0.05)
+            return not registry.agents()
+
+        log.info("draining: no new worlds; running episodes have %g s", grace)
+        try:
+            asyncio.run_coroutine_threadsafe(begin(), loop).result(_STOP_MARGIN)
+            if begun is not None:
+                begun()
+            ended = asyncio.run_coroutine_threadsafe(episodes_end(), loop).result(grace + _STOP_MARGIN)
+        except Exception as exc:  # noqa: BLE001 - the loop stopped under it (a stop meanwhile)
+            log.info("draining the server on %s: %s", self.address, exc or type(exc).__name__)
+            ended = False
+        self.stop()
+        return ended
+
+    @property
+    def draining(self) -> bool:
+        """Whether :meth:`drain` has begun (no world is created any more)."""
+        return self._registry is not None and self._registry.draining
 
     def _release_workers(self) -> None:
         """End the worker threads once the envs' closes have run (waiting at most ``_CLOSE_WAIT``
@@ -299,6 +384,11 @@ class Server:
         if self._where is None:
             raise RuntimeError("the server is not started; call start() first")
         return list(self._where)
+
+    @property
+    def metrics_address(self) -> str | None:
+        """``host:port`` of the Prometheus metrics (at ``/metrics``) once started, else None."""
+        return self._metrics.address if self._metrics is not None else None
 
     @property
     def address(self) -> str:

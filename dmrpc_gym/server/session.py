@@ -25,6 +25,7 @@ answered strictly in order while other streams go on.
 from __future__ import annotations
 
 import logging
+from time import perf_counter
 from typing import Any, Mapping
 
 import grpc
@@ -37,6 +38,7 @@ from dmrpc_gym.server import properties, status
 from dmrpc_gym.server.interface import StepAnswer
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.registry import WorldRegistry
+from dmrpc_gym.server.stats import STATUS_PROPERTY
 from dmrpc_gym.server.steady_serve import SteadyServe
 from dmrpc_gym.protocol.wire import pb
 
@@ -46,15 +48,6 @@ log = logging.getLogger("dmrpc_gym.server")
 
 _parse = pb.EnvironmentRequest.FromString
 _ANY_SIZE = 1 << 62           # an answer here goes out as every answer does (awaiting the windows)
-
-
-def failure_response(which: str | None, exc: Exception) -> bytes:
-    """The answer to a ``which`` request that raised ``exc``: its status (a ``DmRpcError``), else INTERNAL."""
-    if isinstance(exc, DmRpcError):
-        log.info("%s refused: %s: %s", which, exc.code_name, exc.message)
-        return error_response(exc.code, exc.message)
-    log.exception("%s request failed", which)
-    return error_response(status.code(grpc.StatusCode.INTERNAL), f"{which} failed: {type(exc).__name__}: {exc}")
 
 
 def error_response(code: int, message: str) -> bytes:
@@ -120,7 +113,10 @@ class Session:
                 if agent is None:
                     raise status.failed_precondition("step needs a joined world: send JoinWorldRequest first")
                 out = StepAnswer()
+                lane = agent.lane
+                spent, start = lane.spent, perf_counter()
                 await agent.step(request.step, out, large)
+                agent.world.tally.record(perf_counter() - start, lane.spent - spent)
                 if self.steady is not None and large is None:   # its layout, for the steady path
                     return self._steady.learn(raw, request.step, out.message())
                 return out.message()
@@ -133,8 +129,19 @@ class Session:
             response = pb.EnvironmentResponse()
             await handler(getattr(request, which), response)
         except Exception as exc:  # noqa: BLE001 - a refusal, or a server bug: it must not end the stream
-            return failure_response(which, exc)
+            return self._failure(which, exc)
         return response.SerializeToString()
+
+    def _failure(self, which: str | None, exc: Exception) -> bytes:
+        """The answer to a ``which`` request that raised ``exc``: its status (a ``DmRpcError``), else
+        INTERNAL; counted in the server's stats."""
+        if isinstance(exc, DmRpcError):
+            log.info("%s refused: %s: %s", which, exc.code_name, exc.message)
+            self.registry.stats.error(exc.code)
+            return error_response(exc.code, exc.message)
+        log.exception("%s request failed", which)
+        self.registry.stats.error(status.code(grpc.StatusCode.INTERNAL))
+        return error_response(status.code(grpc.StatusCode.INTERNAL), f"{which} failed: {type(exc).__name__}: {exc}")
 
     def _joined(self, what: str) -> Any:
         if self.agent is None:
@@ -152,7 +159,7 @@ class Session:
                 f"send LeaveWorld first (one world per connection)")
         world = await self.registry.get(request.world_name, self.render_asked)
         self.agent = await world.join(request.settings, self.render_asked)
-        self._steady = SteadyServe.of(self.agent, failure_response)
+        self._steady = SteadyServe.of(self.agent, self._failure)
         self.steady = None if self._steady is None else self._steady.answer
         log.info("joined world %r%s", world.name, f" as {self.agent.name!r}" if hasattr(self.agent, "name") else "")
         response.join_world.specs.CopyFrom(self.agent.specs)
@@ -191,6 +198,8 @@ class Session:
             Property("render_failure", pb.STRING,
                      "why the server offers no RGB observation ('' when rendering works or was not tried)",
                      read=lambda: registry.factory.render_failure or ""),
+            Property(STATUS_PROPERTY, pb.STRING, "the server's health, worlds, connections and counts, as JSON "
+                     "(what `dmrpc-gym status` shows)", read=registry.stats.status_json),
         ]
         if self.agent is not None:
             props.extend(self.agent.properties())

@@ -18,7 +18,7 @@ from dmrpc_gym.protocol.errors import DmRpcError
 
 __all__ = [
     "code", "invalid_argument", "not_found", "permission_denied", "failed_precondition",
-    "deadline_exceeded", "unimplemented", "internal", "resource_exhausted",
+    "deadline_exceeded", "unimplemented", "internal", "resource_exhausted", "unavailable",
 ]
 
 
@@ -44,4 +44,5 @@ failed_precondition = _error(grpc.StatusCode.FAILED_PRECONDITION,
 deadline_exceeded = _error(grpc.StatusCode.DEADLINE_EXCEEDED, "a multi-agent wait that saw no progress in time")
 unimplemented = _error(grpc.StatusCode.UNIMPLEMENTED, "a request payload or extension the server does not speak")
 resource_exhausted = _error(grpc.StatusCode.RESOURCE_EXHAUSTED, "a server limit reached (worlds in all, or per connection)")
+unavailable = _error(grpc.StatusCode.UNAVAILABLE, "the server is draining: it creates no new worlds")
 internal = _error(grpc.StatusCode.INTERNAL, "the environment itself raised")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import struct
+from time import perf_counter
 from typing import Any, Callable
 
 import numpy as np
@@ -35,7 +36,7 @@ import numpy as np
 from dmrpc_gym.protocol.walk import MEMORY_PAYLOADS, Unexpected, fields, parts
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport import FAST_STEP_ENV
-from dmrpc_gym.server.gym_world import GymAgent
+from dmrpc_gym.server.gym_world import GymAgent, Sequence
 from dmrpc_gym.server.interface import _DISCOUNT, _ENV, _REWARD, StepAnswer
 from dmrpc_gym.server.workers import NOT_NOW
 
@@ -49,6 +50,7 @@ _OBSERVATIONS = pb.StepResponse.DESCRIPTOR.fields_by_name["observations"].number
 _STATE = pb.StepResponse.DESCRIPTOR.fields_by_name["state"].number
 _FIXED_WIDTH = {c.dt for c in MEMORY_PAYLOADS.values() if c.dt != pb.BOOL}
 _PACK_DOUBLE = struct.Struct("<d").pack
+_RUNNING = Sequence.RUNNING
 _REWARD_SLOT = ""                   # the slot name of the reward (observation names are never empty)
 
 
@@ -96,33 +98,42 @@ class SteadyServe:
             return None
         action, plan, layout = entry
         agent = self.agent
-        if not agent.running or agent.interrupt or agent.interface is not self.interface or layout.size > room:
+        if agent.sequence is not _RUNNING or agent.interface is not self.interface or layout.size > room:
             return None
+        lane = agent.lane
+        spent, start = lane.spent, perf_counter()
         try:
-            stepped = agent.lane.inline_if_quick(agent.env.step, action)
+            stepped = lane.inline_if_quick(agent.env.step, action)
             if stepped is NOT_NOW:
                 return None                      # a step for a worker thread: the general path's
             obs, raw_reward, terminated, truncated, info = stepped
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
             return self.failure("step", agent.step_failed(exc))
         try:
-            state, reward, discount = agent.stepped(obs, raw_reward, terminated, truncated)
-            if terminated or truncated or info or type(raw_reward) is not float \
-                    or (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
-                return self._general(plan, state, raw_reward, (terminated, truncated), reward, discount, info)
-            flat = self.interface._obs_codec.flatten(obs) if plan.env else None
-            filled = [layout.pieces[0]]
-            for (name, dtype, shape), piece in zip(layout.slots, layout.pieces[1:]):
-                if name is _REWARD_SLOT:
-                    filled += (_PACK_DOUBLE(reward), piece)
-                    continue
-                array = flat[name]
-                if array.dtype != dtype or array.shape != shape:
-                    return self._general(plan, state, raw_reward, (False, False), reward, discount, info)
-                filled += (array.tobytes(), piece)
-            return b"".join(filled)
+            message = self._message(plan, layout, obs, raw_reward, terminated, truncated, info)
         except Exception as exc:  # noqa: BLE001 - as Session.handle: a refusal or a server bug, answered
             return self.failure("step", exc)
+        agent.world.tally.record(perf_counter() - start, lane.spent - spent)   # as Session.handle
+        return message
+
+    def _message(self, plan: Any, layout: _Layout, obs: Any, raw_reward: Any, terminated: bool, truncated: bool,
+                 info: Any) -> bytes:
+        """The answer to a step the env took: the layout filled, else the general encoder's."""
+        state, reward, discount = self.agent.stepped(obs, raw_reward, terminated, truncated)
+        if terminated or truncated or info or type(raw_reward) is not float \
+                or (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
+            return self._general(plan, state, raw_reward, (terminated, truncated), reward, discount, info)
+        flat = self.interface._obs_codec.flatten(obs) if plan.env else None
+        filled = [layout.pieces[0]]
+        for (name, dtype, shape), piece in zip(layout.slots, layout.pieces[1:]):
+            if name is _REWARD_SLOT:
+                filled += (_PACK_DOUBLE(reward), piece)
+                continue
+            array = flat[name]
+            if array.dtype != dtype or array.shape != shape:
+                return self._general(plan, state, raw_reward, (False, False), reward, discount, info)
+            filled += (array.tobytes(), piece)
+        return b"".join(filled)
 
     def _general(self, plan: Any, state: int, raw: Any, ends: tuple, reward: float, discount: float,
                  info: Any) -> bytes:
@@ -140,7 +151,7 @@ class SteadyServe:
         if agent.interface is not self.interface:           # a new env, maybe new specs: start again
             self.interface, self.requests, self.layouts = agent.interface, {}, {}
             self.kinds = bool(agent.interface.scalar_kinds._leaves)
-        if raw in self.requests or len(self.requests) >= _MEMO or len(raw) > _SMALL or not agent.running:
+        if raw in self.requests or len(self.requests) >= _MEMO or len(raw) > _SMALL or agent.sequence is not _RUNNING:
             return message
         try:
             action = self.interface.actions(request.actions)

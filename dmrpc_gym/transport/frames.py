@@ -16,7 +16,7 @@ from dmrpc_gym.protocol.tensors import MAX_TENSOR_BYTES
 from dmrpc_gym.transport.codes import ErrorCode, GrpcStatus
 
 __all__ = ["MessageSplitter", "MessageTooLarge", "Deflated", "StreamError", "ProtocolError", "frame", "grpc_frame",
-           "header_frames", "settings_frame", "goaway_frame", "MessageParts", "check_frame", "parse_settings", "header_fragment", "unpad", "grpc_status",
+           "header_frames", "settings_frame", "goaway_frame", "window_update_frame", "rst_stream_frame", "ping_frame", "MessageParts", "check_frame", "parse_settings", "header_fragment", "unpad", "grpc_status",
            "HEADER", "U32", "PREFACE", "MAX_WINDOW", "DEFAULT_MAX_MESSAGE", "IN_PLACE", "WRITE_CHUNK"]
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -100,6 +100,25 @@ def goaway_frame(last_stream: int, code: int, debug: bytes = b"") -> bytes:
     '000000030000000b'
     """
     return frame(GOAWAY, 0, 0, struct.pack(">LL", last_stream, code) + debug)
+
+
+def window_update_frame(stream: int, increment: int) -> bytes:
+    """A WINDOW_UPDATE frame: the peer may send ``increment`` more bytes on ``stream`` (0: the connection).
+
+    >>> window_update_frame(1, 1024).hex()
+    '00000408000000000100000400'
+    """
+    return frame(WINDOW_UPDATE, 0, stream, U32.pack(increment))
+
+
+def rst_stream_frame(stream: int, code: int) -> bytes:
+    """A RST_STREAM frame ending ``stream`` with an :class:`ErrorCode`."""
+    return frame(RST_STREAM, 0, stream, U32.pack(code))
+
+
+def ping_frame(payload: bytes, ack: bool = False) -> bytes:
+    """A PING frame of 8 opaque bytes, or the ACK that returns them."""
+    return frame(PING, ACK if ack else 0, 0, payload)
 
 
 def grpc_frame(message: bytes, stream: int) -> bytes:

@@ -28,7 +28,10 @@ __all__: list[str] = []
 
 
 class _Clock:
-    """Deadlines of the running call (the connection's ``lock`` is held throughout)."""
+    """Deadlines of the running call (the connection's ``lock`` is held throughout).
+
+    What it needs of its host: :class:`~dmrpc_gym.transport.client.contracts.ClockHost`.
+    """
 
     _sock: socket.socket
     _timeout: float | None           # the socket's timeout now

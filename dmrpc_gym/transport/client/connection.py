@@ -32,12 +32,12 @@ import hpack
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.client import interrupts
-from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM,
-                                        FRAME_SIZE_ERROR, GATHER_SECONDS, IN_PLACE,
-                                        GOAWAY, HEADER, HEADERS, MAX_WINDOW, PADDED, PING, PREFACE, PROTOCOL_ERROR,
-                                        PUSH_PROMISE, RST_STREAM, SETTING_FRAME, SETTING_PUSH, SETTING_WINDOW, SETTINGS,
-                                        U32, WINDOW_UPDATE, ProtocolError, check_frame, frame, grpc_frame,
-                                        header_frames, settings_frame)
+from dmrpc_gym.transport.flow import PeerSettings
+from dmrpc_gym.transport.frames import (CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM,
+                                        GATHER_SECONDS, GOAWAY, HEADER, HEADERS, IN_PLACE, MAX_WINDOW, PADDED, PING,
+                                        PREFACE, PROTOCOL_ERROR, PUSH_PROMISE, RST_STREAM, SETTINGS, SETTING_FRAME,
+                                        SETTING_PUSH, SETTING_WINDOW, U32, WINDOW_UPDATE, ProtocolError, check_frame,
+                                        frame, grpc_frame, header_frames, settings_frame, window_update_frame)
 from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.client.clock import _Clock
 from dmrpc_gym.transport.client.control import _Control
@@ -91,13 +91,8 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
         self._per_call = self._timeout           # seconds a whole call may take (see clock)
         self._watcher: IdleWatcher | None = None
         self.messages_sent = 0                    # on all streams (the idle watcher's sign of activity)
-        self._send_conn = DEFAULT_WINDOW
-        self._peer_window = DEFAULT_WINDOW       # the peer's SETTINGS_INITIAL_WINDOW_SIZE
-        self._peer_frame = 16384
-        #: The peer's SETTINGS_MAX_CONCURRENT_STREAMS (None: no limit said).
-        self.max_streams: int | None = None
-        #: The peer's SETTINGS_MAX_HEADER_LIST_SIZE (None: no limit said).
-        self.max_header_list: int | None = None
+        self._send_conn = DEFAULT_WINDOW         # what we may still send on the connection
+        self._peer = PeerSettings()
         self.received = 0               # bytes received since our last connection WINDOW_UPDATE
         self._goaway: str | None = None
         self._partial: tuple | None = None   # a large DATA frame being read in place
@@ -106,7 +101,7 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
                          ("grpc-accept-encoding", encodings.ACCEPT_ENCODING)]
         settings = ((SETTING_PUSH, 0), (SETTING_WINDOW, MAX_WINDOW), (SETTING_FRAME, _OUR_FRAME))
         self._sock.sendall(PREFACE + settings_frame(settings)
-                           + frame(WINDOW_UPDATE, 0, 0, U32.pack(MAX_WINDOW - DEFAULT_WINDOW)))
+                           + window_update_frame(0, MAX_WINDOW - DEFAULT_WINDOW))
 
     # -- public ----------------------------------------------------------------
     def open_stream(self, metadata: tuple[tuple[str, str], ...] = (), compression: str | None = None,
@@ -124,10 +119,10 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
                 headers.append(("grpc-encoding", compression))
             headers += [(k.lower(), v) for k, v in metadata]
             self._check_header_list(headers)
-            stream = GrpcStream(self, self._next_id, compression, max_message_size, self._peer_window)
+            stream = GrpcStream(self, self._next_id, compression, max_message_size, self._peer.initial_window)
             self._next_id += 2
             try:     # before the server's SETTINGS arrive its frame limit is the default 16384
-                self.send(header_frames(stream.id, 0, self._encoder.encode(headers), self._peer_frame))
+                self.send(header_frames(stream.id, 0, self._encoder.encode(headers), self._peer.max_frame))
             except OSError as err:
                 self._dead = err
                 raise ConnectionError(f"the connection was lost as a stream opened: {err}") from None
@@ -138,7 +133,7 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
     def usable(self) -> bool:
         """Whether another stream may be opened here: open, alive, not going away, under the peer's limit."""
         return (not self.closed and self._dead is None and self._goaway is None
-                and (self.max_streams is None or len(self.streams) < self.max_streams))
+                and (self._peer.max_streams is None or len(self.streams) < self._peer.max_streams))
 
     def keepalive(self, ping_every: float | None = None) -> None:
         """Answer the server's PINGs (and other control frames) while no call is running; with
@@ -169,7 +164,7 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
             if stream.ended is not None or self._dead is not None:
                 raise stream.ended or self._dead
             n = sum(map(len, parts)) + 5 if len(parts) > 1 else len(parts[0]) + 5
-            if n <= stream.send_window and n <= self._send_conn and n <= self._peer_frame and not stream.compress:
+            if n <= stream.send_window and n <= self._send_conn and n <= self._peer.max_frame and not stream.compress:
                 stream.send_window -= n
                 self._send_conn -= n
                 self.send(grpc_frame(parts[0] if len(parts) == 1 else b"".join(parts), stream.id), stream)
@@ -384,31 +379,29 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
             check_frame(kind, flags, sid, length)
             if self._headers_in.open and (kind != CONTINUATION or sid != self._headers_in.stream):
                 raise ProtocolError(PROTOCOL_ERROR, "a frame interrupted a header block")
-            if kind in (HEADERS, CONTINUATION):
-                if not sid & 1 or sid >= self._next_id:    # a stream we never opened (RFC 9113 5.1)
-                    raise ProtocolError(PROTOCOL_ERROR, f"HEADERS on stream {sid}, which this client did not open")
-                headers = self._headers_in.add(kind, flags, sid, payload, self._decoder)
-                stream = self.streams.get(sid)
-                if headers is not None and stream is not None:
-                    stream.on_headers(headers, bool(self._headers_in.flags & END_STREAM))
-            elif kind == SETTINGS:
-                if not flags & ACK:
-                    self._on_settings(payload)
-            elif kind == PING:
-                if not flags & ACK:
-                    self.send(frame(PING, ACK, 0, payload))
-                else:
-                    self._pong()
-            elif kind == RST_STREAM:
-                stream = self.streams.get(sid)
-                if stream is not None:
-                    stream.end(None, f"the server reset the stream (HTTP/2 error code {U32.unpack(payload)[0]})")
-            elif kind == GOAWAY:
-                self._on_goaway(payload)
-            elif kind == WINDOW_UPDATE:
-                raise ProtocolError(FRAME_SIZE_ERROR, f"a WINDOW_UPDATE frame of {length} bytes (must be 4)")
-            elif kind == PUSH_PROMISE:
-                raise ProtocolError(PROTOCOL_ERROR, "the server pushed a stream we disabled")
+            handler = _HANDLERS[kind] if kind < len(_HANDLERS) else None
+            if handler is not None:      # PRIORITY and unknown frame types: ignored, as HTTP/2 requires
+                handler(self, flags, sid, payload)
         except ProtocolError as err:
             self._fail(err)
-        # PRIORITY and unknown frame types are ignored, as HTTP/2 requires.
+
+    def _on_headers(self, flags: int, sid: int, payload: bytes, kind: int = HEADERS) -> None:
+        if not sid & 1 or sid >= self._next_id:    # a stream we never opened (RFC 9113 5.1)
+            raise ProtocolError(PROTOCOL_ERROR, f"HEADERS on stream {sid}, which this client did not open")
+        headers = self._headers_in.add(kind, flags, sid, payload, self._decoder)
+        stream = self.streams.get(sid)
+        if headers is not None and stream is not None:
+            stream.on_headers(headers, bool(self._headers_in.flags & END_STREAM))
+
+    def _on_continuation(self, flags: int, sid: int, payload: bytes) -> None:
+        self._on_headers(flags, sid, payload, CONTINUATION)
+
+
+#: The client's handler of each frame type other than DATA, indexed by type
+#: (``handler(connection, flags, stream, payload)``; None: ignored).
+_HANDLERS = tuple({
+    HEADERS: GrpcConnection._on_headers, CONTINUATION: GrpcConnection._on_continuation,
+    SETTINGS: GrpcConnection._on_settings, PING: GrpcConnection._on_ping, RST_STREAM: GrpcConnection._on_reset,
+    GOAWAY: GrpcConnection._on_goaway, WINDOW_UPDATE: GrpcConnection._on_long_window_update,
+    PUSH_PROMISE: GrpcConnection._on_push,
+}.get(kind) for kind in range(CONTINUATION + 1))

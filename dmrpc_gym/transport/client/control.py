@@ -10,15 +10,18 @@ from __future__ import annotations
 import struct
 
 from dmrpc_gym.transport.codes import GrpcStatus
-from dmrpc_gym.transport.frames import (ACK, FLOW_CONTROL_ERROR, MAX_WINDOW, PROTOCOL_ERROR, SETTING_FRAME,
-                                        SETTING_HEADER_LIST, SETTING_STREAMS, SETTING_WINDOW, SETTINGS,
-                                        ProtocolError, frame, goaway_frame, parse_settings)
+from dmrpc_gym.transport.flow import SETTINGS_ACK, StreamReset, credited
+from dmrpc_gym.transport.frames import (ACK, FRAME_SIZE_ERROR, PROTOCOL_ERROR, SETTINGS, U32, ProtocolError,
+                                        goaway_frame, ping_frame)
 
 __all__: list[str] = []          # a part of GrpcConnection, not an interface of its own
 
 
 class _Control:
-    """The control frames of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` (a mixin)."""
+    """The control frames of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` (a mixin).
+
+    What it needs of its host: :class:`~dmrpc_gym.transport.client.contracts.ControlHost`.
+    """
 
     def _fail(self, err: ProtocolError) -> None:
         """A connection error: tell the server with GOAWAY, then raise a ``ConnectionError``.
@@ -34,7 +37,7 @@ class _Control:
         self._dead = ConnectionError(f"HTTP/2 protocol error from the server (error code {err.code}): {err}")
         raise self._dead
 
-    def _on_goaway(self, payload: bytes) -> None:
+    def _on_goaway(self, flags: int, sid: int, payload: bytes) -> None:
         last, code = struct.unpack_from(">LL", payload)
         debug = payload[8:].decode("utf-8", "replace")
         self._goaway = f"HTTP/2 error code {code}{': ' + debug if debug else ''}"
@@ -45,38 +48,44 @@ class _Control:
                 stream.end(None, f"the server is going away ({self._goaway})")
 
     def _on_window_update(self, sid: int, increment: int) -> None:
-        if not increment:
-            raise ProtocolError(PROTOCOL_ERROR, "a WINDOW_UPDATE of 0")
         if sid == 0:
-            self._send_conn += increment
-            if self._send_conn > MAX_WINDOW:
-                raise ProtocolError(FLOW_CONTROL_ERROR, "a WINDOW_UPDATE took the connection window past 2**31-1")
-        else:
-            stream = self.streams.get(sid)
-            if stream is not None:
-                stream.send_window += increment
+            self._send_conn = credited(self._send_conn, increment, 0)
+            return
+        stream = self.streams.get(sid)
+        if stream is not None:
+            try:
+                stream.send_window = credited(stream.send_window, increment, sid)
+            except StreamReset as err:      # this stream only (RFC 9113 6.9.1)
+                stream.reset(err.code, None, f"the server broke HTTP/2 flow control on this stream: {err}")
 
-    def _on_settings(self, payload: bytes) -> None:
-        for key, value in parse_settings(payload):
-            if key == SETTING_WINDOW:
-                for stream in list(self.streams.values()):
-                    stream.send_window += value - self._peer_window
-                    if stream.send_window > MAX_WINDOW:          # RFC 9113 6.9.2: a connection error
-                        raise ProtocolError(FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {value} took a "
-                                            "stream's window past 2**31-1")
-                self._peer_window = value
-            elif key == SETTING_FRAME:
-                self._peer_frame = value
-            elif key == SETTING_HEADER_LIST:
-                self.max_header_list = value
-            elif key == SETTING_STREAMS:
-                self.max_streams = value
-                if value == 0:     # our streams are over the peer's limit
-                    for stream in list(self.streams.values()):
-                        stream.end(GrpcStatus.UNAVAILABLE,
-                                   "the server allows no streams now (SETTINGS_MAX_CONCURRENT_STREAMS 0)")
-        self.send(frame(SETTINGS, ACK, 0))
+    def _on_settings(self, flags: int, sid: int, payload: bytes) -> None:
+        if flags & ACK:
+            return
+        peer = self._peer
+        peer.apply(payload, list(self.streams.values()))
+        self._encoder.header_table_size = peer.header_table
+        if peer.max_streams == 0:          # our streams are over the peer's limit
+            for stream in list(self.streams.values()):
+                stream.end(GrpcStatus.UNAVAILABLE, "the server allows no streams now (SETTINGS_MAX_CONCURRENT_STREAMS 0)")
+        self.send(SETTINGS_ACK)
         self._settled = True
+
+    def _on_ping(self, flags: int, sid: int, payload: bytes) -> None:
+        if not flags & ACK:
+            self.send(ping_frame(payload, ack=True))
+        else:
+            self._pong()
+
+    def _on_reset(self, flags: int, sid: int, payload: bytes) -> None:
+        stream = self.streams.get(sid)
+        if stream is not None:
+            stream.end(None, f"the server reset the stream (HTTP/2 error code {U32.unpack(payload)[0]})")
+
+    def _on_long_window_update(self, flags: int, sid: int, payload: bytes) -> None:
+        raise ProtocolError(FRAME_SIZE_ERROR, f"a WINDOW_UPDATE frame of {len(payload)} bytes (must be 4)")
+
+    def _on_push(self, flags: int, sid: int, payload: bytes) -> None:
+        raise ProtocolError(PROTOCOL_ERROR, "the server pushed a stream we disabled")
 
     def handshake(self) -> None:
         """Block until the server's first SETTINGS frame arrives (within the socket's timeout, as a whole).
@@ -99,7 +108,7 @@ class _Control:
     def _check_header_list(self, headers: list[tuple[str, str]]) -> None:
         """``ValueError`` for request headers past the server's SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 6.5.2:
         names and values plus 32 bytes each), as gRPC's clients refuse them, instead of a stream the server ends."""
-        limit = self.max_header_list
+        limit = self._peer.max_header_list
         if limit is not None:
             size = sum(len(k) + len(v.encode() if isinstance(v, str) else v) + 32 for k, v in headers)
             if size > limit:

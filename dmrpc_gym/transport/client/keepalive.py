@@ -25,7 +25,7 @@ import struct
 import time
 
 from dmrpc_gym.transport.client import interrupts
-from dmrpc_gym.transport.frames import PING, frame
+from dmrpc_gym.transport.frames import (ping_frame)
 from dmrpc_gym.transport.limits import KEEPALIVE_PING, MIN_KEEPALIVE
 
 __all__ = ["MIN_KEEPALIVE", "PING_TIMEOUT", "RECV_CHUNK"]
@@ -42,7 +42,10 @@ _READ_SLICE = 1               # seconds a blocking read waits, keepalive on, bef
 
 
 class _Idle:
-    """The connection between calls (see the module doc)."""
+    """The connection between calls (see the module doc).
+
+    What it needs of its host: :class:`~dmrpc_gym.transport.client.contracts.IdleHost`.
+    """
 
     _ping_every: float | None = None  # keepalive interval (None: no PINGs of ours)
     _ping_out: float | None = None    # when our unanswered PING went out
@@ -154,7 +157,7 @@ class _Idle:
                 pass
             return False
         if now - self._quiet_since >= self._ping_every:
-            self.send(frame(PING, 0, 0, KEEPALIVE_PING))
+            self.send(ping_frame(KEEPALIVE_PING))
             self._ping_out = now
         return True
 
@@ -206,7 +209,7 @@ class _Idle:
         of that; ``ConnectionError`` once a PING has waited :data:`PING_TIMEOUT` seconds."""
         if self._ping_out is None:
             if now - silent_from >= self._ping_every:
-                self.send(frame(PING, 0, 0, KEEPALIVE_PING))
+                self.send(ping_frame(KEEPALIVE_PING))
                 self._ping_out = now
             return
         if now - self._ping_out >= PING_TIMEOUT:

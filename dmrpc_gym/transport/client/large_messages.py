@@ -18,7 +18,10 @@ __all__: list[str] = []          # a part of GrpcConnection, not an interface of
 
 
 class _LargeMessages:
-    """The large-message paths of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` (a mixin)."""
+    """The large-message paths of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` (a mixin).
+
+    What it needs of its host: :class:`~dmrpc_gym.transport.client.contracts.LargeMessagesHost`.
+    """
 
     def _write_large(self, stream, parts: tuple) -> None:
         """Send the message ``parts`` on ``stream`` in DATA frames, as the peer's windows allow."""
@@ -34,7 +37,7 @@ class _LargeMessages:
                 self._read_frame()
                 if stream.ended is not None:
                     raise stream.ended
-            n = min(message.left, stream.send_window, self._send_conn, self._peer_frame)
+            n = min(message.left, stream.send_window, self._send_conn, self._peer.max_frame)
             if self._deadline is not None:
                 self._arm()
             stream.send_window -= n

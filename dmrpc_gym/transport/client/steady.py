@@ -95,7 +95,7 @@ class SteadyLink:
         self.phase = SENDING
         with conn.lock:
             if (stream.ended is not None or conn._dead is not None or conn._unsent or conn._corked
-                    or size > stream.send_window or size > conn._send_conn or size > conn._peer_frame
+                    or size > stream.send_window or size > conn._send_conn or size > conn._peer.max_frame
                     or stream.compress or conn._kernel):
                 return NOT_SENT
             # As GrpcConnection.write and send: the windows, then the message committed before a byte goes.

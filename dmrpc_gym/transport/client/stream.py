@@ -16,8 +16,8 @@ from typing import Any
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.base import StreamEnded
 from dmrpc_gym.transport.codes import GrpcStatus
-from dmrpc_gym.transport.frames import (CANCEL, END_STREAM, MAX_WINDOW, PADDED, RST_STREAM, U32, WINDOW_UPDATE,
-                                        MessageSplitter, StreamError, frame, grpc_status, unpad)
+from dmrpc_gym.transport.frames import (CANCEL, END_STREAM, MAX_WINDOW, PADDED, MessageSplitter, StreamError,
+                                        grpc_status, rst_stream_frame, unpad, window_update_frame)
 
 __all__ = ["GrpcStream"]
 
@@ -115,9 +115,9 @@ class GrpcStream:
         conn.received += length
         update = b""
         if conn.received > _HALF:
-            update, conn.received = frame(WINDOW_UPDATE, 0, 0, U32.pack(conn.received)), 0
+            update, conn.received = window_update_frame(0, conn.received), 0
         if self.received > _HALF:
-            update += frame(WINDOW_UPDATE, 0, self.id, U32.pack(self.received))
+            update += window_update_frame(self.id, self.received)
             self.received = 0
         if update:
             conn.send(update)
@@ -142,9 +142,14 @@ class GrpcStream:
 
     def refuse(self, err: StreamError) -> None:
         """End this stream over an answer we refuse (too large, badly encoded): RST_STREAM CANCEL."""
-        self.end(err.status, f"refused an answer from the server: {err}")
-        self.splitter.limit = -1            # drop whatever else arrives
-        self.connection.send(frame(RST_STREAM, 0, self.id, U32.pack(CANCEL)))
+        self.reset(CANCEL, err.status, f"refused an answer from the server: {err}")
+
+    def reset(self, code: int, status: int | None, message: str) -> None:
+        """End this stream with ``message`` and tell the server so with RST_STREAM ``code``; whatever
+        else arrives on it is dropped."""
+        self.end(status, message)
+        self.splitter.limit = -1
+        self.connection.send(rst_stream_frame(self.id, code))
 
     def end(self, status: int | None, message: str) -> None:
         if self.ended is None:

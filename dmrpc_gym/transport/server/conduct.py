@@ -119,7 +119,10 @@ class Conduct:
 class Watching:
     """The connection's side of its conduct (a mixin of
     :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol`): a timer that runs only while a
-    deadline applies, asking :class:`Conduct` each tick whether one has passed."""
+    deadline applies, asking :class:`Conduct` each tick whether one has passed.
+
+    What it needs of its host: :class:`~dmrpc_gym.transport.server.contracts.WatchingHost`.
+    """
 
     def _watch(self) -> None:
         """A deadline may apply from now (a frame begun, the last stream gone): tick until none does.

@@ -3,9 +3,12 @@
 grpcio's Python server spends more CPU per message than a trivial step costs
 (measured in ``benchmarks/README.md``). dm_env_rpc needs one
 method and one kind of call, so the server speaks just that part of gRPC over
-HTTP/2 itself (sharing the framing of :mod:`dmrpc_gym.transport.frames`): each stream on
-``/dm_env_rpc.v1.Environment/Process`` gets a session whose ``handle(bytes)``
-answers each request in order; streams run concurrently, so one may wait on
+HTTP/2 itself (sharing the framing of :mod:`dmrpc_gym.transport.frames`): each stream is
+routed by its ``:path`` through the application's method table
+(:mod:`~dmrpc_gym.transport.server.methods`; ``/dm_env_rpc.v1.Environment/Process`` alone by
+default) to a session whose ``handle(bytes)`` answers each request in order (or, for a
+server-streaming method, with many messages: :mod:`~dmrpc_gym.transport.server.answering`);
+streams run concurrently, so one may wait on
 another (multi-agent steps). Any HTTP/2 gRPC client works with it: grpcio's
 (the official ``dm-env-rpc`` client), ours, or another language's (grpc-js
 and grpclib are tested). It reads gzip/deflate requests and answers in kind,
@@ -19,7 +22,7 @@ import asyncio
 import logging
 import os
 import socket
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence, Union
 
 import hpack
 
@@ -28,18 +31,23 @@ from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.base import FAST_STEP_ENV
 from dmrpc_gym.transport.server import eager, steady
 from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM,
-                                        FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, GOAWAY, HEADER, HEADERS, IN_PLACE,
-                                        MAX_WINDOW, NO_ERROR, PING, PREFACE, PROTOCOL_ERROR, PUSH_PROMISE,
-                                        REFUSED_STREAM, RST_STREAM, SETTINGS, SETTING_FRAME, SETTING_HEADER_LIST,
-                                        SETTING_HEADER_TABLE, SETTING_STREAMS, SETTING_WINDOW, U32, WINDOW_UPDATE,
-                                        WRITE_CHUNK, Deflated, ProtocolError, StreamError, check_frame, frame,
-                                        goaway_frame, parse_settings, settings_frame)
+                                        FRAME_SIZE_ERROR, GOAWAY, HEADER, HEADERS, IN_PLACE, NO_ERROR, PING, PREFACE,
+                                        PROTOCOL_ERROR, PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTINGS,
+                                        SETTING_FRAME, SETTING_HEADER_LIST, SETTING_STREAMS, SETTING_WINDOW, U32,
+                                        WINDOW_UPDATE, WRITE_CHUNK, Deflated, ProtocolError,
+                                        check_frame, goaway_frame, ping_frame, rst_stream_frame, settings_frame,
+                                        window_update_frame)
+from dmrpc_gym.transport.flow import SETTINGS_ACK, PeerSettings, StreamReset, credited
 from dmrpc_gym.transport.server.stream import HEADER_LIMIT, HTTP1_ANSWER, Stream, StreamHandler, refusal_of
 from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.server.replies import Replies
 from dmrpc_gym.transport.server.requests import Requests, receive_window
 from dmrpc_gym.transport.server.conduct import Conduct, Watching
-from dmrpc_gym.transport.limits import KEEPALIVE_PING, ConnectionLimits, Refusals
+from dmrpc_gym.transport.server.answering import Answering
+from dmrpc_gym.transport.server.methods import Method
+from dmrpc_gym.transport.server.traffic import Traffic
+from dmrpc_gym.protocol.wire import METHOD_PATH
+from dmrpc_gym.transport.limits import KEEPALIVE_PING, ConnectionLimits
 
 __all__ = ["StreamHandler", "GrpcProtocol"]   # StreamHandler: re-exported from server.stream
 
@@ -47,26 +55,29 @@ log = logging.getLogger("dmrpc_gym.server")
 
 _OUR_FRAME = 1 << 20             # largest frame we accept (we advertise it)
 _LINGER = 1.0                    # seconds a connection that broke the protocol is read and dropped
-_refusals = Refusals(log, "refusing connections: %d are open, the limit (ConnectionLimits.max_connections, "
-                          "serve --max-connections); "
-                          "%d refused in the last minute")
 
 
-class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
+class GrpcProtocol(Requests, Replies, Answering, Watching, asyncio.Protocol):
     """One HTTP/2 connection: any number of gRPC streams, each served by its own session.
 
-    ``new_session(headers)``: the handler of a new stream, given its request headers;
+    ``methods``: what is served, :class:`~dmrpc_gym.transport.server.methods.Method` by ``:path``
+    (a stream is routed once, at its HEADERS); a callable ``new_session(headers)`` alone serves
+    dm_env_rpc's ``Process`` with it. Another path is answered UNIMPLEMENTED, naming those served;
     ``token``: when set, a call must carry ``authorization: Bearer <token>``;
     ``max_message_size``: the largest request accepted, in bytes (RESOURCE_EXHAUSTED beyond);
     ``limits``: the connection's bounds (:class:`~dmrpc_gym.transport.limits.ConnectionLimits`);
     ``app_headers``: ``(name, value)`` pairs every stream's response headers carry after gRPC's own
-    (the application says who it is and what it speaks; the transport does not know).
+    (the application says who it is and what it speaks; the transport does not know);
+    ``traffic``: where the connection counts its bytes, refusals and failed statuses (one
+    :class:`~dmrpc_gym.transport.server.traffic.Traffic` per server; None: its own).
     """
 
-    def __init__(self, new_session: Callable[[Mapping[str, str]], StreamHandler], connections: set, *,
-                 token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
-                 limits: ConnectionLimits | None = None, app_headers: Sequence[tuple[str, str]] = ()):
-        self._new_session = new_session
+    def __init__(self, methods: Union[Mapping[str, Method], Callable[[Mapping[str, str]], StreamHandler]],
+                 connections: set, *, token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
+                 limits: ConnectionLimits | None = None, app_headers: Sequence[tuple[str, str]] = (),
+                 traffic: Traffic | None = None):
+        self._methods = {METHOD_PATH: Method(methods)} if callable(methods) else dict(methods)
+        self._traffic = traffic if traffic is not None else Traffic()
         self._app_headers = tuple(app_headers)   # the application's response headers (name, version, features)
         self._limits = limits or ConnectionLimits()
         self._connections = connections
@@ -80,9 +91,8 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         self._headers_in = HeaderBlock(self._limits.max_header_list_size, HEADER_LIMIT)
         self._decoder = self._headers_in.decoder()
         self._encoder = hpack.Encoder()
-        self._conn_window = DEFAULT_WINDOW
-        self._peer_window = DEFAULT_WINDOW
-        self._peer_frame = 16384
+        self._send_conn = DEFAULT_WINDOW   # what we may still send on the connection
+        self._peer = PeerSettings()
         # Inbound flow control: the client may send what the session has consumed, and one
         # largest message more (so memory follows what the application takes, not what arrives).
         self._window = receive_window(max_message_size)
@@ -102,12 +112,18 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         self._draining = False           # a GOAWAY went either way: close once the streams are done
         self._held: list[bytes] | None = None   # small writes of one data_received, sent together
 
+    @property
+    def open_streams(self) -> int:
+        """The streams open on this connection now."""
+        return len(self._streams)
+
     # -- asyncio.Protocol --------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:
         self._transport = transport
         if len(self._connections) >= self._limits.max_connections:
             self._closed = True
-            _refusals.note(self._limits.max_connections)
+            self._traffic.refuse("max_connections")
+            self._traffic.connections_refused.note(self._limits.max_connections)
             transport.abort()
             return
         transport.set_write_buffer_limits(high=WRITE_CHUNK)
@@ -127,6 +143,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
             return                         # one steady-state request, answered (transport.server.steady)
         if self._lingering:
             return                         # after a protocol error: read and dropped (see abort)
+        self._traffic.bytes_in += len(data)
         buf = self._buf
         buf += data
         if len(self._streams) > 1:    # answers of several streams made on this turn are gathered
@@ -186,7 +203,7 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         settings = ((SETTING_STREAMS, self._limits.max_streams), (SETTING_WINDOW, self._window),
                     (SETTING_FRAME, _OUR_FRAME), (SETTING_HEADER_LIST, self._limits.max_header_list_size))
         self._write(settings_frame(settings)
-                    + frame(WINDOW_UPDATE, 0, 0, U32.pack(self._window - DEFAULT_WINDOW)))
+                    + window_update_frame(0, self._window - DEFAULT_WINDOW))
         return True
 
     def pause_writing(self) -> None:
@@ -214,66 +231,56 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
             check_frame(kind, flags, sid, len(payload))
             if self._headers_in.open and (kind != CONTINUATION or sid != self._headers_in.stream):
                 raise ProtocolError(PROTOCOL_ERROR, "a frame interrupted a header block")
-        if kind == DATA:
-            self._on_data(flags, sid, payload)
-        elif kind in (HEADERS, CONTINUATION):
-            self._on_headers(kind, flags, sid, payload)
-        elif kind == SETTINGS:
-            if not flags & ACK:
-                self._on_settings(payload)
-        elif kind == PING:
-            if not flags & ACK:
-                self._conduct.ping(asyncio.get_running_loop().time(), len(self._streams), payload == KEEPALIVE_PING)
-                self._write(frame(PING, ACK, 0, payload))
-        elif kind == WINDOW_UPDATE:
-            self._on_window_update(sid, U32.unpack(payload)[0] & 0x7FFFFFFF)
-        elif kind == RST_STREAM:
-            if sid > self._last_stream:
-                raise ProtocolError(PROTOCOL_ERROR, f"RST_STREAM on idle stream {sid}")
-            stream = self._streams.get(sid)
-            if stream is not None:
-                self._conduct.reset(asyncio.get_running_loop().time())
-                self._end_stream(stream)
-        elif kind == GOAWAY:             # RFC 9113 6.8: the streams already open run to completion
-            self._draining = True
-            self._close_if_done()
-        elif kind == PUSH_PROMISE:
-            raise ProtocolError(PROTOCOL_ERROR, "a client sent PUSH_PROMISE")
-        # PRIORITY and unknown types: ignored.
+        handler = _HANDLERS[kind] if kind < len(_HANDLERS) else None
+        if handler is not None:          # PRIORITY and unknown types: ignored
+            handler(self, flags, sid, payload)
 
-    def _on_settings(self, payload: bytes) -> None:
-        for key, value in parse_settings(payload):
-            if key == SETTING_WINDOW:
-                for stream in self._streams.values():
-                    stream.window += value - self._peer_window
-                    if stream.window > MAX_WINDOW:      # RFC 9113 6.9.2: a connection error
-                        raise ProtocolError(FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {value} took "
-                                            f"stream {stream.id}'s window past 2**31-1")
-                self._peer_window = value
-            elif key == SETTING_FRAME:
-                self._peer_frame = value
-            elif key == SETTING_HEADER_TABLE:
-                self._encoder.header_table_size = value
-        self._write(frame(SETTINGS, ACK, 0))
+    def _on_settings(self, flags: int, sid: int, payload: bytes) -> None:
+        if flags & ACK:
+            return
+        self._peer.apply(payload, self._streams.values())
+        self._encoder.header_table_size = self._peer.header_table
+        self._write(SETTINGS_ACK)
         self._window_open.set()
 
-    def _on_window_update(self, sid: int, increment: int) -> None:
+    def _on_window_update(self, flags: int, sid: int, payload: bytes) -> None:
+        increment = U32.unpack(payload)[0] & 0x7FFFFFFF
         if sid == 0:
-            if not increment:
-                raise ProtocolError(PROTOCOL_ERROR, "a WINDOW_UPDATE of 0 on the connection")
-            self._conn_window += increment
-            if self._conn_window > MAX_WINDOW:
-                raise ProtocolError(FLOW_CONTROL_ERROR, "a WINDOW_UPDATE took the connection window past 2**31-1")
+            self._send_conn = credited(self._send_conn, increment, 0)
         elif sid in self._streams:
             stream = self._streams[sid]
-            stream.window += increment
-            if not increment or stream.window > MAX_WINDOW:
-                self._reset(stream, PROTOCOL_ERROR if not increment else FLOW_CONTROL_ERROR)
+            try:
+                stream.send_window = credited(stream.send_window, increment, sid)
+            except StreamReset as err:
+                self._reset(stream, err.code)
         elif sid > self._last_stream:
             raise ProtocolError(PROTOCOL_ERROR, f"WINDOW_UPDATE on idle stream {sid}")
         self._window_open.set()
 
-    def _on_headers(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
+    def _on_continuation(self, flags: int, sid: int, payload: bytes) -> None:
+        self._on_headers(flags, sid, payload, CONTINUATION)
+
+    def _on_ping(self, flags: int, sid: int, payload: bytes) -> None:
+        if not flags & ACK:
+            self._conduct.ping(asyncio.get_running_loop().time(), len(self._streams), payload == KEEPALIVE_PING)
+            self._write(ping_frame(payload, ack=True))
+
+    def _on_reset(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid > self._last_stream:
+            raise ProtocolError(PROTOCOL_ERROR, f"RST_STREAM on idle stream {sid}")
+        stream = self._streams.get(sid)
+        if stream is not None:
+            self._conduct.reset(asyncio.get_running_loop().time())
+            self._end_stream(stream)
+
+    def _on_goaway(self, flags: int, sid: int, payload: bytes) -> None:
+        self._draining = True            # RFC 9113 6.8: the streams already open run to completion
+        self._close_if_done()
+
+    def _on_push(self, flags: int, sid: int, payload: bytes) -> None:
+        raise ProtocolError(PROTOCOL_ERROR, "a client sent PUSH_PROMISE")
+
+    def _on_headers(self, flags: int, sid: int, payload: bytes, kind: int = HEADERS) -> None:
         headers = self._headers_in.add(kind, flags, sid, payload, self._decoder)
         if headers is None:
             return
@@ -289,20 +296,27 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
             raise ProtocolError(PROTOCOL_ERROR, f"stream id {sid} is not a client stream (odd)")
         self._last_stream = sid
         if self._draining or len(self._streams) >= self._limits.max_streams:
-            self._write(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
+            if not self._draining:
+                self._traffic.refuse("max_streams")
+            self._write(rst_stream_frame(sid, REFUSED_STREAM))
             return
-        stream = Stream(sid, self._peer_window, self._max_message, self._window)
-        refusal = refusal_of(headers, self._token, self._headers_in.size, self._limits.max_header_list_size)
+        stream = Stream(sid, self._peer.initial_window, self._max_message, self._window)
+        refusal = refusal_of(headers, self._token, self._headers_in.size, self._limits.max_header_list_size,
+                             self._methods)
         if refusal is not None:
+            if self._headers_in.size > self._limits.max_header_list_size:
+                self._traffic.refuse("max_header_list_size")
             self._trailers(stream, *refusal)
             if not flags & END_STREAM:
-                self._write(frame(RST_STREAM, 0, sid, U32.pack(NO_ERROR)))
+                self._write(rst_stream_frame(sid, NO_ERROR))
             return
         encoding = headers.get("grpc-encoding", "identity")
         if encoding != "identity":
             stream.splitter.decompress = Deflated       # inflated as the session takes it
             stream.compress, stream.encoding = encodings.compressor(encoding), encoding
-        stream.session = self._new_session(headers)
+        method = self._methods[headers[":path"]]
+        stream.session = method.handler(headers)
+        stream.many = method.many
         self._streams[sid] = stream
         if flags & END_STREAM:
             self._client_done(stream)
@@ -316,33 +330,6 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
             return
         stream.busy = True
         stream.task = eager.start(self._serve(stream))
-
-    async def _serve(self, stream: Stream) -> None:
-        """Answer the waiting requests in order; trailers once the client is done writing."""
-        inbox, session, over = stream.inbox, stream.session, True
-        try:
-            while inbox:
-                raw = inbox.popleft()
-                if raw is None:
-                    self._trailers(stream, GrpcStatus.OK, "")
-                    break
-                self._consumed(stream, len(raw) + 5)
-                if type(raw) is Deflated:
-                    raw = await self._inflate(stream, raw)
-                await self._send(stream, await session.handle(raw))
-            else:
-                over = False             # more requests may come
-        except asyncio.CancelledError:
-            pass
-        except StreamError as err:       # a request that does not inflate within the size limit
-            self._refuse(stream, err, stream.client_done)
-        except Exception as exc:  # noqa: BLE001 - end this stream with a status, keep the connection
-            log.exception("a stream failed")
-            self._trailers(stream, GrpcStatus.INTERNAL, f"{type(exc).__name__}: {exc}")
-        finally:
-            stream.busy, stream.task = False, None
-            if over or not stream.open or self._closed:
-                self._finish(stream)
 
     def _finish(self, stream: Stream) -> None:
         """The stream is over: close its session (once) and forget it; what it held is given back."""
@@ -377,7 +364,8 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         "server shutting down", which clients treat as a reason to reconnect, then GOAWAY and close."""
         for stream in list(self._streams.values()):
             self._trailers(stream, GrpcStatus.UNAVAILABLE, "server shutting down")
-        self.abort()
+        self.abort(linger=True)          # closed with the peer's bytes unread, the kernel could reset
+                                         # the connection, and the peer lose the trailers
 
     def abort(self, code: int = NO_ERROR, debug: str = "", linger: bool = False) -> None:
         """Say GOAWAY (``code``, ``debug`` text) and drop the connection; its streams end and their sessions close.
@@ -399,3 +387,12 @@ class GrpcProtocol(Requests, Replies, Watching, asyncio.Protocol):
         if transport.can_write_eof():
             transport.write_eof()
         asyncio.get_running_loop().call_later(_LINGER, transport.close)
+
+
+#: The server's handler of each frame type it acts on, indexed by type
+#: (``handler(protocol, flags, stream, payload)``; None: ignored).
+_HANDLERS = tuple({
+    DATA: GrpcProtocol._on_data, HEADERS: GrpcProtocol._on_headers, CONTINUATION: GrpcProtocol._on_continuation,
+    SETTINGS: GrpcProtocol._on_settings, PING: GrpcProtocol._on_ping, WINDOW_UPDATE: GrpcProtocol._on_window_update,
+    RST_STREAM: GrpcProtocol._on_reset, GOAWAY: GrpcProtocol._on_goaway, PUSH_PROMISE: GrpcProtocol._on_push,
+}.get(kind) for kind in range(CONTINUATION + 1))

@@ -13,9 +13,9 @@ import urllib.parse
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport import frames
-from dmrpc_gym.transport.frames import (DATA, END_STREAM, GATHER_SECONDS, HEADER, NO_ERROR, RST_STREAM, U32,
-                                        WRITE_CHUNK, StreamError, frame)
-from dmrpc_gym.transport.server.stream import Stream
+from dmrpc_gym.transport.frames import (DATA, END_STREAM, GATHER_SECONDS, HEADER, NO_ERROR, WRITE_CHUNK,
+                                        MessageTooLarge, StreamError, rst_stream_frame)
+from dmrpc_gym.transport.server.stream import Inbound, Outbound, Stream
 
 __all__ = ["Replies"]
 
@@ -35,7 +35,10 @@ _REPLY_HEADERS = ((":status", "200"), ("content-type", "application/grpc"),
 
 
 class Replies:
-    """The sending half of the server's HTTP/2 protocol."""
+    """The sending half of the server's HTTP/2 protocol.
+
+    What it needs of its host: :class:`~dmrpc_gym.transport.server.contracts.RepliesHost`.
+    """
 
     def _write(self, data: bytes) -> None:
         """Write ``data``. Answers wait while the write buffer is full (see :meth:`_send`); what
@@ -58,6 +61,7 @@ class Replies:
         transport = self._transport
         if not self._closed and transport is not None and not transport.is_closing():   # a peer gone: not written
             transport.write(data)
+            self._traffic.bytes_out += len(data)
             if not self._writable and self._transport.get_write_buffer_size() > _MAX_BACKLOG:
                 log.info("dropping an HTTP/2 connection: its client left %d bytes of answers unread",
                          self._transport.get_write_buffer_size())
@@ -74,7 +78,7 @@ class Replies:
             self._write(held[0] if len(held) == 1 else b"".join(held))
 
     def _headers(self, stream: Stream) -> list[tuple[str, str]]:
-        stream.replied = True
+        stream.outbound = stream.outbound.to(Outbound.REPLIED)
         fields = [*_REPLY_HEADERS, *self._app_headers]
         if stream.encoding:
             fields.append(("grpc-encoding", stream.encoding))
@@ -83,19 +87,21 @@ class Replies:
     async def _send(self, stream: Stream, message: bytes | list) -> None:
         """Send one message: bytes, or a list of pieces (:class:`~dmrpc_gym.protocol.bulk.Pieces`) not joined."""
         self._conduct.answered = True    # HEADERS or DATA out: the next PING is no strike (gRPC's rule)
-        if not stream.replied:
+        if stream.outbound is not Outbound.REPLIED:
+            if stream.outbound is Outbound.ENDED:
+                raise asyncio.CancelledError()    # trailers or a reset went: no more answers on it
             self._write(frames.header_frames(stream.id, 0, self._encoder.encode(self._headers(stream)),
-                                         self._peer_frame))
+                                         self._peer.max_frame))
         if type(message) is list:
             n = sum(map(len, message)) + 5
             if n <= WRITE_CHUNK or stream.compress is not None:
                 message = b"".join(message)
         else:
             n = len(message) + 5
-        if (n <= WRITE_CHUNK and n <= stream.window and n <= self._conn_window and n <= self._peer_frame
+        if (n <= WRITE_CHUNK and n <= stream.send_window and n <= self._send_conn and n <= self._peer.max_frame
                 and stream.compress is None and self._writable):
-            stream.window -= n
-            self._conn_window -= n
+            stream.send_window -= n
+            self._send_conn -= n
             self._write(frames.grpc_frame(message, stream.id))
             return
         if stream.compress is not None:
@@ -108,17 +114,17 @@ class Replies:
         while parts.left:
             if self._closed or self._transport is None or self._transport.is_closing():
                 raise asyncio.CancelledError()    # the peer is gone: the rest of the answer is not sent
-            while min(stream.window, self._conn_window) <= 0 or not self._writable:
-                if self._closed or not stream.open:
+            while min(stream.send_window, self._send_conn) <= 0 or not self._writable:
+                if self._closed or stream.outbound is Outbound.ENDED:
                     raise asyncio.CancelledError()
                 if self._writable:
                     self._window_open.clear()
                     await self._window_open.wait()
                 else:
                     await self._can_write.wait()
-            n = min(parts.left, stream.window, self._conn_window, self._peer_frame, WRITE_CHUNK)
-            stream.window -= n
-            self._conn_window -= n
+            n = min(parts.left, stream.send_window, self._send_conn, self._peer.max_frame, WRITE_CHUNK)
+            stream.send_window -= n
+            self._send_conn -= n
             self._conduct.answered = True
             # Joined into bytes: asyncio may keep what it could not send yet (Python 3.12+ keeps
             # memoryviews as they are), and the pieces may be an env's own array, which its next
@@ -126,11 +132,13 @@ class Replies:
             self._write(b"".join([HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id), *parts.take(n)]))
 
     def _trailers(self, stream: Stream, code: int, message: str, extra: tuple = ()) -> None:
-        if not stream.open or self._closed:
+        if stream.outbound is Outbound.ENDED or self._closed:
             return
-        stream.open = False
         self._conduct.answered = True
-        fields = [] if stream.replied else self._headers(stream)
+        if code:
+            self._traffic.ended(code)
+        fields = [] if stream.outbound is Outbound.REPLIED else self._headers(stream)
+        stream.end()
         fields.append(("grpc-status", str(code)))
         if message:
             if len(message) > MAX_STATUS_MESSAGE:
@@ -138,22 +146,24 @@ class Replies:
             fields.append(("grpc-message", urllib.parse.quote(message, safe=" !#$&'()*+,/:;=?@[]~")))
         fields.extend(extra)
         block = self._encoder.encode(fields, huffman=len(message) < 256)
-        self._write(frames.header_frames(stream.id, END_STREAM, block, self._peer_frame))
+        self._write(frames.header_frames(stream.id, END_STREAM, block, self._peer.max_frame))
 
     def _refuse(self, stream: Stream, err: StreamError, client_done: bool) -> None:
         """End one stream with ``err``'s status; the client need send no more (RST_STREAM NO_ERROR)."""
         log.info("ending stream %d: %s", stream.id, err)
+        if isinstance(err, MessageTooLarge):
+            self._traffic.refuse("max_message_size")
         self._trailers(stream, err.status, str(err))
-        if not client_done and not stream.client_done:
-            self._write(frame(RST_STREAM, 0, stream.id, U32.pack(NO_ERROR)))
+        if not client_done and stream.inbound is Inbound.OPEN:
+            self._write(rst_stream_frame(stream.id, NO_ERROR))
         self._end_stream(stream)
 
     def _reset(self, stream: Stream, code: int) -> None:
-        self._write(frame(RST_STREAM, 0, stream.id, U32.pack(code)))
+        self._write(rst_stream_frame(stream.id, code))
         self._end_stream(stream)
 
     def _end_stream(self, stream: Stream) -> None:
-        stream.open = False
+        stream.end()
         self._streams.pop(stream.id, None)
         if not stream.busy:
             self._finish(stream)

@@ -26,8 +26,9 @@ from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport import frames
 from dmrpc_gym.transport.frames import (END_STREAM, FLOW_CONTROL_ERROR, MAX_WINDOW, PADDED, PROTOCOL_ERROR,
-                                        STREAM_CLOSED, U32, SERVER_MESSAGE_LIMIT, WINDOW_UPDATE, ProtocolError, StreamError, frame)
-from dmrpc_gym.transport.server.stream import Stream
+                                        SERVER_MESSAGE_LIMIT, STREAM_CLOSED, ProtocolError, StreamError,
+                                        window_update_frame)
+from dmrpc_gym.transport.server.stream import Inbound, Outbound, Stream
 
 __all__ = ["Requests", "receive_window", "inflation_turn"]
 
@@ -44,7 +45,10 @@ def receive_window(max_message_size: int) -> int:
 
 
 class Requests:
-    """The receiving half of the server's HTTP/2 protocol."""
+    """The receiving half of the server's HTTP/2 protocol.
+
+    What it needs of its host: :class:`~dmrpc_gym.transport.server.contracts.RequestsHost`.
+    """
 
     def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
         n = len(payload)
@@ -60,7 +64,7 @@ class Requests:
         stream.recv_window -= n
         if stream.recv_window < 0:
             raise ProtocolError(FLOW_CONTROL_ERROR, f"DATA past stream {sid}'s flow-control window")
-        if stream.client_done:
+        if stream.inbound is Inbound.DONE:
             self._credit_connection(n)
             self._reset(stream, STREAM_CLOSED)     # DATA after the client's END_STREAM
             return
@@ -87,22 +91,25 @@ class Requests:
         """The session took ``n`` bytes of the stream's requests: the client may send as many more."""
         stream.held -= n
         self._credit_connection(n)
-        if stream.open and not stream.client_done:
+        if stream.inbound is Inbound.OPEN and stream.outbound is not Outbound.ENDED:
             stream.credit += n
             if stream.credit >= _SLACK // 2:
-                self._write(frame(WINDOW_UPDATE, 0, stream.id, U32.pack(stream.credit)))
+                self._write(window_update_frame(stream.id, stream.credit))
                 stream.recv_window += stream.credit
                 stream.credit = 0
 
     def _credit_connection(self, n: int) -> None:
         self._credit += n
         if self._credit >= _SLACK // 2:
-            self._write(frame(WINDOW_UPDATE, 0, 0, U32.pack(self._credit)))
+            self._write(window_update_frame(0, self._credit))
             self._recv_window += self._credit
             self._credit = 0
 
     def _client_done(self, stream: Stream) -> None:
-        stream.client_done = True
+        if stream.inbound is Inbound.DONE:       # trailers after END_STREAM (RFC 9113 5.1)
+            self._reset(stream, STREAM_CLOSED)
+            return
+        stream.inbound = stream.inbound.to(Inbound.DONE)
         stream.inbox.append(None)
         self._run(stream)
     async def _inflate(self, stream: Stream, raw: bytes) -> bytes | bytearray:

@@ -6,14 +6,15 @@ stream, and the stream's handler has a synchronous answer for it (a ``steady(mes
 returns the answer's bytes, or None to decline before doing anything), :func:`take` answers it in the
 same turn, with one frame, skipping the frame loop, the splitter, the inbox, the answering coroutine
 and the general send. What it does to the connection (flow-control windows and credit, the frame
-count, the conduct's note of an answer) is what the general path does. ``GrpcProtocol`` stays the reference.
+count, the traffic counters, the conduct's note of an answer) is what the general path does. ``GrpcProtocol`` stays the reference.
 
 What it assumes (anything else is left to the general path, untouched):
 
 - nothing buffered before this read, the preface read, no header block open, the connection not lingering;
 - the read is one DATA frame (no flags: not padded, not END_STREAM) within both receive windows, on a
-  stream that is open, not answering, with nothing queued, no message part way through its splitter,
-  no compression either way, and response headers already sent;
+  stream whose client may still send (``Inbound.OPEN``) and to which response headers went
+  (``Outbound.REPLIED``), of a method answering one message a request, not answering now, with nothing
+  queued, no message part way through its splitter, and no compression either way;
 - the message is uncompressed and within the stream's message limit;
 - the transport is writable. An answer that fits one frame, the send windows and a write chunk (``room``)
   is written at once; a larger one (an unusual step: a large ``info``) goes out as the general path
@@ -24,15 +25,13 @@ The env call an answer makes runs inline, as the general path runs a short step 
 """
 from __future__ import annotations
 
-import asyncio
-import logging
 from typing import Any
 
-from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.frames import DATA, WRITE_CHUNK, grpc_frame
 from dmrpc_gym.transport.server import eager
+from dmrpc_gym.transport.server.stream import Inbound, Outbound
 
-log = logging.getLogger("dmrpc_gym.server")
+_OPEN, _REPLIED = Inbound.OPEN, Outbound.REPLIED
 _HEADS: dict[tuple[int, int], bytes] = {}     # (stream id, DATA payload size) -> the 14 bytes before a message
 _KEPT = 4096
 
@@ -53,7 +52,7 @@ def take(p: Any, data: bytes) -> bool:
     except KeyError:
         return False
     splitter = stream.splitter
-    if (stream.busy or stream.inbox or stream.client_done or not stream.open or not stream.replied
+    if (stream.busy or stream.inbox or stream.inbound is not _OPEN or stream.outbound is not _REPLIED or stream.many
             or stream.compress is not None or splitter._data or splitter._big is not None
             or length - 5 > splitter.limit or length > p._recv_window or length > stream.recv_window
             or not p._writable):
@@ -61,11 +60,12 @@ def take(p: Any, data: bytes) -> bool:
     steady = getattr(stream.session, "steady", None)    # (a handler without one: the general path only)
     if steady is None:
         return False
-    room = min(stream.window, p._conn_window, p._peer_frame, WRITE_CHUNK) - 5
+    room = min(stream.send_window, p._send_conn, p._peer.max_frame, WRITE_CHUNK) - 5
     answer = steady(data[14:], room)
     if answer is None:
         return False
-    # What _on_data, _serve, _consumed and _send do for this request and its answer, in their order.
+    # What data_received, _on_data, _serve, _consumed and _send do for this request and its answer, in order.
+    p._traffic.bytes_in += n
     p._recv_window -= length
     stream.recv_window -= length
     p._frames_done += 1
@@ -77,8 +77,8 @@ def take(p: Any, data: bytes) -> bool:
         stream.task = eager.start(_send_later(p, stream, answer))
         return True
     p._conduct.answered = True
-    stream.window -= size
-    p._conn_window -= size
+    stream.send_window -= size
+    p._send_conn -= size
     head = _HEADS.get((stream.id, size))          # the frame header and gRPC prefix, as grpc_frame writes them
     if head is None:
         head = grpc_frame(bytes(size - 5), stream.id)[:14]
@@ -89,17 +89,14 @@ def take(p: Any, data: bytes) -> bool:
 
 
 async def _send_later(p: Any, stream: Any, answer: bytes) -> None:
-    """Send an answer too large to write at once, as the general path's answering coroutine would."""
+    """Send an answer too large to write at once as the general path sends it, then answer what came
+    meanwhile as the general path's answering does (it ends the turn)."""
     try:
         await p._send(stream, answer)
-    except asyncio.CancelledError:
-        pass
-    except Exception as exc:  # noqa: BLE001 - as GrpcProtocol._serve: end this stream with a status
-        log.exception("a stream failed")
-        p._trailers(stream, GrpcStatus.INTERNAL, f"{type(exc).__name__}: {exc}")
-    finally:
-        stream.busy, stream.task = False, None
-        if not stream.open or p._closed:
-            p._finish(stream)
-        elif stream.inbox:
-            p._run(stream)
+    except BaseException as exc:  # noqa: BLE001 - as Answering._serve: a status for this stream, or re-raised
+        try:
+            p._failed(stream, exc)
+        finally:
+            p._served(stream, True)
+        return
+    await p._serve(stream)

@@ -1,0 +1,104 @@
+"""What each part of the client connection needs of the connection it is mixed into.
+
+:class:`~dmrpc_gym.transport.client.connection.GrpcConnection` is assembled from parts, each a
+mixin in a module of its own: the control frames (``_Control``), large messages
+(``_LargeMessages``), the clock (``_Clock``) and the connection between calls (``_Idle``). A part
+uses state that the connection's ``__init__`` sets and methods that other parts define; the
+protocols here write that down, one per part, so that a part can be read (and changed) without
+reading the whole. ``tests/transport/test_contracts.py`` holds each part to its protocol: every
+name the part uses and does not define itself is in it, and the connection provides every name.
+
+>>> sorted(set(ControlHost.__annotations__) & set(IdleHost.__annotations__))
+['_buf', '_dead', '_goaway', '_sock', '_unsent', 'streams']
+"""
+from __future__ import annotations
+
+import socket
+import threading
+from typing import TYPE_CHECKING, Callable, Protocol
+
+import hpack
+
+from dmrpc_gym.transport.flow import PeerSettings
+
+if TYPE_CHECKING:   # the stream module imports nothing of these; typing only
+    from dmrpc_gym.transport.client.stream import GrpcStream
+
+__all__ = ["ControlHost", "LargeMessagesHost", "ClockHost", "IdleHost"]
+
+
+class ControlHost(Protocol):
+    """What ``_Control`` (SETTINGS, WINDOW_UPDATE, GOAWAY, PING; the handshake) needs."""
+
+    streams: dict[int, GrpcStream]
+    _sock: socket.socket
+    _buf: bytearray
+    _dead: Exception | None
+    _encoder: hpack.Encoder
+    _goaway: str | None
+    _peer: PeerSettings
+    _ping_every: float | None
+    _send_conn: int
+    _settled: bool
+    _unsent: bytes
+
+    def send(self, data: bytes, stream: GrpcStream | None = None) -> None: ...
+    def _read_frame(self) -> None: ...
+    def _fill(self, n: int) -> None: ...
+    def _begin(self) -> None: ...
+    def _end_call(self) -> None: ...
+    def _pong(self) -> None: ...
+
+
+class LargeMessagesHost(Protocol):
+    """What ``_LargeMessages`` (messages past one DATA frame, both ways) needs."""
+
+    _sock: socket.socket
+    _buf: bytearray
+    _dead: Exception | None
+    _deadline: float | None
+    _kernel: bool
+    _partial: tuple | None
+    _peer: PeerSettings
+    _ping_every: float | None
+    _send_conn: int
+    _timeout: float | None
+    _timeout_by_select: bool
+    _unsent: bytes
+    messages_sent: int
+
+    def send(self, data: bytes, stream: GrpcStream | None = None) -> None: ...
+    def _read_frame(self) -> None: ...
+    def _arm(self) -> None: ...
+    def _await_peer(self) -> None: ...
+    def _heard_nothing(self, silent_from: float | None) -> float: ...
+
+
+class ClockHost(Protocol):
+    """What ``_Clock`` (a call's deadline over all its socket operations) needs."""
+
+    _sock: socket.socket
+    _timeout: float | None
+    _per_call: float | None
+
+
+class IdleHost(Protocol):
+    """What ``_Idle`` (the idle watcher's reads, keepalive PINGs, non-blocking looks) needs."""
+
+    lock: threading.Lock
+    streams: dict[int, GrpcStream]
+    _sock: socket.socket
+    _buf: bytearray
+    _rbuf: bytearray
+    _rview: memoryview
+    _dead: Exception | None
+    _goaway: str | None
+    _kernel: bool
+    _partial: tuple | None
+    _unsent: bytes
+    messages_sent: int
+
+    def send(self, data: bytes, stream: GrpcStream | None = None) -> None: ...
+    def _read_frame(self) -> None: ...
+    def _at_once(self, call: Callable[[int], int]) -> int | None: ...
+    def _set_timeout(self, seconds: float | None) -> None: ...

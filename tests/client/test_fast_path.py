@@ -1,0 +1,228 @@
+"""The steady-state step path (issue 32) against the general path it mirrors: a differential test.
+
+Hypothesis draws a world (observation specs of every fixed-width and varint dtype and shape, a Discrete or
+a Box action), a run of actions (some invalid) and the server's answer to each step: the same layout with
+new values, or another state, an error, another shape, an observation missing or added, another order, an
+``info``, or flipped bytes; each answer framed as drawn (its DATA payload cut into frames, padded or not,
+PINGs, WINDOW_UPDATEs and SETTINGS between them, the bytes cut into separate writes). The same script runs
+against a client with the fast path off (``DMRPC_FAST_STEP=0``) and on; both must send the very same bytes
+and return the same values, dtypes and types, or raise the same errors.
+"""
+from __future__ import annotations
+
+import os
+import struct
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+from scripted_h2 import ScriptedServer, ping
+from fuzzing import fuzz_settings
+
+from dmrpc_gym import DmRpcEnv
+from dmrpc_gym.client.steady_step import FAST_STEP_ENV
+from dmrpc_gym.protocol import tensors
+from dmrpc_gym.protocol.info import INFO_UID, info_tensor_bytes, pack_info
+from dmrpc_gym.protocol.protowire import varint
+from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.spaces.codec import specs_from_space
+from dmrpc_gym.transport.frames import SETTINGS, U32, WINDOW_UPDATE
+
+_FIXED = [np.float32, np.float64, np.int8, np.uint8]           # what the fast path reads
+_DTYPES = _FIXED * 3 + [np.int32, np.int64, np.bool_]
+_SHAPES = [(), (3,), (2, 2)]
+_KINDS = ["same"] * 6 + ["terminated", "interrupted", "error", "shape", "missing", "extra", "order", "info", "flip"]
+
+
+def observation_space(dtype, shape) -> gym.Space:
+    if dtype is np.bool_:
+        return gym.spaces.MultiBinary(shape or 1) if shape else gym.spaces.Box(0, 1, (), np.bool_)
+    if np.dtype(dtype).kind == "f":
+        return gym.spaces.Box(-10, 10, shape, dtype)
+    return gym.spaces.Box(np.iinfo(dtype).min // 2, np.iinfo(dtype).max // 2, shape, dtype)
+
+
+@st.composite
+def worlds(draw):
+    """``(specs, observation layout [(uid, name, dtype, shape)], action space)``."""
+    specs, layout = pb.ActionObservationSpecs(), []
+    for i in range(draw(st.integers(1, 3))):
+        dtype, shape = draw(st.sampled_from(_DTYPES)), draw(st.sampled_from(_SHAPES))
+        spec = specs_from_space(observation_space(dtype, shape), f"o{i}")[f"o{i}"]
+        specs.observations[i + 1].CopyFrom(spec)
+        layout.append((i + 1, f"o{i}", np.dtype(spec_dtype(spec)), tuple(spec.shape)))
+    for uid, name in ((10, "reward"), (11, "discount")):
+        if draw(st.booleans()) or name == "reward":
+            dtype = draw(st.sampled_from([np.float64, np.float32]))
+            specs.observations[uid].CopyFrom(specs_from_space(gym.spaces.Box(-1e9, 1e9, (), dtype), name)[name])
+            layout.append((uid, name, np.dtype(dtype), ()))
+    action = gym.spaces.Discrete(draw(st.integers(2, 300))) if draw(st.booleans()) \
+        else gym.spaces.Box(-1, 1, (2,), np.float32)
+    specs.actions[1].CopyFrom(specs_from_space(action, "a")["a"])
+    return specs, layout, action
+
+
+def spec_dtype(spec: pb.TensorSpec):
+    return tensors.np_dtype(spec.dtype)
+
+
+def values(draw, dtype: np.dtype, shape: tuple) -> np.ndarray:
+    n = int(np.prod(shape))
+    if dtype.kind == "f":
+        items = draw(st.lists(st.floats(-1e6, 1e6, width=dtype.itemsize * 8) | st.just(float("nan")),
+                              min_size=n, max_size=n))
+    elif dtype.kind == "b":
+        items = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    else:
+        info = np.iinfo(dtype)
+        items = draw(st.lists(st.integers(max(info.min, -(1 << 40)), min(info.max, 1 << 40)), min_size=n, max_size=n))
+    return np.array(items, dtype).reshape(shape)
+
+
+def entry(uid: int, tensor: bytes) -> bytes:
+    body = b"\x08" + varint(uid) + b"\x12" + varint(len(tensor)) + tensor
+    return b"\x12" + varint(len(body)) + body
+
+
+@st.composite
+def answers(draw, layout: list, info: bool):
+    """One step's answer: ``(kind, scripted_h2.Answer)``."""
+    plain = draw(st.integers(0, 2)) > 0                 # the steady case, framed as our server frames it
+    kind = "same" if plain else draw(st.sampled_from(_KINDS))
+    if kind == "error":
+        message = pb.EnvironmentResponse(error={"code": 3, "message": "refused"}).SerializeToString()
+    else:
+        items = list(layout)
+        if kind == "missing" and len(items) > 1:
+            items.pop(draw(st.integers(0, len(items) - 1)))
+        if kind == "order":
+            items = draw(st.permutations(items))
+        body = b""
+        for uid, _, dtype, shape in items:
+            if kind == "shape" and shape:
+                shape = (int(np.prod(shape)),) if len(shape) > 1 else (1, shape[0])
+            body += entry(uid, tensors.pack(values(draw, dtype, shape), dtype).SerializeToString())
+        if kind == "extra":
+            body += entry(99, tensors.pack(np.float32(1)).SerializeToString())
+        if kind == "info" and info:
+            body += entry(INFO_UID, info_tensor_bytes(pack_info({"n": draw(st.integers(0, 9))})))
+        state = {"terminated": pb.TERMINATED, "interrupted": pb.INTERRUPTED}.get(kind, pb.RUNNING)
+        step = b"\x08" + varint(state) + body if draw(st.booleans()) else body + b"\x08" + varint(state)
+        message = b"\x1a" + varint(len(step)) + step
+        if kind == "flip":
+            at = draw(st.integers(0, len(message) - 1))
+            message = message[:at] + bytes([message[at] ^ (1 << draw(st.integers(0, 7)))]) + message[at + 1:]
+    if plain:
+        return kind, (message, [], [], False, [])
+    size = len(message) + 5
+    cuts = draw(st.lists(st.integers(1, size), max_size=2)) if draw(st.booleans()) else []
+    between = st.lists(st.sampled_from([ping(), (WINDOW_UPDATE, 0, 0, U32.pack(1000)),
+                                        (WINDOW_UPDATE, 0, 1, U32.pack(1000)), (SETTINGS, 0, 0, b"")]), max_size=2)
+    before = draw(st.lists(between, max_size=len(cuts) + 1)) if draw(st.integers(0, 3)) == 0 else []
+    writes = draw(st.lists(st.integers(1, size + 40), max_size=2)) if draw(st.integers(0, 3)) == 0 else []
+    return kind, (message, cuts, before, draw(st.integers(0, 5)) == 0, writes)
+
+
+@st.composite
+def scripts(draw):
+    specs, layout, action = draw(worlds())
+    info = draw(st.booleans())
+    n = draw(st.integers(1, 8))
+    steps = [draw(answers(layout, info)) for _ in range(n + 1)]        # (the reset's step first)
+    if isinstance(action, gym.spaces.Discrete):
+        pick = st.one_of(st.integers(0, action.n - 1).map(np.int64), st.integers(0, action.n - 1),
+                         st.just(action.n + 3))
+    else:
+        pick = st.lists(st.floats(-1, 1, width=32), min_size=2, max_size=2).map(lambda v: np.array(v, np.float32)) \
+            | st.just(np.array([5, 0], np.float32))
+    return specs, info, [answer for _, answer in steps], draw(st.lists(pick, min_size=n, max_size=n))
+
+
+def run(script, fast: bool):
+    """The client's frames and what each call returned or raised, with the fast path ``fast``."""
+    specs, info, steps, actions = script
+    server = ScriptedServer(specs, steps, info)
+    outcomes = []
+    os.environ[FAST_STEP_ENV] = "1" if fast else "0"
+    try:
+        with DmRpcEnv(server.address, connect_timeout=5) as env:
+            for call in [None, *actions]:
+                try:
+                    outcomes.append(env.reset() if call is None else env.step(call))
+                except Exception as err:  # noqa: BLE001 - compared by type and text (the address left out)
+                    outcomes.append((type(err), str(err).replace(server.address, "ADDRESS")))
+            used = env._agent._steady is not None and env._agent._steady.layout is not None
+    finally:
+        os.environ.pop(FAST_STEP_ENV, None)
+    server.join(15)
+    assert not server.is_alive()
+    return server.received, outcomes, used
+
+
+def same(a, b) -> bool:
+    """Equal values of the same types (arrays: dtype, shape, values with NaN equal to NaN)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and a.flags.writeable == b.flags.writeable \
+            and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, float) and a != a:
+        return b != b
+    return a == b
+
+
+def test_the_fast_path_and_the_general_path_agree(monkeypatch):
+    from dmrpc_gym.client.steady_step import SteadyStep
+    fast_used, finished, named = [], [], SteadyStep._named
+
+    def counted(self, message):
+        finished.append(1)
+        return named(self, message)
+
+    monkeypatch.setattr(SteadyStep, "_named", counted)
+
+    @fuzz_settings(60)
+    @given(scripts())
+    def check(script):
+        general_bytes, general_out, _ = run(script, fast=False)
+        fast_bytes, fast_out, used = run(script, fast=True)
+        fast_used.append(used)
+        assert fast_bytes == general_bytes
+        assert len(fast_out) == len(general_out)
+        for got, want in zip(fast_out, general_out):
+            assert same(got, want), (got, want)
+
+    check()
+    print(f"{sum(fast_used)} of {len(fast_used)} examples learned a layout; {len(finished)} answers taken fast")
+    assert any(fast_used) and finished, "no example took the fast path"
+
+
+def test_a_steady_catch_episode_takes_the_fast_path_and_matches_the_general_one():
+    from dmrpc_gym.server import Server
+    from dmrpc_gym.worlds.catch import Catch
+    results = {}
+    for fast in (False, True):
+        os.environ[FAST_STEP_ENV] = "1" if fast else "0"
+        try:
+            with Server(Catch) as server, DmRpcEnv(server.address) as env:
+                out = [env.reset(seed=3)]
+                out += [env.step(np.int8(a)) for a in [0, 1, -1, 1, 0, 0, 1, -1, 0, 1, 1, 0]]
+                results[fast] = out, env._agent._steady
+        finally:
+            os.environ.pop(FAST_STEP_ENV, None)
+    assert results[False][1] is None and results[True][1].layout is not None
+    assert same(results[True][0], results[False][0])
+
+
+def test_the_switch_is_read_from_the_environment(monkeypatch):
+    from dmrpc_gym.client.steady_step import enabled
+    monkeypatch.setenv(FAST_STEP_ENV, "0")
+    assert not enabled()
+    monkeypatch.setenv(FAST_STEP_ENV, "1")
+    assert enabled() is (struct.pack("=H", 1) == b"\x01\x00")

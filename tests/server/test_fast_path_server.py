@@ -1,0 +1,164 @@
+"""The server's steady-state answers (issue 32) against the general path: a differential test.
+
+Hypothesis draws a served env (a Box, a Dict with a scalar leaf, or integer observations; rewards of
+several types; episodes that end; ``info`` now and then; an env that raises), and a client's script:
+steps with valid and invalid actions, asking for every observation or some (with ``info`` and the exact
+extras, as our client asks, or without), resets, PINGs, WINDOW_UPDATEs and SETTINGS, each request
+whole in one write or cut into frames and writes, or two requests in one write. The same script runs
+against a server connection with the fast path off (``DMRPC_FAST_STEP=0``) and on: every frame the server
+sends must be the same, byte for byte.
+"""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from raw_h2 import RawClient, data, message
+from fuzzing import fuzz_settings
+
+from dmrpc_gym.protocol import tensors
+from dmrpc_gym.protocol.fidelity import EXACT_UID
+from dmrpc_gym.protocol.info import INFO_UID
+from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.server import Server
+from dmrpc_gym.transport import FAST_STEP_ENV
+from dmrpc_gym.transport.frames import END_STREAM, HEADERS, PING, SETTINGS, U32, WINDOW_UPDATE, frame
+
+_REWARDS = [1.0, 0.5, 2, np.float32(0.25), -1.0, 3.0]
+
+
+class Scripted(gym.Env):
+    """A deterministic env of a drawn kind: what it observes, rewards, ends and says in ``info``."""
+
+    def __init__(self, kind: str = "box", end_every: int = 5, info_every: int = 0, fail_at: int = -1):
+        self.kind, self.end_every, self.info_every, self.fail_at = kind, end_every, info_every, fail_at
+        if kind == "box":
+            self.observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
+        elif kind == "dict":
+            self.observation_space = gym.spaces.Dict({"a": gym.spaces.Box(0, 255, (2, 2), np.uint8),
+                                                      "b": gym.spaces.Box(-5, 5, (), np.float64)})
+        else:
+            self.observation_space = gym.spaces.Box(-100, 100, (2,), np.int64)
+        self.action_space = gym.spaces.Discrete(4)
+        self.n = 0
+
+    def _obs(self):
+        rng = np.random.default_rng(self.n)
+        if self.kind == "box":
+            return rng.uniform(-1, 1, 3).astype(np.float32)
+        if self.kind == "dict":
+            b = float(rng.uniform(-5, 5)) if self.n % 3 else np.float64(1.5)   # a Python float now and then
+            return {"a": rng.integers(0, 255, (2, 2)).astype(np.uint8), "b": b}
+        return rng.integers(-100, 100, 2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.n = 0                           # (an env the server reuses starts over as a new one)
+        return self._obs(), {}
+
+    def step(self, action):
+        self.n += 1
+        if self.n == self.fail_at:
+            raise RuntimeError("scripted failure")
+        ended = self.end_every and self.n % self.end_every == 0
+        info = {"n": self.n} if self.info_every and self.n % self.info_every == 0 else {}
+        return self._obs(), _REWARDS[(self.n + int(action)) % len(_REWARDS)], ended, False, info
+
+
+@pytest.fixture(scope="module")
+def servers():
+    """One server per env kind (every connection reads the switch as it starts)."""
+    made = {}
+    for kind in ("box", "dict", "ints"):
+        for end_every, info_every, fail_at in ((5, 0, -1), (0, 4, 9)):
+            made[kind, end_every] = Server(lambda k=kind, e=end_every, i=info_every, f=fail_at: Scripted(k, e, i, f),
+                                           kind="gym", workers=0).start()
+    yield made
+    for server in made.values():
+        server.stop(0)
+
+
+_OP = st.one_of(
+    *[st.tuples(st.just("step"), st.integers(0, 1))] * 8, st.tuples(st.just("step"), st.integers(0, 3)),
+    st.tuples(st.just("step"), st.just(7)),
+    st.tuples(st.just("reset")), st.tuples(st.just("ping")), st.tuples(st.just("window")),
+    st.tuples(st.just("settings")), st.tuples(st.just("two"), st.integers(0, 3)))
+
+
+def _answers(raw: RawClient, n: int, out: list) -> None:
+    """Read frames into ``out`` until ``n`` more DATA frames (answers) came."""
+    while n:
+        got = raw.next_frame()
+        assert got is not None, "the server closed the connection"
+        out.append(got)
+        n -= got[0] == 0
+
+
+def play(address: str, script: tuple, fast: bool, monkeypatch) -> list:
+    """Every frame the server sent for ``script``, with the fast path ``fast``."""
+    asks, cuts, ops = script
+    monkeypatch.setenv(FAST_STEP_ENV, "1" if fast else "0")
+    raw, out = RawClient(address), []
+    try:
+        raw.send(raw.request_headers(1))
+        raw.send(data(1, message(pb.EnvironmentRequest(create_world=pb.CreateWorldRequest()))))
+        _answers(raw, 1, out)
+        name = pb.EnvironmentResponse.FromString(out.pop()[3][5:]).create_world.world_name   # (names differ)
+        raw.send(data(1, message(pb.EnvironmentRequest(join_world=pb.JoinWorldRequest(world_name=name)))))
+        _answers(raw, 1, out)
+        uids = sorted(pb.EnvironmentResponse.FromString(out[-1][3][5:]).join_world.specs.observations)
+        requested = [*uids[:asks[0]], *([INFO_UID, EXACT_UID] if asks[1] else [])]
+        for i, op in enumerate(ops):
+            if op[0] in ("step", "two"):
+                step = pb.StepRequest(actions={1: tensors.pack(np.int64(op[1]))}, requested_observations=requested)
+                body = message(pb.EnvironmentRequest(step=step))
+                wire = data(1, body) * (2 if op[0] == "two" else 1)
+                cut = cuts[i % len(cuts)] if cuts and op[0] == "step" and i % 3 == 0 else 0
+                if 0 < cut < len(body):      # the message cut into two frames, sent in two writes
+                    wire = data(1, body[:cut]), data(1, body[cut:])
+                    raw.send(wire[0])
+                    raw.send(wire[1])
+                else:
+                    raw.send(wire)
+                _answers(raw, 2 if op[0] == "two" else 1, out)
+            elif op[0] == "reset":
+                raw.send(data(1, message(pb.EnvironmentRequest(reset=pb.ResetRequest()))))
+                _answers(raw, 1, out)
+            else:
+                raw.send({"ping": frame(PING, 0, 0, b"abcdefgh"), "settings": frame(SETTINGS, 0, 0, b""),
+                          "window": frame(WINDOW_UPDATE, 0, 1, U32.pack(4096))}[op[0]])
+        raw.send(data(1, b"", end=True))
+        while (got := raw.next_frame()) is not None:
+            out.append(got)
+            if got[0] == HEADERS and got[1] & END_STREAM:
+                break
+    finally:
+        raw.close()
+    return out
+
+
+def test_the_servers_fast_path_and_general_path_send_the_same_frames(servers, monkeypatch):
+    from dmrpc_gym.server.steady_serve import SteadyServe
+    answered, fill = [], SteadyServe.answer
+
+    def counted(self, raw, room):
+        got = fill(self, raw, room)
+        answered.append(got is not None)
+        return got
+
+    monkeypatch.setattr(SteadyServe, "answer", counted)
+
+    @fuzz_settings(40)
+    @given(st.sampled_from(sorted(servers)), st.tuples(st.integers(0, 4), st.booleans()),
+           st.lists(st.integers(0, 40), max_size=3), st.lists(_OP, min_size=8, max_size=24))
+    def check(server, asks, cuts, ops):
+        address = servers[server].address
+        general = play(address, (asks, cuts, ops), False, monkeypatch)
+        fast = play(address, (asks, cuts, ops), True, monkeypatch)
+        assert fast == general
+
+    check()
+    print(f"{sum(answered)} of {len(answered)} steady answers given")
+    assert sum(answered) > 10
