@@ -7,15 +7,19 @@ Wall-clock ratios on a 2-vCPU VM whose idle cores halt swing by 15 %; these coun
   server in a subprocess, then the server in this process (every thread of it) against a client in a
   subprocess;
 - **instructions per step** (``--callgrind``, Debian's ``valgrind``): the side runs under
-  ``valgrind --tool=callgrind`` twice, for ``--steps`` and for twice as many; the difference of the
-  two totals, divided by the difference of the steps, leaves out start-up and imports.
+  ``valgrind --tool=callgrind``, and its counted steps are a dump of their own (``--dump-before``
+  a C function only the script calls, ``sys.call_tracing``, on each side of the steps): start-up,
+  imports, the warm-up and closing are left out, however much they vary. Both sides run quiet, so
+  that nothing driven by the clock moves the count: the client without its idle watcher (a thread
+  that wakes as time passes), the server with ``workers=0`` (every step inline on the event loop;
+  with workers, a step as slow as callgrind makes it goes to a thread).
 
 The small step is ``bench_transport.py``'s: a constant env, a 4-float observation, a Discrete action,
 ``DmRpcEnv.step`` on one connection. ``--tree PATH`` (repeatable) measures other checkouts too, each with
 its own client and server::
 
     python benchmarks/bench_counts.py --tree /tmp/old                  # calls per step, this tree and /tmp/old
-    python benchmarks/bench_counts.py --callgrind --steps 300          # and instructions (minutes)
+    python benchmarks/bench_counts.py --callgrind --steps 1000         # and instructions (minutes)
 """
 from __future__ import annotations
 
@@ -73,10 +77,15 @@ def _still(env) -> None:
                 thread.join(5)
 
 
-def client_role(address: str, steps: int, count: bool, quiet: bool = False) -> None:
+def _mark() -> None:
+    """A boundary for callgrind: under ``--dump-before=sys_call_tracing`` each ``sys.call_tracing(_mark, ())``
+    dumps what was counted since the last one, so a side's counted steps are a dump of their own."""
+
+
+def client_role(address: str, steps: int, count: bool, quiet: bool = False, mark: bool = False) -> None:
     """Step ``WARMUP`` times, say ``WARM`` and wait for a stdin line, step ``steps`` times and say ``CALLS``
     (with ``count``, the Python calls of those steps; else 0), then close at the next line or end of stdin.
-    ``quiet``: no idle watcher (:func:`_still`)."""
+    ``quiet``: no idle watcher (:func:`_still`); ``mark``: the steps between two :func:`_mark` calls."""
     import numpy as np
     env, action = _env(address), np.int64(1)
     if quiet:
@@ -86,6 +95,8 @@ def client_role(address: str, steps: int, count: bool, quiet: bool = False) -> N
     print("WARM", flush=True)
     sys.stdin.readline()
     counter = Counter()
+    if mark:
+        sys.call_tracing(_mark, ())
     if count:
         sys.setprofile(counter)
         counter.on = True
@@ -93,17 +104,20 @@ def client_role(address: str, steps: int, count: bool, quiet: bool = False) -> N
         env.step(action)
     counter.on = False
     sys.setprofile(None)
+    if mark:
+        sys.call_tracing(_mark, ())
     print("CALLS", counter.said(), flush=True)
     sys.stdin.readline()
     env.close()
 
 
-def server_role(count: bool, metrics: bool = False, inline: bool = False) -> None:
+def server_role(count: bool, metrics: bool = False, inline: bool = False, mark: bool = False) -> None:
     """Serve bench_transport's small world; with ``count``, count every server thread's Python calls
     between the ``ON`` and ``OFF`` lines of stdin (each answered ``OK``, ``OFF`` with the count);
     ``metrics``: with Prometheus metrics on; ``inline``: ``workers=0``, every step on the event loop,
     so that no timing-driven choice (inline or on a thread) moves the count (``bench_metrics.py``, and
-    the callgrind runs: a step slower than 2 ms, as under callgrind, would go to a thread)."""
+    the callgrind runs: a step slower than 2 ms, as under callgrind, would go to a thread); ``mark``: a
+    :func:`_mark` at ``ON`` and at ``OFF`` (callgrind's dumps then hold the steps between them alone)."""
     import gymnasium as gym
     import numpy as np
 
@@ -127,6 +141,8 @@ def server_role(count: bool, metrics: bool = False, inline: bool = False) -> Non
     server = Server(Constant, kind="gym", **options).start()
     print("ADDRESS", server.address, flush=True)
     for line in sys.stdin:
+        if mark and line.strip() in ("ON", "OFF"):
+            sys.call_tracing(_mark, ())
         counter.on = line.strip() == "ON"
         if line.strip() == "OFF":
             print("CALLS", counter.said(), flush=True)
@@ -146,7 +162,8 @@ def _spawn(tree: str, *role: str, valgrind: str | None = None) -> subprocess.Pop
     if valgrind is not None:               # (a callgrind run: each side quiet, see the roles)
         command += ["--inline"] if role[0] == "serve" else ["--quiet"]
     if valgrind:
-        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={valgrind}", *command]
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={valgrind}",
+                   "--dump-before=sys_call_tracing", *command, "--mark"]
     return subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE if valgrind else None, text=True)
 
@@ -164,13 +181,18 @@ def _ask(proc: subprocess.Popen, line: str, word: str) -> str:
     return _line(proc, word)
 
 
-def _collected(proc: subprocess.Popen) -> int:
-    """The ``Collected`` total that callgrind writes to stderr when ``proc`` ends."""
+def _collected(proc: subprocess.Popen, out: str) -> int:
+    """The instructions callgrind counted between the two marks of ``proc`` (once it ended): its second dump,
+    ``out.2`` (``out.1`` holds the start-up and the warm-up, ``out`` what came after the second mark)."""
     err = proc.stderr.read()
     proc.wait(60)
-    found = re.search(r"Collected\s*:\s*(\d+)", err or "")
+    try:
+        with open(f"{out}.2") as dump:
+            found = re.search(r"^totals:\s*(\d+)", dump.read(), re.M)
+    except OSError:
+        found = None
     if not found:
-        raise RuntimeError(f"no callgrind total in: {(err or '')[-500:]}")
+        raise RuntimeError(f"no callgrind dump between the marks in {out}.2: {(err or '')[-500:]}")
     return int(found.group(1))
 
 
@@ -216,25 +238,28 @@ def calls(tree: str, steps: int, metrics: bool = False, inline: bool = False) ->
 
 def instructions(tree: str, steps: int, folder: str) -> tuple[float, float]:
     """CPU instructions per small step ``(client, server)`` of ``tree``, from callgrind: each side runs under
-    it for ``steps`` and ``2 * steps`` steps; the difference leaves out start-up, imports and the warm-up."""
-    totals: dict[str, dict[int, int]] = {"client": {}, "server": {}}
-    for n in (steps, 2 * steps):
-        server = _spawn(tree, "serve", valgrind="")
-        try:
-            client = _spawn(tree, "client", _line(server, "ADDRESS"), str(n),
-                            valgrind=os.path.join(folder, f"client-{n}.out"))
-            _steps(client)
-            totals["client"][n] = _collected(client)
-        finally:
-            server.stdin.close()
-            server.wait(60)
-        server = _spawn(tree, "serve", valgrind=os.path.join(folder, f"server-{n}.out"))
-        client = _spawn(tree, "client", _line(server, "ADDRESS"), str(n), valgrind="")
+    it, quiet (see the roles), and the ``steps`` counted steps are one dump of their own (:func:`_mark`):
+    start-up, imports, the warm-up and closing are left out, whatever they cost from run to run."""
+    out = os.path.join(folder, "client.out")
+    server = _spawn(tree, "serve", valgrind="")
+    try:
+        client = _spawn(tree, "client", _line(server, "ADDRESS"), str(steps), valgrind=out)
         _steps(client)
-        client.wait(120)
+        client_total = _collected(client, out)
+    finally:
         server.stdin.close()
-        totals["server"][n] = _collected(server)
-    return tuple((t[2 * steps] - t[steps]) / steps for t in (totals["client"], totals["server"]))  # type: ignore[return-value]
+        server.wait(60)
+    out = os.path.join(folder, "server.out")
+    server = _spawn(tree, "serve", valgrind=out)
+    client = _spawn(tree, "client", _line(server, "ADDRESS"), str(steps), valgrind="")
+    _line(client, "WARM")
+    _ask(server, "ON", "OK")
+    _ask(client, "GO", "CALLS")
+    _ask(server, "OFF", "CALLS")               # before the client closes: its LeaveWorld is not counted
+    client.stdin.close()
+    client.wait(120)
+    server.stdin.close()
+    return client_total / steps, _collected(server, out) / steps
 
 
 def main() -> None:
@@ -242,17 +267,18 @@ def main() -> None:
     parser.add_argument("role", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--count", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--mark", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--metrics", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", action="append", default=[], help="another checkout to measure (repeatable)")
-    parser.add_argument("--steps", type=int, default=2000, help="steps counted (callgrind: and twice as many)")
+    parser.add_argument("--steps", type=int, default=2000, help="steps counted")
     parser.add_argument("--callgrind", action="store_true", help="also count instructions (needs valgrind)")
     parser.add_argument("--skip-this", action="store_true", help="measure only the --tree checkouts")
     args = parser.parse_args()
     if args.role[:1] == ["client"]:
-        return client_role(args.role[1], int(args.role[2]), args.count, args.quiet)
+        return client_role(args.role[1], int(args.role[2]), args.count, args.quiet, args.mark)
     if args.role[:1] == ["serve"]:
-        return server_role(args.count, args.metrics, args.inline)
+        return server_role(args.count, args.metrics, args.inline, args.mark)
     if args.callgrind and not shutil.which("valgrind"):
         parser.error("--callgrind needs valgrind (apt-get install valgrind)")
     trees = [*([] if args.skip_this else [TREE]), *args.tree]
