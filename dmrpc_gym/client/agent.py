@@ -263,7 +263,10 @@ class RemoteAgent:
         """The answer to the oldest ``submit_step``: ``(obs, reward, terminated, truncated, info)``."""
         steady = self._steady              # answers of the learned layout: read at their offsets
         response, large = self.connection.receive_step(steady.decode if steady is not None else None)
-        return steady.wrap(response) if large is None else self._stepped(response, large)
+        if large is None:
+            return steady.wrap(response)
+        result = self._stepped(response, large)
+        return result if steady is None else steady.learn(result)
 
     def step(self, action: Any = None) -> tuple[Any, float, bool, bool, dict]:
         """Send ``action`` and return the answer, as one call (an interrupt drops its answer)."""
@@ -271,8 +274,7 @@ class RemoteAgent:
         result = steady.step(action) if steady is not None and action is not None else None
         if result is None:
             result = self._stepped(*self.connection.send_step(*self.step_request(action)))
-            if steady is not None and steady.layout is None:
-                steady.learn(result)
+            result = result if steady is None else steady.learn(result)
         return result
 
     def _stepped(self, response: pb.StepResponse, large: dict) -> tuple[Any, float, bool, bool, dict]:

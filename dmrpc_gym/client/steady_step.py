@@ -131,10 +131,7 @@ class SteadyStep:
                 pending.append(entry)
             raise
         if message is None:
-            result = agent.receive_step()
-            if self.layout is None:
-                self.learn(result)
-            return result
+            return agent.receive_step()          # (which learns the layout, when there is none yet)
         if message is NOT_SENT:
             return None
         return self.wrap(self._named(message))
@@ -183,12 +180,17 @@ class SteadyStep:
         return exactly(result, self.extras, agent.exact, agent.reward.fn is None and agent.reward.name == "reward")
 
     # -- learning the layout ----------------------------------------------------------------------
-    def learn(self, result: tuple) -> None:
-        """Learn the answer's layout from the step the general path just took (which gave ``result``),
-        if it is one this path can take, and if reading it here gives what the general path gave."""
+    def learn(self, result: tuple) -> tuple:
+        """Learn the answer's layout from the step the general path just took (which gave ``result``,
+        returned as it is), if none is learned yet, if it is one this path can take, and if reading it
+        here gives what the general path gave."""
+        self._learn()
+        return result
+
+    def _learn(self) -> None:
         agent, conn = self.agent, self.agent.connection
         raw = conn.last_message
-        if self.given_up or raw is None or agent.state != _RUNNING or len(raw) >= LARGE:
+        if self.layout is not None or self.given_up or raw is None or agent.state != _RUNNING or len(raw) >= LARGE:
             return
         raw = bytes(raw)
         try:

@@ -226,3 +226,30 @@ def test_the_switch_is_read_from_the_environment(monkeypatch):
     assert not enabled()
     monkeypatch.setenv(FAST_STEP_ENV, "1")
     assert enabled() is (struct.pack("=H", 1) == b"\x01\x00")
+
+
+def test_a_vector_env_reads_steady_answers_and_matches_the_general_path():
+    """A vector env's pipelined steps (submit, then receive) take the message-level decoder."""
+    import gymnasium as gym
+
+    from dmrpc_gym.server import Server
+    from dmrpc_gym.worlds.catch import Catch
+    results, learned = {}, {}
+    actions = np.random.default_rng(0).integers(-1, 2, (40, 3)).astype(np.int8)
+    for fast in (False, True):
+        os.environ[FAST_STEP_ENV] = "1" if fast else "0"
+        try:
+            with Server(Catch) as server:
+                env = gym.make_vec("dmrpc/Remote-v0", num_envs=3, vectorization_mode="vector_entry_point",
+                                   address=server.address)
+                try:
+                    out = [env.reset(seed=5)] + [env.step(a) for a in actions]
+                    learned[fast] = [e.agent._steady is not None and e.agent._steady.layout is not None
+                                     for e in env.unwrapped.envs]
+                finally:
+                    env.close()
+            results[fast] = out
+        finally:
+            os.environ.pop(FAST_STEP_ENV, None)
+    assert learned == {False: [False] * 3, True: [True] * 3}
+    assert same(results[True], results[False])
