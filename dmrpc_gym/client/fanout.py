@@ -49,7 +49,8 @@ class Batch:
 
     Args:
         num_envs: how many sub-envs (default: one per address).
-        address: the server every sub-env connects to, or
+        address: the server every sub-env connects to (or a list of servers to fail over along, which
+            every sub-env is given whole: see :class:`~dmrpc_gym.client.env.DmRpcEnv`), or
         addresses: a list of servers, used in turn (sub-env ``i`` uses ``addresses[i % len]``).
         max_episode_steps: truncate an episode on the client after this many steps.
         share_connections: sub-envs of one server share one HTTP/2 connection, a stream each
@@ -70,7 +71,7 @@ class Batch:
     >>> batch.close()
     """
 
-    def __init__(self, num_envs: int | None = None, address: str | None = None, *,
+    def __init__(self, num_envs: int | None = None, address: str | Sequence[str] | None = None, *,
                  addresses: Sequence[str] | None = None, max_episode_steps: int | None = None,
                  share_connections: bool = True, **env_kwargs: Any):
         if address is not None and addresses is not None:
