@@ -14,7 +14,7 @@ from processes import free_port
 
 import dmrpc_gym
 from dmrpc_gym import DmRpcEnv
-from dmrpc_gym.client.connection import Connection
+from dmrpc_gym.client.connection import Connection, settings_tensors
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import Server
 from dmrpc_gym.worlds.catch import Catch
@@ -115,6 +115,25 @@ def test_reset_and_reset_world_end_their_stream_while_draining(two, field):
             assert drain.ended() == [True]
     finally:
         conn.close()
+
+
+def test_an_agent_waiting_to_start_an_episode_is_told_of_the_drain():
+    """A multi-agent world: an agent whose step waits for the others to join (to start an episode) is
+    woken by the drain and its stream ended, rather than waiting out the server's timeout (300 s)."""
+    server = Server(Tag, timeout=300).start()
+    conn = Connection(server.address)
+    try:
+        name = conn.send(pb.CreateWorldRequest(settings=settings_tensors({"pursuers": 1, "evaders": 1}))).world_name
+        conn.send(pb.JoinWorldRequest(world_name=name))
+        conn.submit(pb.StepRequest())                     # waits for the other agent to join
+        threading.Event().wait(0.3)                       # (most likely waiting by now; either way refused)
+        with Draining(server) as drain:
+            with pytest.raises(ConnectionError, match="during step: UNAVAILABLE: this server is draining"):
+                conn.receive()
+            assert drain.ended() == [True]
+    finally:
+        conn.close()
+        server.stop()
 
 
 def test_a_vector_env_with_the_list_moves_every_sub_env(two):
