@@ -157,6 +157,27 @@ def test_a_vector_env_with_the_list_moves_every_sub_env(two):
         envs.close()
 
 
+def test_an_sb3_vec_env_with_the_list_restarts_its_episodes_on_the_next_server(two):
+    """SB3 restarts a finished sub-env within its step: that restart is refused by the draining server,
+    and the sub-env's next episode runs on the next address, with no episode cut short."""
+    pytest.importorskip("stable_baselines3")
+    from dmrpc_gym.integrations.sb3.vec_env import DmRpcSB3VecEnv
+    first, second = two
+    venv = DmRpcSB3VecEnv(2, [first.address, second.address], reconnect=True, connect_timeout=30)
+    try:
+        venv.reset()
+        with Draining(first) as drain, warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            infos = []
+            for _ in range(30):                          # three Catch episodes of 9 steps
+                infos += venv.step(np.zeros(2, np.int64))[3]
+            assert [env.connection.address for env in venv.envs] == [second.address] * 2
+            assert not any("connection_lost" in info for info in infos)
+            assert drain.ended() == [True]
+    finally:
+        venv.close()
+
+
 def test_a_parallel_env_moves_all_its_agents_to_one_server():
     first, second = Server(Tag).start(), Server(Tag).start()
     env = dmrpc_gym.parallel_env([first.address, second.address], world_settings={"evaders": 1}, reconnect=True)
