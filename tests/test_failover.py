@@ -157,6 +157,17 @@ def test_a_vector_env_with_the_list_moves_every_sub_env(two):
         envs.close()
 
 
+def test_spread_sub_envs_may_each_have_a_list_to_fail_over_along(two):
+    """``addresses=`` spreads sub-envs over its entries; an entry may itself be a list (RLlib's
+    env_config['address'] in vector mode is given as such an entry)."""
+    first, second = two
+    envs = dmrpc_gym.DmRpcVectorEnv(addresses=[[first.address, second.address], [second.address, first.address]])
+    try:
+        assert [env.connection.address for env in envs.envs] == [first.address, second.address]
+    finally:
+        envs.close()
+
+
 def test_an_sb3_vec_env_with_the_list_restarts_its_episodes_on_the_next_server(two):
     """SB3 restarts a finished sub-env within its step: that restart is refused by the draining server,
     and the sub-env's next episode runs on the next address, with no episode cut short."""

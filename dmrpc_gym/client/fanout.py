@@ -51,7 +51,8 @@ class Batch:
         num_envs: how many sub-envs (default: one per address).
         address: the server every sub-env connects to (or a list of servers to fail over along, which
             every sub-env is given whole: see :class:`~dmrpc_gym.client.env.DmRpcEnv`), or
-        addresses: a list of servers, used in turn (sub-env ``i`` uses ``addresses[i % len]``).
+        addresses: a list of servers, used in turn (sub-env ``i`` uses ``addresses[i % len]``; an entry
+            may itself be a list to fail over along).
         max_episode_steps: truncate an episode on the client after this many steps.
         share_connections: sub-envs of one server share one HTTP/2 connection, a stream each
             (:mod:`~dmrpc_gym.transport.client.pool`): a step's requests leave together, in a few
@@ -77,7 +78,7 @@ class Batch:
         if address is not None and addresses is not None:
             raise ValueError("give address= or addresses=, not both")
         if addresses is not None:
-            targets = [str(a) for a in addresses]
+            targets = [a if isinstance(a, (list, tuple)) else str(a) for a in addresses]   # a list: to fail over along
             if not targets:
                 raise ValueError("addresses= is empty; expected at least one 'host:port'")
         else:
