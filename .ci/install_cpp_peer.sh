@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The gRPC C++ peers of tests/test_interop_cpp.py: installs Debian's gRPC C++ (when missing) and
+# The gRPC C++ peers of tests/interop/test_interop_cpp.py: installs Debian's gRPC C++ (when missing) and
 # builds tests/interop/cpp into DMRPC_CPP_PEER_DIR (default ~/.cache/dmrpc-cpp), skipping the
 # build when neither the sources, the protos nor the gRPC version changed. Idempotent.
 # Prints the directory holding dmrpc_cpp_server and dmrpc_cpp_client on stdout (all else on

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The grpc-go peers of tests/test_interop_go.py: installs Debian's Go toolchain, grpc-go and
+# The grpc-go peers of tests/interop/test_interop_go.py: installs Debian's Go toolchain, grpc-go and
 # protobuf-go with their code generators, generates the Go code of protos/ and builds
 # tests/interop/go/{server,client,health} offline (GOPATH mode over /usr/share/gocode: no module
 # proxy; health uses grpc-go's own grpc_health_v1 package). Idempotent: rebuilds only when the

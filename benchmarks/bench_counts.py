@@ -80,9 +80,11 @@ def client_role(address: str, steps: int, count: bool) -> None:
     env.close()
 
 
-def server_role(count: bool) -> None:
+def server_role(count: bool, metrics: bool = False, inline: bool = False) -> None:
     """Serve bench_transport's small world; with ``count``, count every server thread's Python calls
-    between the ``ON`` and ``OFF`` lines of stdin (each answered ``OK``, ``OFF`` with the count)."""
+    between the ``ON`` and ``OFF`` lines of stdin (each answered ``OK``, ``OFF`` with the count);
+    ``metrics``: with Prometheus metrics on; ``inline``: ``workers=0``, every step on the event loop,
+    so that no timing-driven choice (inline or on a thread) moves the count (``bench_metrics.py``)."""
     import gymnasium as gym
     import numpy as np
 
@@ -102,7 +104,8 @@ def server_role(count: bool) -> None:
     counter = Counter()
     if count:
         threading.setprofile(counter)            # the server's threads start after this
-    server = Server(Constant, kind="gym").start()
+    options = {**({"metrics_port": 0} if metrics else {}), **({"workers": 0} if inline else {})}
+    server = Server(Constant, kind="gym", **options).start()
     print("ADDRESS", server.address, flush=True)
     for line in sys.stdin:
         counter.on = line.strip() == "ON"
@@ -163,10 +166,12 @@ def _counts(said: str) -> tuple[int, int]:
     return int(python), int(c)
 
 
-def calls(tree: str, steps: int) -> tuple[float, float, float, float]:
+def calls(tree: str, steps: int, metrics: bool = False, inline: bool = False) -> tuple[float, float, float, float]:
     """Calls per small step of ``tree``: Python functions and C functions, client then server; counted on
-    one side at a time, over the ``steps`` only (a warm-up, connecting and closing are left out)."""
-    server = _spawn(tree, "serve")
+    one side at a time, over the ``steps`` only (a warm-up, connecting and closing are left out);
+    ``metrics``, ``inline``: the server's options (:func:`server_role`)."""
+    flag = ("--metrics",) * metrics + ("--inline",) * inline
+    server = _spawn(tree, "serve", *flag)
     try:
         client = _spawn(tree, "client", _line(server, "ADDRESS"), str(steps), "--count")
         client_calls = _steps(client)
@@ -174,7 +179,7 @@ def calls(tree: str, steps: int) -> tuple[float, float, float, float]:
     finally:
         server.stdin.close()
         server.wait(60)
-    server = _spawn(tree, "serve", "--count")
+    server = _spawn(tree, "serve", "--count", *flag)
     try:
         client = _spawn(tree, "client", _line(server, "ADDRESS"), str(steps))
         _steps(client, lambda: _ask(server, "ON", "OK"))
@@ -213,6 +218,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("role", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--count", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--metrics", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", action="append", default=[], help="another checkout to measure (repeatable)")
     parser.add_argument("--steps", type=int, default=2000, help="steps counted (callgrind: and twice as many)")
     parser.add_argument("--callgrind", action="store_true", help="also count instructions (needs valgrind)")
@@ -220,7 +227,7 @@ def main() -> None:
     if args.role[:1] == ["client"]:
         return client_role(args.role[1], int(args.role[2]), args.count)
     if args.role[:1] == ["serve"]:
-        return server_role(args.count)
+        return server_role(args.count, args.metrics, args.inline)
     if args.callgrind and not shutil.which("valgrind"):
         parser.error("--callgrind needs valgrind (apt-get install valgrind)")
     trees = [TREE, *args.tree]

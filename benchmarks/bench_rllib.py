@@ -35,7 +35,7 @@ import sys
 import time
 from typing import Any
 
-# Ray on loopback only (ray reads these at import): see tests/rllib/conftest.py.
+# Ray on loopback only (ray reads these at import): see tests/integrations/rllib/conftest.py.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

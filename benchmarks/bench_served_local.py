@@ -1,6 +1,6 @@
 """Served / local steps per second, one env of each family, side by side in one run (issue 29).
 
-Each env is built as the fidelity suite builds it (``tests/fidelity_support.py``): locally as a
+Each env is built as the fidelity suite builds it (``tests/support/fidelity_support.py``): locally as a
 user builds it, and served by ``dmrpc-gym serve TARGET --port 0`` (a subprocess) and read back
 through the public API (``gym.make("dmrpc/Remote-v0")``, ``dmrpc_gym.parallel_env``,
 ``dmrpc_gym.aec_env``, ``dmrpc_gym.connect_dm_env``), with its default episode length. A step is
@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(1, ROOT)                             # the checkout's dmrpc_gym (as the served one)
-sys.path.insert(2, os.path.join(ROOT, "tests"))      # the fidelity suite's builders and players
+sys.path.insert(2, os.path.join(ROOT, "tests", "support"))   # the fidelity suite's builders and players
 from bench_render_cost import measure  # noqa: E402  (bench_steps' measure, the order reversed every other round)
 from bench_steps import Case as Timed, machine, paired_ratio  # noqa: E402
 from fidelity_support import PLAYERS, Case, Served, close, local_env, remote_env  # noqa: E402

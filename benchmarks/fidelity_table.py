@@ -1,4 +1,4 @@
-"""The table of the differential fidelity suite (tests/test_fidelity.py, issue 29 item 5).
+"""The table of the differential fidelity suite (tests/fidelity/test_fidelity.py, issue 29 item 5).
 
 Runs the suite and prints one table: every env, how it is served and made short, and each
 check's status (pass, FAIL with the first difference, xfail with its reason, or ``-`` where a
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     collect = Collect()
     os.chdir(ROOT)
     start = time.perf_counter()
-    code = pytest.main(["tests/test_fidelity.py", "-q", "-p", "no:cacheprovider", "--tb=line",
+    code = pytest.main(["tests/fidelity/test_fidelity.py", "-q", "-p", "no:cacheprovider", "--tb=line",
                         "-W", "ignore::DeprecationWarning", *pytest_args], plugins=[collect])
     seconds = time.perf_counter() - start
     text = table(collect, seconds, f"pytest exit code {int(code)}")

@@ -5,6 +5,6 @@ from __future__ import annotations
 import os
 import sys
 
-_SUPPORT = os.path.dirname(os.path.abspath(__file__))
+_SUPPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "support")
 if _SUPPORT not in sys.path:
     sys.path.insert(0, _SUPPORT)

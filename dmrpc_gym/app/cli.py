@@ -16,6 +16,7 @@ arguments and returns the exit status. Add a subcommand by appending its
 - ``record ADDRESS --out run.gif``: a rollout (random or a saved SB3 model) rendered to a video.
 - ``bench ADDRESS``: steps/s of a world with random actions.
 - ``demo``: PPO learns Catch over dm_env_rpc; saves a learning curve.
+- ``status ADDRESS``: a running server on one screen (health, worlds, steps/s, connections), ``--watch`` live.
 
 Ctrl-C ends a client command with one line and status 130; `serve` stops quietly with status 0.
 
@@ -32,14 +33,14 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from dmrpc_gym.app.client_args import add_world_arguments, world_kwargs, world_name_shown
+from dmrpc_gym.app.client_args import add_connection_arguments, add_world_arguments, world_kwargs, world_name_shown
 
 from dmrpc_gym.client.seeding import AUTO
 from dmrpc_gym.server.factories import KINDS
 from dmrpc_gym._extras import install_hint
 
 __all__ = ["main", "build_parser", "COMMANDS", "SERVE_TARGETS_HELP", "add_serve", "run_serve", "add_inspect", "run_inspect", "add_check", "run_check", "add_record", "run_record",
-           "add_bench", "run_bench", "add_demo", "run_demo"]
+           "add_bench", "run_bench", "add_demo", "run_demo", "add_status", "run_status"]
 
 
 def _fail(command: str, message: Any) -> int:
@@ -127,6 +128,11 @@ def add_serve(subparsers: Any) -> None:
                              "worlds are refused meanwhile (default: %(default)s)")
     parser.add_argument("--health-without-token", action="store_true",
                         help="answer gRPC health checks without the token (for probes that cannot send one)")
+    parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                        help="serve Prometheus metrics over HTTP on PORT at /metrics (0: a free one, printed); "
+                             "needs prometheus-client (the metrics extra); default: no metrics")
+    parser.add_argument("--metrics-host", default=None, metavar="HOST",
+                        help="the interface of --metrics-port (default: --host; 127.0.0.1 with --unix)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every world and error")
     parser.set_defaults(run=run_serve)
 
@@ -313,8 +319,41 @@ def run_demo(args: argparse.Namespace) -> int:
                                             out=args.out, progress=not args.no_progress))
 
 
+def add_status(subparsers: Any) -> None:
+    """Declare ``dmrpc-gym status``."""
+    parser = subparsers.add_parser(
+        "status", help="show a running server: health, worlds, steps/s, connections",
+        description="Show a running dmrpc_gym server on one screen: health (serving, draining), its worlds "
+                    "with their kind, agents, steps per second and step time (in the env and in all), "
+                    "connections, errors and refusals. It reads the server's dmrpc_gym.server_status property "
+                    "over an ordinary connection (token, TLS and unix: addresses as for any client).")
+    parser.add_argument("address", help="host:port or unix:PATH of a dmrpc_gym server")
+    add_connection_arguments(parser)
+    parser.add_argument("--watch", "-w", action="store_true", help="refresh every --interval until Ctrl-C")
+    parser.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                        help="seconds between readings; rates are over it (default: %(default)s; 0: one "
+                             "reading, rates over each world's life)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the reading as JSON (with --watch: one document a line)")
+    parser.set_defaults(run=run_status)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """Run ``dmrpc-gym status``."""
+    from dmrpc_gym.app.client_args import connection_kwargs
+    from dmrpc_gym.app.status import StatusReader, watch
+    if args.interval < 0 or (args.watch and args.interval == 0):
+        return _fail("status", f"--interval {args.interval}: expected seconds > 0 (0 only without --watch)")
+
+    def job() -> None:
+        with StatusReader(args.address, **connection_kwargs(args)) as reader:
+            watch(reader, args.address, interval=args.interval, forever=args.watch, as_json=args.json)
+    return _run_client("status", job)
+
+
 #: The ``add_`` functions of every subcommand, in the order ``--help`` lists them.
-COMMANDS: list[Callable[[Any], None]] = [add_serve, add_inspect, add_check, add_record, add_bench, add_demo]
+COMMANDS: list[Callable[[Any], None]] = [add_serve, add_inspect, add_check, add_record, add_bench, add_demo,
+                                         add_status]
 
 
 def build_parser() -> argparse.ArgumentParser:

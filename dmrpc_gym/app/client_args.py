@@ -1,5 +1,6 @@
 """The arguments every client command of ``dmrpc-gym`` shares (``inspect``, ``check``, ``record``,
-``bench``): which world, and how to reach its server (``--wait``, ``--token``, ``--tls-ca``, ``--compression``).
+``bench``): which world, and how to reach its server (``--wait``, ``--token``, ``--tls-ca``, ``--compression``;
+``status`` takes these alone).
 
 >>> import argparse
 >>> parser = argparse.ArgumentParser()
@@ -17,7 +18,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_world_arguments", "world_kwargs", "world_name_shown", "setting"]
+__all__ = ["add_world_arguments", "add_connection_arguments", "world_kwargs", "connection_kwargs",
+           "world_name_shown", "setting"]
 
 
 def setting(text: str) -> tuple[str, Any]:
@@ -40,6 +42,11 @@ def add_world_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world", metavar="NAME", help="join this existing world instead of creating one")
     parser.add_argument("--join", type=setting, action="append", default=[], metavar="KEY=VALUE",
                         help="a JoinWorld setting (repeatable)")
+    add_connection_arguments(parser)
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare how to reach a server: ``--wait``, ``--token``, ``--tls-ca``, ``--compression``."""
     parser.add_argument("--wait", "--connect-timeout", dest="wait", type=float, default=5.0, metavar="SECONDS",
                         help="seconds to wait for the server: one that is not listening yet or answers "
                              "UNAVAILABLE is retried until then (default: %(default)s)")
@@ -56,15 +63,20 @@ def world_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The keywords of the client tools (``inspect_world``, ``check_world``, ``record``, ``bench``)
     for ``args``; ``ValueError`` naming a ``--tls-ca`` file that does not exist."""
     from dmrpc_gym.worlds.embedded import WORLDS, embedded_server
+    address = embedded_server(args.address).address if args.address in WORLDS else args.address
+    return dict(address=address, world_settings=dict(args.setting) or None, world_name=args.world,
+                join_settings=dict(args.join) or None, **connection_kwargs(args))
+
+
+def connection_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The connection keywords (``connect_timeout``, ``tls``, ``token``, ``compression``) for ``args``;
+    ``ValueError`` naming a ``--tls-ca`` file that does not exist."""
     tls: Any = None
     if args.tls_ca is not None:
         tls = True if args.tls_ca == "system" else args.tls_ca
         if tls is not True and not Path(tls).is_file():
             raise ValueError(f"--tls-ca {args.tls_ca!r}: no such file (the current directory is {os.getcwd()})")
-    address = embedded_server(args.address).address if args.address in WORLDS else args.address
-    return dict(address=address, world_settings=dict(args.setting) or None, world_name=args.world,
-                join_settings=dict(args.join) or None, connect_timeout=args.wait, tls=tls,
-                token=args.token, compression=args.compression)
+    return dict(connect_timeout=args.wait, tls=tls, token=args.token, compression=args.compression)
 
 
 def world_name_shown(args: argparse.Namespace, address: str) -> str:

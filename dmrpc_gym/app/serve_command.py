@@ -71,7 +71,8 @@ def start_server(args: argparse.Namespace):
                   processes=args.processes, inline_below=args.inline_below, max_worlds=args.max_worlds,
                   max_worlds_per_connection=args.max_worlds_per_connection, orphan_lifetime=args.orphan_lifetime,
                   limits=ConnectionLimits(max_connections=args.max_connections),
-                  health_without_token=args.health_without_token, **options).start()
+                  health_without_token=args.health_without_token, metrics_port=args.metrics_port,
+                  metrics_host=args.metrics_host, **options).start()
 
 
 def connect_line(server: Any, *, token: str | None = None, tls_ca: str | None = None) -> str:
@@ -139,6 +140,8 @@ def serve_until_stopped(args: argparse.Namespace) -> int:
     line = connect_line(server, token=args.token or os.environ.get(TOKEN_ENV) or None, tls_ca=args.tls_cert)
     print(f"serving {server.factory.name} on {server.address}", flush=True)
     print(f"connect from Python: {line}", flush=True)
+    if server.metrics_address is not None:
+        print(f"metrics on http://{server.metrics_address}/metrics", flush=True)
     drainer = None
     try:
         while not server.wait(0):

@@ -50,6 +50,10 @@ def warn_reconnected(address: str, created: bool, world_name: str, why: str, los
                   RuntimeWarning, stacklevel=4)
 
 
+#: Seconds an attempt to connect may take however little of ``connect_timeout`` is left.
+LEAST_ATTEMPT = 0.25
+
+
 class Patience:
     """The retry budget of connecting: a deadline, the addresses to try in turn, and a growing
     pause between rounds of attempts.
@@ -90,6 +94,13 @@ class Patience:
     def remaining(self) -> float | None:
         """Seconds left before the deadline (``None``: no deadline)."""
         return None if self.deadline is None else max(self.deadline - time.monotonic(), 0.0)
+
+    def for_attempt(self) -> float | None:
+        """The time an attempt may take: what is left, but at least :data:`LEAST_ATTEMPT`, so that
+        an attempt made as the deadline nears is a real try (a socket timeout of 0 would make the
+        connect non-blocking, and its "operation now in progress" the cause reported)."""
+        left = self.remaining()
+        return None if left is None else max(left, LEAST_ATTEMPT)
 
     def pause(self, cause: Any) -> bool:
         """Note ``cause`` (the failed attempt's error at :attr:`address`); move on to the next address
@@ -148,7 +159,7 @@ class ConnectRetries:
         patience = self._patience
         while True:
             try:
-                transport = self._open(patience.address, patience.remaining())
+                transport = self._open(patience.address, patience.for_attempt())
                 self.address = patience.address
                 return transport
             except Unreachable as err:
@@ -170,7 +181,7 @@ class ConnectRetries:
                 raise patience.gave_up()
             self._transport.close()
             try:
-                self._transport = self._open(patience.address, patience.remaining())
+                self._transport = self._open(patience.address, patience.for_attempt())
                 self.address = patience.address
                 return
             except Unreachable as again:

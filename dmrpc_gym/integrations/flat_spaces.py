@@ -367,7 +367,7 @@ class FlatSpaces(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
 def deprecated_name(module: str, name: str) -> Any:
     """``SB3Compat``, the former name of :class:`FlatSpaces`: the class itself, with a
-    ``DeprecationWarning`` naming its replacement (``tests/test_wrappers.py`` checks both)."""
+    ``DeprecationWarning`` naming its replacement (``tests/integrations/test_wrappers.py`` checks both)."""
     if name != "SB3Compat":
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
     warnings.warn("SB3Compat is deprecated: use dmrpc_gym.integrations.flat_spaces.FlatSpaces, the same class "

@@ -45,6 +45,7 @@ from dmrpc_gym.server.fidelity import fidelity_properties, say_losses
 from dmrpc_gym.server.interface import AgentInterface, StepAnswer, sequence_state, spec_names
 from dmrpc_gym.server.rendering import current_frame, rgb_render, rgb_shape
 from dmrpc_gym.server.properties import Property
+from dmrpc_gym.server.stats import WorldTally
 from dmrpc_gym.server.workers import Lane, WorkerPool
 from dmrpc_gym.server.settings import (SEED, check_seed, refuse_unknown, pop_seed, same_settings, unpack_settings,
                                        world_reset_settings)
@@ -79,6 +80,7 @@ class GymWorld:
         self._spares: list[tuple[Any, Lane]] = [(env, lane)]
         self.agents: dict[int, GymAgent] = {}
         self.draining = False    # the server drains: no agent starts a sequence (GymAgent._start)
+        self.tally = WorldTally(self.kind)
 
     def _lane(self) -> Lane:
         return self.pool.lane() if self.pool is not None else Lane(None)
@@ -263,6 +265,7 @@ class GymAgent:
             self.sequence = self.sequence.to(Sequence.STALE)
             return await self._start()  # raises: the client must fetch the new specs first
         self.next_seed, self.sequence = None, self.sequence.to(Sequence.STARTING)
+        self.world.tally.resets += 1
         try:
             obs, self._info = await self.lane.quick(self.env.reset, seed=seed)
         except BaseException as exc:

@@ -63,6 +63,7 @@ class ParallelAgent:
 
     def __init__(self, world: SharedWorld, name: str, interface: AgentInterface):
         self.world, self.name, self.interface = world, name, interface
+        self.lane = world.lane           # the world's env's: where a step's env time is read
         self.running = False
         self.episode = 0
         self.result: tuple | None = None

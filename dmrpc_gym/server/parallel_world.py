@@ -50,6 +50,7 @@ from dmrpc_gym.server.interface import AgentInterface, spec_names
 from dmrpc_gym.server.rendering import rgb_shape
 from dmrpc_gym.server.parallel_agent import AGENT, ParallelAgent, names_text
 from dmrpc_gym.server.properties import Property
+from dmrpc_gym.server.stats import WorldTally
 from dmrpc_gym.server.workers import Lane
 from dmrpc_gym.server.settings import SEED, check_seed, refuse_unknown, unpack_settings, world_reset_settings
 from dmrpc_gym.protocol.wire import pb
@@ -114,6 +115,7 @@ class ParallelWorld:
         self.resetting = False          # env.reset is running
         self.draining = False           # the server drains: no episode starts (start_sequence)
         self._changed = asyncio.Event()
+        self.tally = WorldTally(self.kind)
 
     def _describe(self, env: Any, recipe: Mapping[str, Any], seed: int | None) -> dict[str, AgentInterface]:
         possible = list(getattr(env, "possible_agents", []) or [])
@@ -166,6 +168,7 @@ class ParallelWorld:
         seed, self.seed = self.seed, None
         generation = self.generation
         self.resetting = True
+        self.tally.resets += 1
         try:
             obs, infos, agents = await self.lane.quick(self.env_reset, self.env, seed)
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer

@@ -40,6 +40,7 @@ from dmrpc_gym.server.dm_env_world import DmEnvWorld
 from dmrpc_gym.server.gym_world import GymWorld
 from dmrpc_gym.server.parallel_world import ParallelWorld
 from dmrpc_gym.server.settings import describe, pop_seed, unpack_settings
+from dmrpc_gym.server.stats import ServerStats
 from dmrpc_gym.server.workers import Lane, WorkerPool
 
 __all__ = ["WorldRegistry", "DEFAULT_WORLD"]
@@ -61,6 +62,7 @@ class WorldRegistry:
         max_worlds: worlds the server holds at most (CreateWorld past it: RESOURCE_EXHAUSTED).
         max_worlds_per_connection: worlds one connection may have made and not destroyed.
         orphan_lifetime: seconds an orphan world (its creator gone) lives with no agent joined.
+        stats: where worlds made, destroyed and refused are counted (None: its own).
 
     >>> import asyncio
     >>> from dmrpc_gym.protocol import tensors
@@ -80,8 +82,9 @@ class WorldRegistry:
 
     def __init__(self, factory: Factory, default_world: bool = True, timeout: float = 30.0,
                  pool: WorkerPool | None = None, max_worlds: int = 1024, max_worlds_per_connection: int = 64,
-                 orphan_lifetime: float = 60.0):
+                 orphan_lifetime: float = 60.0, stats: ServerStats | None = None):
         self.factory = factory
+        self.stats = stats if stats is not None else ServerStats()
         self.max_worlds = max_worlds
         self.max_worlds_per_connection = max_worlds_per_connection
         self.orphan_lifetime = orphan_lifetime
@@ -129,6 +132,10 @@ class WorldRegistry:
     def names(self) -> list[str]:
         return list(self._worlds)
 
+    def worlds(self) -> list[Any]:
+        """The worlds held now."""
+        return list(self._worlds.values())
+
     def _build(self, name: str, kwargs: dict[str, Any], seed: int | None, lane: Lane) -> Any:
         """Build a world and its first env (on a worker thread)."""
         env, kind = self.factory.make(kwargs, seed)
@@ -149,6 +156,7 @@ class WorldRegistry:
         self._worlds[name] = world
         if self.draining:            # built while the drain began
             world.drain()
+        self.stats.world_made(world.tally)
         self._changed()
         log.info("created world %r (%s) with %s (render_mode=%r)", name, world.kind, describe(kwargs),
                  recipe[RENDER_MODE].mode)
@@ -165,10 +173,13 @@ class WorldRegistry:
         """
         why = self.room()
         if why is not None:
+            if not self.draining:
+                self.stats.refuse("max_worlds")
             raise (status.unavailable if self.draining else status.resource_exhausted)(why)
         if creator is not None:
             made = sum(1 for who in self._creators.values() if who is creator)
             if made >= self.max_worlds_per_connection:
+                self.stats.refuse("max_worlds_per_connection")
                 raise status.resource_exhausted(
                     f"this connection has made {made} worlds, the limit per connection "
                     f"(max_worlds_per_connection): destroy one with DestroyWorld first")
@@ -221,6 +232,7 @@ class WorldRegistry:
             timer.cancel()
         self._creators.pop(name, None)
         world = self._worlds.pop(name)
+        self.stats.world_gone(world.tally)
         self._changed()
         return world
 
@@ -270,6 +282,7 @@ class WorldRegistry:
                 timer.cancel()
         worlds, self._worlds, self._orphans, self._creators = list(self._worlds.values()), {}, {}, {}
         for world in worlds:
+            self.stats.world_gone(world.tally)
             try:
                 world.close()
             except Exception:  # noqa: BLE001 - stopping is best effort

@@ -23,6 +23,8 @@ from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, ConnectionLimits, GrpcProt
                                  unix_path)
 from dmrpc_gym.server.health import Health
 from dmrpc_gym.server.registry import WorldRegistry
+from dmrpc_gym.server.metrics import MetricsEndpoint, check_metrics_port
+from dmrpc_gym.server.stats import ServerStats
 from dmrpc_gym.server.services import served_methods
 from dmrpc_gym.server.workers import INLINE_BELOW, WorkerPool, default_workers
 from dmrpc_gym._version import __version__
@@ -84,10 +86,17 @@ class Server:
             joined (any connection may join it by name meanwhile); then it is destroyed.
         health_without_token: serve gRPC health checking (:mod:`~dmrpc_gym.server.health`)
             without the token, for probes that cannot send one (every other call still needs it).
+        metrics_port: serve Prometheus metrics over HTTP on this port (0: the OS picks;
+            :attr:`metrics_address` says which), from :attr:`stats`; None (the default): none.
+            Needs prometheus-client (the ``metrics`` extra): ``ImportError`` naming it otherwise.
+        metrics_host: the interface of the metrics port (None: the host of the first TCP address,
+            else 127.0.0.1).
 
     Beside ``Process`` it serves ``grpc.health.v1.Health`` and server reflection
     (:mod:`~dmrpc_gym.server.reflection`); :meth:`drain` lets running episodes finish before it stops.
 
+    :attr:`stats` (:class:`~dmrpc_gym.server.stats.ServerStats`) counts what the server does, for
+    the metrics and ``dmrpc-gym status`` alike.
     ``start()`` returns the server, ``address`` / ``port`` say where it listens,
     ``stop()`` is idempotent and never hangs; it is also a context manager.
     Resolving the factory (an unknown env id, a missing module) raises
@@ -105,7 +114,9 @@ class Server:
                  tls: Any = None, token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
                  limits: ConnectionLimits | None = None, max_worlds: int = 1024,
                  max_worlds_per_connection: int = 64, orphan_lifetime: float = 60.0,
-                 health_without_token: bool = False):
+                 health_without_token: bool = False, metrics_port: int | None = None,
+                 metrics_host: str | None = None):
+        check_metrics_port(metrics_port)       # before anything is built: a bad port, a missing package
         self.factory = Factory(factory, kind=kind, render=render)
         self.workers = default_workers() if workers is None else workers
         self._pool = WorkerPool(self.workers, inline_below=inline_below)   # checks the numbers
@@ -149,6 +160,10 @@ class Server:
         self._registry: WorldRegistry | None = None
         self._lock = threading.Lock()
         self._stopped = threading.Event()
+        self.stats = ServerStats(timed=metrics_port is not None)
+        tcp = [parse_address(bind)[0] for bind in self._binds if unix_path(bind) is None]
+        self._metrics_at = (metrics_host or (tcp[0] if tcp else "127.0.0.1"), metrics_port)
+        self._metrics: MetricsEndpoint | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -175,6 +190,12 @@ class Server:
                 self._release_workers()
                 raise
             self._loop, self._thread = loop, thread
+        if self._metrics_at[1] is not None and self._metrics is None:
+            try:
+                self._metrics = MetricsEndpoint(self.stats, *self._metrics_at)
+            except BaseException:
+                self.stop()
+                raise
         log.debug("serving %s on %s", self.factory.name, self.address)   # `serve` prints it
         return self
 
@@ -198,17 +219,20 @@ class Server:
             from dmrpc_gym.server.processes import RemoteFactory
             factory = RemoteFactory(self.factory, self._processes)
         registry = WorldRegistry(factory, default_world=self.default_world, timeout=self.timeout,
-                                 pool=self._pool, **self._world_limits)
+                                 pool=self._pool, stats=self.stats, **self._world_limits)
         connections: set[GrpcProtocol] = set()
         loop = asyncio.get_running_loop()
         self._connections, self._registry = connections, registry
+        stats = self.stats
+        stats.registry, stats.connections, stats.loop = registry, connections, loop
+        stats.max_connections = self.limits.max_connections
 
         methods = served_methods(registry, Health(registry), self._health_without_token)
 
         def grpc() -> GrpcProtocol:
             return GrpcProtocol(methods, connections, token=self._token,
                                 max_message_size=self._max_message, limits=self.limits,
-                                app_headers=RESPONSE_HEADERS)
+                                app_headers=RESPONSE_HEADERS, traffic=stats.traffic)
         protocol = behind_tls(grpc, self._tls, self.limits.handshake_timeout)
         where = []
         for bind in self._binds:
@@ -279,6 +303,8 @@ class Server:
         thread.join(_STOP_MARGIN)
         for path in filter(None, map(unix_path, self._binds)):
             remove_socket_file(path)
+        if self._metrics is not None:
+            self._metrics.close()
         self._release_workers()
 
     def drain(self, grace: float = 30.0, begun: Callable[[], None] | None = None) -> bool:
@@ -358,6 +384,11 @@ class Server:
         if self._where is None:
             raise RuntimeError("the server is not started; call start() first")
         return list(self._where)
+
+    @property
+    def metrics_address(self) -> str | None:
+        """``host:port`` of the Prometheus metrics (at ``/metrics``) once started, else None."""
+        return self._metrics.address if self._metrics is not None else None
 
     @property
     def address(self) -> str:

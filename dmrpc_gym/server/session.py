@@ -28,6 +28,7 @@ answered strictly in order while other streams go on.
 from __future__ import annotations
 
 import logging
+from time import perf_counter
 from typing import Any, Mapping
 
 import grpc
@@ -40,6 +41,7 @@ from dmrpc_gym.server import properties, status
 from dmrpc_gym.server.interface import StepAnswer
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.registry import WorldRegistry
+from dmrpc_gym.server.stats import STATUS_PROPERTY
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport import StreamError
 
@@ -109,7 +111,10 @@ class Session:
                 if agent is None:
                     raise status.failed_precondition("step needs a joined world: send JoinWorldRequest first")
                 out = StepAnswer()
+                lane = agent.lane
+                spent, start = lane.spent, perf_counter()
                 await agent.step(request.step, out, large)
+                agent.world.tally.record(perf_counter() - start, lane.spent - spent)
                 return out.message()
             handler = self._handlers.get(which)
             if handler is None:
@@ -124,9 +129,11 @@ class Session:
             raise
         except DmRpcError as exc:
             log.info("%s refused: %s: %s", which, exc.code_name, exc.message)
+            self.registry.stats.error(exc.code)
             return error_response(exc.code, exc.message)
         except Exception as exc:  # noqa: BLE001 - a server bug must not end the stream
             log.exception("%s request failed", which)
+            self.registry.stats.error(status.code(grpc.StatusCode.INTERNAL))
             return error_response(status.code(grpc.StatusCode.INTERNAL),
                                   f"{which} failed: {type(exc).__name__}: {exc}")
         return response.SerializeToString()
@@ -184,6 +191,8 @@ class Session:
             Property("render_failure", pb.STRING,
                      "why the server offers no RGB observation ('' when rendering works or was not tried)",
                      read=lambda: registry.factory.render_failure or ""),
+            Property(STATUS_PROPERTY, pb.STRING, "the server's health, worlds, connections and counts, as JSON "
+                     "(what `dmrpc-gym status` shows)", read=registry.stats.status_json),
         ]
         if self.agent is not None:
             props.extend(self.agent.properties())

@@ -91,7 +91,7 @@ def _deliver(future: asyncio.Future, ok: bool, value: Any, orphan: Callable[[Any
 class Lane:
     """One env's calls, run one at a time and in order on a :class:`WorkerPool` (inline without one)."""
 
-    __slots__ = ("_pool", "_items", "_lock", "_busy", "_fast", "_streak", "inline_calls")
+    __slots__ = ("_pool", "_items", "_lock", "_busy", "_fast", "_streak", "inline_calls", "spent")
 
     def __init__(self, pool: "WorkerPool | None"):
         self._pool = pool
@@ -101,22 +101,30 @@ class Lane:
         self._fast = 0                  # quick calls in a row shorter than the pool's inline_below
         self._streak = _FIRST_STREAK    # how many it takes to run inline
         self.inline_calls = 0           # quick calls run on the caller's thread
+        #: Seconds spent in the env's calls that someone awaited (quick, call, build), in all:
+        #: a server reads it before and after a step to tell the env's time from its own.
+        self.spent = 0.0
 
     async def quick(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """As :meth:`call`, but inline while this lane's recent quick calls were all short (see the module doc)."""
         if kwargs:
             return await self.quick(functools.partial(fn, **kwargs), *args)
         pool = self._pool
-        if pool is None:
-            return fn(*args)
         start = time.perf_counter()
+        if pool is None:
+            try:
+                return fn(*args)
+            finally:
+                self.spent += time.perf_counter() - start
         pool._seen(self, start)
         if self._fast >= self._streak and not self._busy:
             self.inline_calls += 1
             try:
                 return fn(*args)
             finally:
-                self._timed(time.perf_counter() - start)
+                took = time.perf_counter() - start
+                self.spent += took
+                self._timed(took)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._put((fn, args, loop, future, True, None))
@@ -139,7 +147,11 @@ class Lane:
         if kwargs:
             return await self.call(functools.partial(fn, **kwargs), *args)
         if self._pool is None:
-            return fn(*args)
+            start = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                self.spent += time.perf_counter() - start
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._put((fn, args, loop, future, False, None))
@@ -197,8 +209,10 @@ class Lane:
                 ok, value = True, fn(*args)
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
                 ok, value = False, exc
+            took = time.perf_counter() - start
+            self.spent += took
             if timed:
-                self._timed(time.perf_counter() - start)
+                self._timed(took)
             try:
                 loop.call_soon_threadsafe(_deliver, future, ok, value, orphan)
             except RuntimeError:

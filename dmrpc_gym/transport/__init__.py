@@ -8,7 +8,7 @@ stream; it knows nothing of dm_env_rpc's messages above. The package has three p
   ``compression``, ``limits`` (a server's bounds), ``security`` (TLS, tokens), ``unix``
   (Unix-socket addresses) and ``base`` (the :class:`Transport` interface, addresses);
 - ``transport.client``: the blocking client connection, its streams and the transports on them;
-- ``transport.server``: the asyncio server protocol and its calls.
+- ``transport.server``: the asyncio server protocol, its calls, and the :class:`Traffic` it counts.
 
 The two halves share only the core and never import each other (``tests/test_layers.py``).
 """
@@ -24,10 +24,11 @@ from dmrpc_gym.transport.limits import MIN_KEEPALIVE, ConnectionLimits
 from dmrpc_gym.transport.security import TOKEN_ENV, behind_tls, server_context, token_metadata
 from dmrpc_gym.transport.server.methods import Method
 from dmrpc_gym.transport.server.protocol import GrpcProtocol
+from dmrpc_gym.transport.server.traffic import Traffic
 from dmrpc_gym.transport.unix import listen_unix, remove_socket_file, unix_address, unix_path
 
 __all__ = ["Transport", "StreamEnded", "Unreachable", "check_address", "parse_address",
-           "H2Transport", "GrpcioTransport", "SharedConnections", "GrpcProtocol", "Method", "StreamError",
+           "H2Transport", "GrpcioTransport", "SharedConnections", "GrpcProtocol", "Method", "StreamError", "Traffic",
            "ConnectionLimits",
            "DEFAULT_MAX_MESSAGE", "MIN_KEEPALIVE", "ErrorCode", "GrpcStatus",
            "TOKEN_ENV", "token_metadata", "behind_tls", "server_context",

@@ -23,7 +23,7 @@ from dmrpc_gym.transport.client.keepalive import _Idle
 from dmrpc_gym.transport.client.large_messages import _LargeMessages
 from dmrpc_gym.transport.server import contracts as server_contracts
 from dmrpc_gym.transport.server.conduct import Watching
-from dmrpc_gym.transport.server.many import ManyAnswers
+from dmrpc_gym.transport.server.answering import Answering
 from dmrpc_gym.transport.server.protocol import GrpcProtocol
 from dmrpc_gym.transport.server.replies import Replies
 from dmrpc_gym.transport.server.requests import Requests
@@ -35,7 +35,7 @@ PARTS = {
     _Idle: (GrpcConnection, client_contracts.IdleHost),
     Requests: (GrpcProtocol, server_contracts.RequestsHost),
     Replies: (GrpcProtocol, server_contracts.RepliesHost),
-    ManyAnswers: (GrpcProtocol, server_contracts.ManyAnswersHost),
+    Answering: (GrpcProtocol, server_contracts.AnsweringHost),
     Watching: (GrpcProtocol, server_contracts.WatchingHost),
 }
 

@@ -1,7 +1,7 @@
 """What each part of the server's protocol needs of the protocol it is mixed into.
 
 :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol` is assembled from parts: what comes in
-(``Requests``), what goes out (``Replies``), answers streamed over time (``ManyAnswers``) and the watch over a stalled peer (``Watching``). A part
+(``Requests``), what goes out (``Replies``), the answering of requests (``Answering``) and the watch over a stalled peer (``Watching``). A part
 uses state that ``GrpcProtocol.__init__`` sets and methods that the other parts define; these
 protocols write that down, one per part. ``tests/transport/test_contracts.py`` holds each part to
 its protocol: every name the part uses and does not define itself is in it, and ``GrpcProtocol``
@@ -22,8 +22,9 @@ from dmrpc_gym.transport.frames import StreamError
 from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.server.conduct import Conduct
 from dmrpc_gym.transport.server.stream import Stream
+from dmrpc_gym.transport.server.traffic import Traffic
 
-__all__ = ["RequestsHost", "RepliesHost", "ManyAnswersHost", "WatchingHost"]
+__all__ = ["RequestsHost", "RepliesHost", "AnsweringHost", "WatchingHost"]
 
 
 class RequestsHost(Protocol):
@@ -56,12 +57,13 @@ class RepliesHost(Protocol):
     _writable: bool
     _can_write: asyncio.Event
     _window_open: asyncio.Event
+    _traffic: Traffic
 
     def _finish(self, stream: Stream) -> None: ...
 
 
-class ManyAnswersHost(Protocol):
-    """What ``ManyAnswers`` (answers streamed by an async iterator; how any stream's answering ends) needs."""
+class AnsweringHost(Protocol):
+    """What ``Answering`` (a stream's requests answered in order; how its answering ends) needs."""
 
     _closed: bool
 

@@ -7,7 +7,7 @@ HTTP/2 itself (sharing the framing of :mod:`dmrpc_gym.transport.frames`): each s
 routed by its ``:path`` through the application's method table
 (:mod:`~dmrpc_gym.transport.server.methods`; ``/dm_env_rpc.v1.Environment/Process`` alone by
 default) to a session whose ``handle(bytes)`` answers each request in order (or, for a
-server-streaming method, with many messages: :mod:`~dmrpc_gym.transport.server.many`);
+server-streaming method, with many messages: :mod:`~dmrpc_gym.transport.server.answering`);
 streams run concurrently, so one may wait on
 another (multi-agent steps). Any HTTP/2 gRPC client works with it: grpcio's
 (the official ``dm-env-rpc`` client), ours, or another language's (grpc-js
@@ -41,10 +41,11 @@ from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.server.replies import Replies
 from dmrpc_gym.transport.server.requests import Requests, receive_window
 from dmrpc_gym.transport.server.conduct import Conduct, Watching
-from dmrpc_gym.transport.server.many import ManyAnswers
+from dmrpc_gym.transport.server.answering import Answering
 from dmrpc_gym.transport.server.methods import Method
+from dmrpc_gym.transport.server.traffic import Traffic
 from dmrpc_gym.protocol.wire import METHOD_PATH
-from dmrpc_gym.transport.limits import KEEPALIVE_PING, ConnectionLimits, Refusals
+from dmrpc_gym.transport.limits import KEEPALIVE_PING, ConnectionLimits
 
 __all__ = ["StreamHandler", "GrpcProtocol"]   # StreamHandler: re-exported from server.stream
 
@@ -52,12 +53,9 @@ log = logging.getLogger("dmrpc_gym.server")
 
 _OUR_FRAME = 1 << 20             # largest frame we accept (we advertise it)
 _LINGER = 1.0                    # seconds a connection that broke the protocol is read and dropped
-_refusals = Refusals(log, "refusing connections: %d are open, the limit (ConnectionLimits.max_connections, "
-                          "serve --max-connections); "
-                          "%d refused in the last minute")
 
 
-class GrpcProtocol(Requests, Replies, ManyAnswers, Watching, asyncio.Protocol):
+class GrpcProtocol(Requests, Replies, Answering, Watching, asyncio.Protocol):
     """One HTTP/2 connection: any number of gRPC streams, each served by its own session.
 
     ``methods``: what is served, :class:`~dmrpc_gym.transport.server.methods.Method` by ``:path``
@@ -67,13 +65,17 @@ class GrpcProtocol(Requests, Replies, ManyAnswers, Watching, asyncio.Protocol):
     ``max_message_size``: the largest request accepted, in bytes (RESOURCE_EXHAUSTED beyond);
     ``limits``: the connection's bounds (:class:`~dmrpc_gym.transport.limits.ConnectionLimits`);
     ``app_headers``: ``(name, value)`` pairs every stream's response headers carry after gRPC's own
-    (the application says who it is and what it speaks; the transport does not know).
+    (the application says who it is and what it speaks; the transport does not know);
+    ``traffic``: where the connection counts its bytes, refusals and failed statuses (one
+    :class:`~dmrpc_gym.transport.server.traffic.Traffic` per server; None: its own).
     """
 
     def __init__(self, methods: Union[Mapping[str, Method], Callable[[Mapping[str, str]], StreamHandler]],
                  connections: set, *, token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
-                 limits: ConnectionLimits | None = None, app_headers: Sequence[tuple[str, str]] = ()):
+                 limits: ConnectionLimits | None = None, app_headers: Sequence[tuple[str, str]] = (),
+                 traffic: Traffic | None = None):
         self._methods = {METHOD_PATH: Method(methods)} if callable(methods) else dict(methods)
+        self._traffic = traffic if traffic is not None else Traffic()
         self._app_headers = tuple(app_headers)   # the application's response headers (name, version, features)
         self._limits = limits or ConnectionLimits()
         self._connections = connections
@@ -107,12 +109,18 @@ class GrpcProtocol(Requests, Replies, ManyAnswers, Watching, asyncio.Protocol):
         self._draining = False           # a GOAWAY went either way: close once the streams are done
         self._held: list[bytes] | None = None   # small writes of one data_received, sent together
 
+    @property
+    def open_streams(self) -> int:
+        """The streams open on this connection now."""
+        return len(self._streams)
+
     # -- asyncio.Protocol --------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:
         self._transport = transport
         if len(self._connections) >= self._limits.max_connections:
             self._closed = True
-            _refusals.note(self._limits.max_connections)
+            self._traffic.refuse("max_connections")
+            self._traffic.connections_refused.note(self._limits.max_connections)
             transport.abort()
             return
         transport.set_write_buffer_limits(high=WRITE_CHUNK)
@@ -130,6 +138,7 @@ class GrpcProtocol(Requests, Replies, ManyAnswers, Watching, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._lingering:
             return                         # after a protocol error: read and dropped (see abort)
+        self._traffic.bytes_in += len(data)
         buf = self._buf
         buf += data
         if len(self._streams) > 1:    # answers of several streams made on this turn are gathered
@@ -282,12 +291,16 @@ class GrpcProtocol(Requests, Replies, ManyAnswers, Watching, asyncio.Protocol):
             raise ProtocolError(PROTOCOL_ERROR, f"stream id {sid} is not a client stream (odd)")
         self._last_stream = sid
         if self._draining or len(self._streams) >= self._limits.max_streams:
+            if not self._draining:
+                self._traffic.refuse("max_streams")
             self._write(rst_stream_frame(sid, REFUSED_STREAM))
             return
         stream = Stream(sid, self._peer.initial_window, self._max_message, self._window)
         refusal = refusal_of(headers, self._token, self._headers_in.size, self._limits.max_header_list_size,
                              self._methods)
         if refusal is not None:
+            if self._headers_in.size > self._limits.max_header_list_size:
+                self._traffic.refuse("max_header_list_size")
             self._trailers(stream, *refusal)
             if not flags & END_STREAM:
                 self._write(rst_stream_frame(sid, NO_ERROR))
@@ -298,7 +311,7 @@ class GrpcProtocol(Requests, Replies, ManyAnswers, Watching, asyncio.Protocol):
             stream.compress, stream.encoding = encodings.compressor(encoding), encoding
         method = self._methods[headers[":path"]]
         stream.session = method.handler(headers)
-        stream.serve = self._serve_many if method.many else self._serve
+        stream.many = method.many
         self._streams[sid] = stream
         if flags & END_STREAM:
             self._client_done(stream)
@@ -311,27 +324,7 @@ class GrpcProtocol(Requests, Replies, ManyAnswers, Watching, asyncio.Protocol):
         if stream.busy:
             return
         stream.busy = True
-        stream.task = eager.start(stream.serve(stream))
-
-    async def _serve(self, stream: Stream) -> None:
-        """Answer the waiting requests in order; trailers once the client is done writing."""
-        inbox, session, over = stream.inbox, stream.session, True
-        try:
-            while inbox:
-                raw = inbox.popleft()
-                if raw is None:
-                    self._trailers(stream, GrpcStatus.OK, "")
-                    break
-                self._consumed(stream, len(raw) + 5)
-                if type(raw) is Deflated:
-                    raw = await self._inflate(stream, raw)
-                await self._send(stream, await session.handle(raw))
-            else:
-                over = False             # more requests may come
-        except BaseException as exc:  # noqa: BLE001 - see _failed: a status for this stream, or re-raised
-            self._failed(stream, exc)
-        finally:
-            self._served(stream, over)
+        stream.task = eager.start(self._serve(stream))
 
     def _finish(self, stream: Stream) -> None:
         """The stream is over: close its session (once) and forget it; what it held is given back."""

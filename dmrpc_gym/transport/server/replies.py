@@ -13,8 +13,8 @@ import urllib.parse
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport import frames
-from dmrpc_gym.transport.frames import (DATA, END_STREAM, GATHER_SECONDS, HEADER, NO_ERROR, WRITE_CHUNK, StreamError,
-                                        rst_stream_frame)
+from dmrpc_gym.transport.frames import (DATA, END_STREAM, GATHER_SECONDS, HEADER, NO_ERROR, WRITE_CHUNK,
+                                        MessageTooLarge, StreamError, rst_stream_frame)
 from dmrpc_gym.transport.server.stream import Inbound, Outbound, Stream
 
 __all__ = ["Replies"]
@@ -61,6 +61,7 @@ class Replies:
         transport = self._transport
         if not self._closed and transport is not None and not transport.is_closing():   # a peer gone: not written
             transport.write(data)
+            self._traffic.bytes_out += len(data)
             if not self._writable and self._transport.get_write_buffer_size() > _MAX_BACKLOG:
                 log.info("dropping an HTTP/2 connection: its client left %d bytes of answers unread",
                          self._transport.get_write_buffer_size())
@@ -134,6 +135,8 @@ class Replies:
         if stream.outbound is Outbound.ENDED or self._closed:
             return
         self._conduct.answered = True
+        if code:
+            self._traffic.ended(code)
         fields = [] if stream.outbound is Outbound.REPLIED else self._headers(stream)
         stream.end()
         fields.append(("grpc-status", str(code)))
@@ -148,6 +151,8 @@ class Replies:
     def _refuse(self, stream: Stream, err: StreamError, client_done: bool) -> None:
         """End one stream with ``err``'s status; the client need send no more (RST_STREAM NO_ERROR)."""
         log.info("ending stream %d: %s", stream.id, err)
+        if isinstance(err, MessageTooLarge):
+            self._traffic.refuse("max_message_size")
         self._trailers(stream, err.status, str(err))
         if not client_done and stream.inbound is Inbound.OPEN:
             self._write(rst_stream_frame(stream.id, NO_ERROR))

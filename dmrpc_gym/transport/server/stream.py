@@ -87,7 +87,7 @@ class Stream:
     """
 
     __slots__ = ("id", "send_window", "recv_window", "held", "credit", "splitter", "inbox", "session", "busy", "task",
-                 "inbound", "outbound", "compress", "encoding", "serve")
+                 "inbound", "outbound", "compress", "encoding", "many")
 
     def __init__(self, stream_id: int, window: int, limit: int, recv_window: int = DEFAULT_WINDOW):
         self.id = stream_id
@@ -104,7 +104,7 @@ class Stream:
         self.outbound = Outbound.FRESH
         self.compress = None             # compresses our answers in the client's request encoding
         self.encoding = None
-        self.serve = None                # how its requests are answered (chosen by its method, at HEADERS)
+        self.many = False                # its method answers a request with many messages (set at HEADERS)
 
     def end(self) -> None:
         """Our half is over (trailers or a reset sent, or the connection lost); again: nothing more."""
