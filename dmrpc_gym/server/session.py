@@ -126,7 +126,7 @@ class Session:
             await handler(getattr(request, which), response)
         except StreamError as exc:     # the request ends the stream (the server drains)
             log.info("%s refused, its stream ended: %s", which, exc)
-            raise
+            raise                      # (the transport counts the status it ends with)
         except DmRpcError as exc:
             log.info("%s refused: %s: %s", which, exc.code_name, exc.message)
             self.registry.stats.error(exc.code)
