@@ -167,6 +167,11 @@ class GymWorld:
         """The server drains: sequences running go on, none starts (nobody waits for one here)."""
         self.draining = True
 
+    def playing(self) -> int:
+        """How many agents are in a sequence (starting or running): what a drain waits for."""
+        return sum(1 for agent in self.agents.values()
+                   if agent is not None and agent.sequence in (Sequence.STARTING, Sequence.RUNNING))
+
     def properties(self) -> list[Property]:
         """World properties (none beyond the agent's for gym worlds)."""
         return []

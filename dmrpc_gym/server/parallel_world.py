@@ -195,6 +195,12 @@ class ParallelWorld:
         self.draining = True
         self._notify()
 
+    def playing(self) -> int:
+        """How many joined agents are in the episode that runs (all, while one starts): what a drain waits for."""
+        if self.resetting:
+            return len(self.agents)
+        return len(self.live & self.agents.keys()) if self.running else 0
+
     async def start_sequence(self, agent: "ParallelAgent") -> None:
         """Wait until ``agent`` is in a running episode (starting one when everyone is joined; while
         the server drains, its stream ends UNAVAILABLE instead, :func:`~dmrpc_gym.server.status.draining`)."""

@@ -125,9 +125,10 @@ class WorldRegistry:
                     f"destroy one with DestroyWorld first")
         return None
 
-    def agents(self) -> int:
-        """How many agents are joined to the worlds held (the episodes running)."""
-        return sum(len(world.agents) for world in self._worlds.values())
+    def playing(self) -> int:
+        """How many agents are in an episode that runs (or starts): what a drain waits for. An agent
+        joined between episodes is not: the next one it asks for would be refused."""
+        return sum(world.playing() for world in self._worlds.values())
 
     def names(self) -> list[str]:
         return list(self._worlds)
