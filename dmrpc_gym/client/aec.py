@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from pettingzoo import AECEnv
@@ -85,7 +85,7 @@ class DmRpcAECEnv(AECEnv):
     """A turn-based world of a dmrpc_gym server as a PettingZoo ``AECEnv`` (see the module doc).
 
     Args:
-        address: the server; this and ``world_settings``, ``world_name``, ``agents``,
+        address: the server (or a list to fail over along); this and ``world_settings``, ``world_name``, ``agents``,
             ``reset_settings``, ``seed_setting``, ``connect_timeout``, ``step_timeout``,
             ``metadata``, ``tls``, ``token``, ``compression``, ``max_message_size``,
             ``keepalive`` and ``share_connections`` are as for
@@ -112,7 +112,7 @@ class DmRpcAECEnv(AECEnv):
 
     metadata = {"render_modes": ["rgb_array"], "name": "dmrpc_aec_v0", "is_parallelizable": False}
 
-    def __init__(self, address: str, *, world_settings: Mapping[str, Any] | None = None,
+    def __init__(self, address: str | Sequence[str], *, world_settings: Mapping[str, Any] | None = None,
                  world_name: str | None = None, agents: AgentsArg | None = None,
                  reset_settings: Mapping[str, Any] | None = None, seed_setting: str | None = AUTO,
                  render_mode: str | None = None, connect_timeout: float | None = 10.0,
@@ -290,8 +290,8 @@ class DmRpcAECEnv(AECEnv):
         seats.close()
 
 
-def aec_env(address: str, *, world_settings: Mapping[str, Any] | None = None, world_name: str | None = None,
-            agents: AgentsArg | None = None, **kwargs: Any) -> DmRpcAECEnv:
+def aec_env(address: str | Sequence[str], *, world_settings: Mapping[str, Any] | None = None,
+            world_name: str | None = None, agents: AgentsArg | None = None, **kwargs: Any) -> DmRpcAECEnv:
     """A turn-based world of a dmrpc_gym server (``dmrpc-gym serve pettingzoo.classic.tictactoe_v3:env``)
     as a PettingZoo ``AECEnv`` (see :class:`DmRpcAECEnv`).
 

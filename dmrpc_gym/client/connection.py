@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import socket
 from collections import deque
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -20,11 +20,11 @@ from google.protobuf.message import DecodeError
 from dmrpc_gym.protocol import bulk, tensors
 from dmrpc_gym.protocol.errors import DmRpcError, status_name
 from dmrpc_gym.protocol.wire import FEATURES_METADATA, SERVER_METADATA, pb
+from dmrpc_gym.client.addresses import address_list
 from dmrpc_gym.client.lifecycle import ConnectRetries, Patience
 from dmrpc_gym.client.pending import Answer, Pending
 from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, MIN_KEEPALIVE, TOKEN_ENV, GrpcioTransport, GrpcStatus,
-                                 H2Transport, SharedConnections, StreamEnded, Transport, check_address, parse_address,
-                                 token_metadata)
+                                 H2Transport, SharedConnections, StreamEnded, Transport, parse_address, token_metadata)
 
 __all__ = ["Connection", "parse_address", "settings_tensors", "transport_options"]
 
@@ -47,7 +47,11 @@ class Connection(ConnectRetries):
     Args:
         address: ``"host:port"`` (``"[IPv6]:port"``) of the server (plain TCP unless ``tls``), or
             ``"unix:PATH"``; with ``credentials``, gRPC's ``dns:``-style targets too. Anything else
-            (a scheme such as ``http://``) is a ``ValueError`` at once, naming these forms.
+            (a scheme such as ``http://``) is a ``ValueError`` at once, naming these forms. Or an
+            ordered list of them: the stream goes to the first that serves it (one refusing the
+            connection, or answering the first request UNAVAILABLE, is passed over for the next,
+            round after round within ``connect_timeout``); :attr:`address` says which
+            (:mod:`~dmrpc_gym.client.addresses`).
         channel: an existing ``grpc.Channel`` to use instead of ``address``.
         credentials: ``grpc.ChannelCredentials`` for a secure channel to ``address`` (through grpcio).
         tls: TLS on our own fast path: True (the system's CA store), a CA bundle path, or
@@ -82,7 +86,7 @@ class Connection(ConnectRetries):
     ['paddle']
     """
 
-    def __init__(self, address: str | None = None, *, channel: grpc.Channel | None = None,
+    def __init__(self, address: str | Sequence[str] | None = None, *, channel: grpc.Channel | None = None,
                  credentials: grpc.ChannelCredentials | None = None,
                  metadata: Iterable[tuple[str, str]] | None = None,
                  connect_timeout: float | None = 10.0, timeout: float | None = None,
@@ -91,40 +95,43 @@ class Connection(ConnectRetries):
                  shared: SharedConnections | None = None):
         if (address is None) == (channel is None):
             raise ValueError("give exactly one of address= or channel=")
-        if address is not None:
-            check_address(address, grpc_targets=credentials is not None)   # a malformed one: at once
+        if address is not None:      # a malformed one: at once
+            addresses = address_list(address, grpc_targets=credentials is not None)
+        else:
+            target = getattr(channel, "_target", "<channel>")
+            addresses = (target.decode() if isinstance(target, bytes) else target,)
         if tls not in (None, False) and (channel is not None or credentials is not None):
             raise ValueError("tls= is for our own client; with channel= or credentials= grpcio does TLS")
         check_keepalive(keepalive, channel)
         # None: PINGs every MIN_KEEPALIVE s once the server's first answer says it is one of ours.
         self._auto_keepalive = keepalive is None and channel is None and credentials is None
         keepalive = keepalive or None
-        self.address = address if address is not None else getattr(channel, "_target", "<channel>")
-        if isinstance(self.address, bytes):
-            self.address = self.address.decode()
+        #: The addresses to try, in order; :attr:`address` is the one this stream went to.
+        self.addresses = addresses
+        self.address = addresses[0]
         self.timeout = timeout
         self.max_message_size = max_message_size
         metadata = tuple(metadata or ()) + token_metadata(os.environ.get(TOKEN_ENV) if token is None else token or None)
+        self._own_channels: dict[str, grpc.Channel] = {}    # credentials=: one per address, as tried
         if channel is None and credentials is None:
-            def open_transport(seconds: float | None) -> Transport:
-                return H2Transport(address, metadata, seconds, tls=tls, compression=compression,
+            def open_transport(target: str, seconds: float | None) -> Transport:
+                return H2Transport(target, metadata, seconds, tls=tls, compression=compression,
                                    max_message_size=max_message_size, ping_every=keepalive, shared=shared)
         else:
-            if channel is None:
-                options = [("grpc.keepalive_time_ms", int(keepalive * 1000))] if keepalive else []
-                channel = grpc.secure_channel(address, credentials, options=options)
-                self._own_channel = channel
-
-            def open_transport(seconds: float | None) -> Transport:
-                return GrpcioTransport(channel, metadata, seconds, self.address,
-                                       wait_ready=not hasattr(self, "_transport"))
+            def open_transport(target: str, seconds: float | None) -> Transport:
+                used = channel
+                if used is None:
+                    used = self._own_channels.get(target)
+                    if used is None:
+                        options = [("grpc.keepalive_time_ms", int(keepalive * 1000))] if keepalive else []
+                        used = self._own_channels[target] = grpc.secure_channel(target, credentials, options=options)
+                return GrpcioTransport(used, metadata, seconds, target, wait_ready=not hasattr(self, "_transport"))
         self._open = open_transport
-        self._patience = Patience(connect_timeout)
+        self._patience = Patience(connect_timeout, addresses)
         try:
             self._transport: Transport = self._connect()
         except BaseException:
-            if getattr(self, "_own_channel", None) is not None:
-                self._own_channel.close()
+            self._close_channels()
             raise
         # The requests written before the first answer: sent again if the server goes away
         # (UNAVAILABLE, reset) before answering; None once an answer has come.
@@ -355,9 +362,11 @@ class Connection(ConnectRetries):
         try:
             self._transport.close()
         finally:
-            channel = getattr(self, "_own_channel", None)
-            if channel is not None:
-                channel.close()
+            self._close_channels()
+
+    def _close_channels(self) -> None:
+        for channel in getattr(self, "_own_channels", {}).values():
+            channel.close()
 
     def __enter__(self) -> "Connection":
         return self

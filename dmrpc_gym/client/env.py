@@ -9,6 +9,7 @@ import grpc
 import gymnasium as gym
 import numpy as np
 
+from dmrpc_gym.client.addresses import following
 from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State
 from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
 from dmrpc_gym.protocol.errors import DmRpcError
@@ -131,7 +132,8 @@ class DmRpcEnv(RemoteResource, gym.Env):
     ``info``: :attr:`state` (dm_env_rpc's) and :attr:`last_discount`.
 
     Args:
-        address: the server, ``"host:port"`` or ``"unix:PATH"``; or
+        address: the server, ``"host:port"`` or ``"unix:PATH"``, or an ordered list of servers that
+            serve the same env to fail over along (below, and :mod:`~dmrpc_gym.client.addresses`); or
         channel: an existing ``grpc.Channel`` to use instead (then grpcio carries the calls).
         world_settings: CreateWorld settings of the world to create; or
         world_name: an existing world to join (not both).
@@ -171,6 +173,17 @@ class DmRpcEnv(RemoteResource, gym.Env):
     middle of an episode still raises ``ConnectionError`` from that step; the
     next ``reset()`` reconnects. Each reconnection warns and counts in ``reconnects``.
 
+    **A list of addresses** (``["host1:port", "host2:port"]``): the env connects to the
+    first on the list that serves it, in order (``connection.address`` says which).
+    With ``reconnect=True``, a server lost (the connection fails, or the server ends the
+    stream UNAVAILABLE: it shuts down, or drains and refuses to start the next episode)
+    sends the next ``reset()`` to the *next* address on the list, wrapping around, so
+    the lost one is tried last; all within ``connect_timeout``, and the warning names
+    the address it moved from and the one it moved to. The world is created there
+    again with the same settings (a world joined by ``world_name=`` is joined by that
+    name, so the servers must each have it). Without ``reconnect``, a list means only
+    "the first that serves at connect time".
+
     >>> import gymnasium as gym, dmrpc_gym
     >>> env = gym.make("dmrpc/Catch-v0")
     >>> obs, info = env.reset(seed=1)
@@ -182,7 +195,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
-    def __init__(self, address: str | None = None, *, channel: grpc.Channel | None = None,
+    def __init__(self, address: str | Sequence[str] | None = None, *, channel: grpc.Channel | None = None,
                  world_settings: Mapping[str, Any] | None = None, world_name: str | None = None,
                  join_settings: Mapping[str, Any] | None = None,
                  reset_settings: Mapping[str, Any] | None = None,
@@ -213,7 +226,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
                 self.connection, self.world_name, join_settings, observations=observations,
                 actions=actions, nested=nested, reward=reward, discount=discount,
                 render_observation=render_observation, render=render_mode is not None)
-            where = address if address is not None else "the server"
+            where = self.connection.address if address is not None else "the server"
             check_alone(self.connection, self.world_name, self._created, where)
             self._seeds = SeedRoute(seed_setting, ours=self.connection.server_software is not None,
                                     where=where)
@@ -226,26 +239,31 @@ class DmRpcEnv(RemoteResource, gym.Env):
         self.action_space = self._agent.action_space
         self._properties = None
 
-    def _connect(self) -> Connection:
-        """A new connection from the constructor's arguments; answers are awaited ``connect_timeout``
-        (CreateWorld and JoinWorld are part of connecting) until ``step_timeout`` takes over."""
+    def _connect(self, lost: str | None = None) -> Connection:
+        """A new connection from the constructor's arguments (the address list tried from the one
+        after ``lost``, :func:`~dmrpc_gym.client.addresses.following`); answers are awaited
+        ``connect_timeout`` (CreateWorld and JoinWorld are part of connecting) until ``step_timeout``
+        takes over."""
         k = self._kwargs
         metadata = (*(k["metadata"] or ()), render_header(k["render_mode"]))
-        return Connection(k["address"], channel=k["channel"], credentials=k["credentials"], metadata=metadata,
+        address = k["address"] if lost is None or k["address"] is None else following(k["address"], lost)
+        return Connection(address, channel=k["channel"], credentials=k["credentials"], metadata=metadata,
                           connect_timeout=k["connect_timeout"], timeout=k["connect_timeout"],
                           **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"],
                                              k["keepalive"], k["connections"]))
 
     def restore(self, why: str | None = None) -> None:
-        """Connect again after the connection was lost and join the world again: the same world
-        while it exists (``world_name``, or the one this env created if the same run of a
-        dmrpc_gym server still has it), else one created again with the same settings.
-        ``reset()`` does it with ``reconnect=True``; a warning says so (``why``: what was lost)."""
+        """Connect again after the connection was lost, to the next address on the list (the same
+        one if there is one), and join the world again: the same world while it exists
+        (``world_name``, or the one this env created if the same run of a dmrpc_gym server still
+        has it), else one created again with the same settings. ``reset()`` does it with
+        ``reconnect=True``; a warning says so (``why``: what was lost)."""
         self._check_open()
         why = why or self.connection.failure or "the connection was lost"
+        lost = self.connection.address
         self.connection.close()
         k = self._kwargs
-        connection = self._connect()
+        connection = self._connect(lost)
         try:
             name, created = self.world_name, False
             if self._created:
@@ -265,7 +283,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
         connection.timeout = k["step_timeout"]
         self.connection, self.world_name, self._properties = connection, name, None
         self.reconnects += 1
-        warn_reconnected(connection.address, created, name, why)
+        warn_reconnected(connection.address, created, name, why, lost)
 
     def _rejoin(self, connection: Connection) -> bool:
         """Join the world this env created again; False if the server no longer has it."""

@@ -49,8 +49,10 @@ class Batch:
 
     Args:
         num_envs: how many sub-envs (default: one per address).
-        address: the server every sub-env connects to, or
-        addresses: a list of servers, used in turn (sub-env ``i`` uses ``addresses[i % len]``).
+        address: the server every sub-env connects to (or a list of servers to fail over along, which
+            every sub-env is given whole: see :class:`~dmrpc_gym.client.env.DmRpcEnv`), or
+        addresses: a list of servers, used in turn (sub-env ``i`` uses ``addresses[i % len]``; an entry
+            may itself be a list to fail over along).
         max_episode_steps: truncate an episode on the client after this many steps.
         share_connections: sub-envs of one server share one HTTP/2 connection, a stream each
             (:mod:`~dmrpc_gym.transport.client.pool`): a step's requests leave together, in a few
@@ -70,13 +72,13 @@ class Batch:
     >>> batch.close()
     """
 
-    def __init__(self, num_envs: int | None = None, address: str | None = None, *,
+    def __init__(self, num_envs: int | None = None, address: str | Sequence[str] | None = None, *,
                  addresses: Sequence[str] | None = None, max_episode_steps: int | None = None,
                  share_connections: bool = True, **env_kwargs: Any):
         if address is not None and addresses is not None:
             raise ValueError("give address= or addresses=, not both")
         if addresses is not None:
-            targets = [str(a) for a in addresses]
+            targets = [a if isinstance(a, (list, tuple)) else str(a) for a in addresses]   # a list: to fail over along
             if not targets:
                 raise ValueError("addresses= is empty; expected at least one 'host:port'")
         else:

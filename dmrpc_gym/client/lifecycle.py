@@ -5,8 +5,9 @@ from __future__ import annotations
 import random
 import time
 import warnings
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
+from dmrpc_gym.client.addresses import listing
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.transport import GrpcStatus, StreamEnded, Transport, Unreachable
 
@@ -40,10 +41,13 @@ def reset_reconnecting(lost: Callable[[], bool], restore: Callable[[str | None],
         return reset()
 
 
-def warn_reconnected(address: str, created: bool, world_name: str, why: str) -> None:
-    """The warning every reconnection gives: where, which world, and what was lost."""
-    warnings.warn(f"reconnected to the dm_env_rpc server at {address} and {'created' if created else 'joined'} "
-                  f"world {world_name!r} again ({why})", RuntimeWarning, stacklevel=4)
+def warn_reconnected(address: str, created: bool, world_name: str, why: str, lost: str | None = None) -> None:
+    """The warning every reconnection gives: where (and, when it moved, from which address ``lost``),
+    which world, and what was lost."""
+    moved = f" (moved from {lost}, on its address list)" if lost is not None and lost != address else ""
+    warnings.warn(f"reconnected to the dm_env_rpc server at {address}{moved} and "
+                  f"{'created' if created else 'joined'} world {world_name!r} again ({why})",
+                  RuntimeWarning, stacklevel=4)
 
 
 #: Seconds an attempt to connect may take however little of ``connect_timeout`` is left.
@@ -51,27 +55,41 @@ LEAST_ATTEMPT = 0.25
 
 
 class Patience:
-    """The retry budget of connecting: a deadline and a growing pause between attempts.
+    """The retry budget of connecting: a deadline, the addresses to try in turn, and a growing
+    pause between rounds of attempts.
 
     A server that is starting refuses connections, or (DeepMind's loaders know
     it) reports ready and answers its first request UNAVAILABLE. Connecting
-    retries such failures with backoff (50 ms doubling to 1 s, with jitter)
-    until ``seconds`` have passed since the first attempt; ``None`` means one
-    attempt only.
+    retries such failures until ``seconds`` have passed since the first attempt;
+    ``None`` means one attempt at each address only. A failed attempt moves on to
+    the next of ``addresses`` at once; after the last one the round starts again
+    after a pause (50 ms doubling to 1 s, with jitter). :attr:`address` is the one
+    to try now.
 
-    >>> patience = Patience(0.0)
+    >>> patience = Patience(0.0, ("h1:1",))
     >>> patience.attempts, patience.pause("refused")
     (1, False)
     >>> patience.attempts, patience.last
     (1, 'refused')
+    >>> listed = Patience(None, ("h1:1", "h2:1"))
+    >>> listed.pause("refused"), listed.address, listed.pause("refused again"), listed.address
+    (True, 'h2:1', False, 'h1:1')
     """
 
-    def __init__(self, seconds: float | None):
+    def __init__(self, seconds: float | None, addresses: Sequence[str]):
         self.seconds = seconds
         self.deadline = None if seconds is None else time.monotonic() + seconds
+        self.addresses = tuple(addresses)
+        self._at = 0
         self.attempts = 1
         self.last: str | None = None
+        self.causes: dict[str, str] = {}     # the last failure at each address tried
         self._delay = 0.05
+
+    @property
+    def address(self) -> str:
+        """The address to try now."""
+        return self.addresses[self._at]
 
     def remaining(self) -> float | None:
         """Seconds left before the deadline (``None``: no deadline)."""
@@ -85,34 +103,46 @@ class Patience:
         return None if left is None else max(left, LEAST_ATTEMPT)
 
     def pause(self, cause: Any) -> bool:
-        """Note ``cause`` (the failed attempt's error); sleep before the next attempt and return
-        True, or return False when no time is left for one."""
-        self.last = str(cause)
+        """Note ``cause`` (the failed attempt's error at :attr:`address`); move on to the next address
+        (sleeping first when a round is over) and return True, or return False when no time is left
+        for another attempt."""
+        self.last = self.causes[self.address] = str(cause)
+        self._at = (self._at + 1) % len(self.addresses)
         left = self.remaining()
-        if left is None or left <= 0.0:
-            return False
-        time.sleep(min(self._delay * random.uniform(0.8, 1.2), left))
-        self._delay = min(self._delay * 2, 1.0)
-        if self.remaining() <= 0.0:
-            return False
+        if self._at:                       # the round goes on: the next address, at once
+            if left is not None and left <= 0.0:
+                return False
+        else:
+            if left is None or left <= 0.0:
+                return False
+            time.sleep(min(self._delay * random.uniform(0.8, 1.2), left))
+            self._delay = min(self._delay * 2, 1.0)
+            if self.remaining() <= 0.0:
+                return False
         self.attempts += 1
         return True
 
-    def gave_up(self, address: str) -> ConnectionError:
-        """The error once retrying is over: the address, the attempts, and the last cause."""
-        return ConnectionError(f"gave up on the dm_env_rpc server at {address} after {self.attempts} "
-                               f"attempt{'s' if self.attempts > 1 else ''} in {self.seconds} s "
-                               f"(connect_timeout); the last error: {self.last}")
+    def gave_up(self) -> ConnectionError:
+        """The error once retrying is over: the addresses, the attempts, and the last cause at each."""
+        plural = "s" if self.attempts > 1 else ""
+        within = ("one attempt at each (connect_timeout=None)" if self.seconds is None
+                  else f"{self.seconds} s (connect_timeout)")
+        if len(self.addresses) == 1:
+            last = f"the last error: {self.last}"
+        else:
+            last = "the last error at each: " + "; ".join(f"{a}: {c}" for a, c in self.causes.items())
+        return ConnectionError(f"gave up on the dm_env_rpc {listing(self.addresses)} after {self.attempts} "
+                               f"attempt{plural} in {within}; {last}")
 
 
 class ConnectRetries:
-    """What a :class:`~dmrpc_gym.client.connection.Connection` does while its server is starting:
-    connecting again within ``connect_timeout``, and sending again what it sent before the
-    server's first answer (a mixin: it uses the connection's transport, pending answers and
-    :class:`Patience`)."""
+    """What a :class:`~dmrpc_gym.client.connection.Connection` does while its server is starting
+    or its address list is tried: connecting again within ``connect_timeout`` (to the next address),
+    and sending again what it sent before the server's first answer (a mixin: it uses the
+    connection's transport, pending answers and :class:`Patience`)."""
 
     address: str
-    _open: Callable[[float | None], Transport]
+    _open: Callable[[str, float | None], Transport]
     _patience: Patience
     _transport: Transport
     _first: list[tuple] | None
@@ -121,39 +151,60 @@ class ConnectRetries:
     _write: Callable[..., None]
 
     def _connect(self) -> Transport:
-        """A transport to the server, retrying a refused or reset connection within ``connect_timeout``.
+        """A transport to the first address that answers, retrying a refused or reset connection
+        within ``connect_timeout`` (:class:`Patience`).
 
-        A first failure that a server still starting does not explain (a name that does not
-        resolve) is told at once, as a warning, while the retries go on."""
+        A first failure at an address that a server still starting does not explain (a name that
+        does not resolve) is told at once, as a warning, while the retries go on."""
         patience = self._patience
         while True:
             try:
-                return self._open(patience.for_attempt())
+                transport = self._open(patience.address, patience.for_attempt())
+                self.address = patience.address
+                return transport
             except Unreachable as err:
-                if patience.attempts == 1 and not err.starting and patience.remaining():
+                if not err.starting and patience.address not in patience.causes and patience.remaining():
                     warnings.warn(f"{err}; retrying for up to {patience.seconds:g} s (connect_timeout)",
                                   RuntimeWarning, stacklevel=3)   # where the connection was made
                 if not patience.pause(err):
                     if patience.attempts == 1:
                         raise
-                    raise patience.gave_up(self.address) from None
+                    raise patience.gave_up() from None
+
+    def _reopen(self, cause: str) -> None:
+        """A new stream in place of the current one, to the next address of :class:`Patience` (the
+        same when there is one), after ``cause`` ended an attempt: ``ConnectionError`` when time is up."""
+        patience = self._patience
+        while True:
+            if not patience.pause(cause):
+                self._broken = cause
+                raise patience.gave_up()
+            self._transport.close()
+            try:
+                self._transport = self._open(patience.address, patience.for_attempt())
+                self.address = patience.address
+                return
+            except Unreachable as again:
+                cause = str(again)
+            except BaseException as fatal:   # e.g. TLS refused now: no point in retrying
+                self._broken = str(fatal)
+                raise
 
     def _ask_again(self, first: list[tuple], field: str, error: Any) -> None:
-        """The first request was answered UNAVAILABLE (an error answer; the stream stays open): send
-        it again after a pause, within ``connect_timeout``. Raises that answer when no time was given,
-        ``ConnectionError`` with the cause when the time is up."""
-        patience = self._patience
-        if patience.deadline is None or not patience.pause(f"UNAVAILABLE: {error.message}"):
-            if patience.attempts == 1:
-                raise DmRpcError.from_status(error, request=field)
-            raise patience.gave_up(self.address)
+        """The first request was answered UNAVAILABLE (an error answer): send it again on a new stream
+        (to the next address on the list), within ``connect_timeout``. Raises that answer when no
+        time was given, ``ConnectionError`` with the cause when the time is up."""
+        if self._patience.deadline is None:
+            raise DmRpcError.from_status(error, request=field)
+        self._reopen(f"UNAVAILABLE: {error.message}")
+        self._first = []
         self._write(field, b"", None, first[0])
-        self._first = first
 
     def _retry_first(self, err: Exception, parts: tuple | None = None) -> bool:
         """The server went away before its first answer (UNAVAILABLE, or the connection reset):
-        connect again and resend what was sent (and ``parts``, the request being sent), within
-        ``connect_timeout``. False when this is not such a case; ``ConnectionError`` when time is up."""
+        connect again (to the next address on the list) and resend what was sent (and ``parts``, the
+        request being sent), within ``connect_timeout``. False when this is not such a case;
+        ``ConnectionError`` when time is up."""
         first = self._first
         if first is None or len(first) != len(self._pending) or self._patience.deadline is None:
             return False
@@ -167,21 +218,12 @@ class ConnectRetries:
             return False
         if parts is not None:
             first.append(parts)
-        patience = self._patience
         while True:
-            if not patience.pause(cause):
+            try:
+                self._reopen(cause)
+            except BaseException:
                 if parts is not None:
                     first.pop()
-                self._broken = cause
-                raise patience.gave_up(self.address)
-            self._transport.close()
-            try:
-                self._transport = self._open(patience.for_attempt())
-            except Unreachable as again:
-                cause = str(again)
-                continue
-            except BaseException as fatal:   # e.g. TLS refused now: no point in retrying
-                self._broken = str(fatal)
                 raise
             try:
                 for sent in first:

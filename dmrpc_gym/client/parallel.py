@@ -49,6 +49,7 @@ import grpc
 import numpy as np
 from pettingzoo import ParallelEnv
 
+from dmrpc_gym.client.addresses import following
 from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State
 from dmrpc_gym.client.agents import AgentsArg, join_settings, per_agent, world_agents
 from dmrpc_gym.client.seeding import AUTO, SeedRoute
@@ -69,7 +70,8 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
     """A multi-agent dm_env_rpc world as a PettingZoo ``ParallelEnv``.
 
     Args:
-        address: ``"host:port"`` (or ``"unix:PATH"``) of the server (insecure unless ``credentials``).
+        address: ``"host:port"`` (or ``"unix:PATH"``) of the server (insecure unless ``credentials``), or
+            a list to fail over along, as :class:`~dmrpc_gym.client.env.DmRpcEnv`'s (every agent on one).
         world_settings: CreateWorld settings (the world is created once, on the
             first agent's connection, and destroyed by ``close``).
         world_name: join this existing world instead of creating one.
@@ -120,7 +122,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
     #: What each agent's joined connection is (a subclass's hook).
     agent_class = RemoteAgent
 
-    def __init__(self, address: str | None = None, *, world_settings: Mapping[str, Any] | None = None,
+    def __init__(self, address: str | Sequence[str] | None = None, *, world_settings: Mapping[str, Any] | None = None,
                  world_name: str | None = None, agents: AgentsArg | None = None,
                  reset_settings: Mapping[str, Any] | None = None, seed_setting: str | None = AUTO,
                  reward: RewardFn | Mapping[str, RewardFn] = "reward",
@@ -134,10 +136,10 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
                  compression: str | None = None, max_message_size: int | None = None,
                  keepalive: float | None = None, reconnect: bool = False, share_connections: bool = True):
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
-        self.reconnects = getattr(self, "reconnects", 0)        # kept by restore()
+        self.reconnects = getattr(self, "reconnects", 0)        # kept by restore(), as is the address
+        self._lost: str | None = getattr(self, "_lost", None)   # lost, which the next connection moves on from
         self._shared = SharedConnections() if share_connections and credentials is None else None
-        self._closed = False
-        self._created = False
+        self._closed = self._created = False
         self._failure: str | None = None
         self._unhealthy: set[str] = set()      # agents whose connection may owe or lose answers
         self.connections: dict[str, Connection] = {}
@@ -152,31 +154,29 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         if address is None:
             raise ValueError("address= is required (dmrpc_gym.parallel_env() without one serves the bundled Tag world)")
         self.render_mode = render_mode
-        self._seeds = SeedRoute(None, ours=False, where=address)     # until the world is joined
+        self._seeds = SeedRoute(None, ours=False, where=str(address))     # until the world is joined
         self.reset_settings = dict(reset_settings or {})
-        self.step_timeout = step_timeout
-        self.world_name = world_name
+        self.step_timeout, self.world_name = step_timeout, world_name
         connect = self._connect
         opener = None
         try:
             opener = connect()         # the first agent's: it creates the world
             self.world_name, self._created = open_world(opener, world_settings, world_name)
             if join is None:
-                join = join_settings(world_agents(opener, self.world_name, address))
+                join = join_settings(world_agents(opener, self.world_name, opener.address))
                 self.possible_agents = list(join)
                 if render_agent is not None and render_agent not in join:
                     raise ValueError(f"render_agent={render_agent!r} is not one of the world's agents "
                                      f"{self.possible_agents}")
             self.connections[self.possible_agents[0]] = opener
             for name in self.possible_agents[1:]:
-                self.connections[name] = connect()
+                self.connections[name] = connect(opener.address)     # every agent on one server
             self.render_agent = self.possible_agents[0] if render_agent is None else render_agent
-            render_agent = self.render_agent
             options = dict(reward=reward, discount=discount, observations=observations, actions=actions)
             self._join_all(join, options, nested, render_observation, connect_timeout)
             first = self.connections[self.possible_agents[0]]
-            self._check_turns(first, address)
-            self._seeds = SeedRoute(seed_setting, ours=first.server_software is not None, where=address)
+            self._check_turns(first, first.address)
+            self._seeds = SeedRoute(seed_setting, ours=first.server_software is not None, where=first.address)
             self._instance = server_instance(first) if reconnect and self._created else None
         except BaseException:
             if opener is not None and opener not in self.connections.values():
@@ -294,28 +294,29 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         connections are made again first (see :meth:`restore`).
         """
         if self._kwargs["reconnect"] and not self._closed:
-            return reset_reconnecting(self._lost, self.restore, lambda: self._reset(seed, options))
+            return reset_reconnecting(self._loss, self.restore, lambda: self._reset(seed, options))
         return self._reset(seed, options)
 
-    def _lost(self) -> str | None:
+    def _loss(self) -> str | None:      # why the env or a connection is lost, if it is
         return self._failure or next((c.failure for c in self.connections.values() if c.failure), None)
 
-    def _connect(self) -> Connection:
+    def _connect(self, address: str | None = None) -> Connection:
+        """A connection to ``address``, else to the first that serves of the list after the one lost."""
         k = self._kwargs
-        return Connection(k["address"], credentials=k["credentials"],
+        return Connection(address or following(k["address"], self._lost), credentials=k["credentials"],
                           metadata=(*(k["metadata"] or ()), render_header(k["render_mode"])),
                           connect_timeout=k["connect_timeout"], timeout=k["step_timeout"],
                           **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"],
                                              k["keepalive"], self._shared))
 
     def restore(self, why: str | None = None) -> None:
-        """Connect every agent again after a connection was lost, as the constructor does: leave
-        what is left of the old world (destroying it through a connection still up), then join it
-        again if the same run of a dmrpc_gym server still has it, else create it again (or join
-        ``world_name``)."""
-        why = why or self._lost() or "a connection was lost"
-        kwargs, name, instance = self._kwargs, self.world_name, self._instance
-        created = self._created
+        """Connect every agent again after a connection was lost, as the constructor does (to the next
+        address on the list): leave what is left of the old world (destroying it through a connection
+        still up), then join it again if the same run of a dmrpc_gym server still has it, else create
+        it again (or join ``world_name``)."""
+        why = why or self._loss() or "a connection was lost"
+        kwargs, name, instance, created = self._kwargs, self.world_name, self._instance, self._created
+        self._lost = lost = next((c.address for c in self.connections.values()), None)   # moved on from
         self.close()
         again = created and instance is not None and same_run(instance, self._connect)
         if again:
@@ -331,7 +332,8 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         if not again:
             self.__init__(**kwargs)
         self.reconnects += 1
-        warn_reconnected(kwargs["address"], created and not again, self.world_name, why)
+        at = self.connections[self.possible_agents[0]].address
+        warn_reconnected(at, created and not again, self.world_name, why, lost)
 
     def _reset(self, seed: int | None, options: dict | None):
         self._check_usable()

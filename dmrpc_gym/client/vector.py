@@ -126,8 +126,9 @@ class DmRpcVectorEnv(VectorEnv):
 
     Args:
         num_envs: how many sub-envs (default: one per address).
-        address: the server's ``"host:port"`` (or ``"unix:PATH"``); or
-        addresses: several servers, used in turn.
+        address: the server's ``"host:port"`` (or ``"unix:PATH"``), or a list of servers to fail
+            over along, given whole to every sub-env (:class:`~dmrpc_gym.client.env.DmRpcEnv`); or
+        addresses: several servers, used in turn (sub-env ``i`` on ``addresses[i % len]``).
         max_episode_steps: truncate episodes on the client after this many steps.
         batch_size: how many sub-envs :meth:`recv` returns (default: all of them).
         share_connections: the sub-envs of one server share one HTTP/2 connection, a stream
@@ -165,7 +166,7 @@ class DmRpcVectorEnv(VectorEnv):
 
     metadata = {"render_modes": ["rgb_array"], "autoreset_mode": AutoresetMode.NEXT_STEP}
 
-    def __init__(self, num_envs: int | None = None, address: str | None = None, *,
+    def __init__(self, num_envs: int | None = None, address: str | Sequence[str] | None = None, *,
                  addresses: Sequence[str] | None = None, max_episode_steps: int | None = None,
                  batch_size: int | None = None, **env_kwargs: Any):
         self._batch = Batch(num_envs, address, addresses=addresses, max_episode_steps=max_episode_steps,

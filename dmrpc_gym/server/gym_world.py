@@ -79,6 +79,7 @@ class GymWorld:
         self.interface = self._describe(env, kwargs, seed)
         self._spares: list[tuple[Any, Lane]] = [(env, lane)]
         self.agents: dict[int, GymAgent] = {}
+        self.draining = False    # the server drains: no agent starts a sequence (GymAgent._start)
         self.tally = WorldTally(self.kind)
 
     def _lane(self) -> Lane:
@@ -161,6 +162,15 @@ class GymWorld:
         for agent in self.agents.values():
             if agent is not None:
                 agent.world_reset(None if seed is None else seed + agent.slot, caller is agent)
+
+    def drain(self) -> None:
+        """The server drains: sequences running go on, none starts (nobody waits for one here)."""
+        self.draining = True
+
+    def playing(self) -> int:
+        """How many agents are in a sequence (starting or running): what a drain waits for."""
+        return sum(1 for agent in self.agents.values()
+                   if agent is not None and agent.sequence in (Sequence.STARTING, Sequence.RUNNING))
 
     def properties(self) -> list[Property]:
         """World properties (none beyond the agent's for gym worlds)."""
@@ -246,7 +256,10 @@ class GymAgent:
         return changed
 
     async def _start(self) -> None:
-        """Begin a sequence: ``env.reset`` with the pending seed."""
+        """Begin a sequence: ``env.reset`` with the pending seed; while the server drains, end the
+        stream UNAVAILABLE instead (:func:`~dmrpc_gym.server.status.draining`)."""
+        if self.world.draining:
+            raise status.draining("episodes")
         if self.sequence is Sequence.STALE:
             raise status.failed_precondition(
                 f"the settings of world {self.world.name!r} changed this agent's specs; send a "

@@ -26,6 +26,8 @@ progress for the server's ``timeout``, default 30 s; none can hang):
   running get INTERRUPTED on their next (or pending) step, and the next
   episode starts as above. If ``env.step`` raises, every agent waiting on that
   round gets the error (INTERNAL) and the episode ends.
+- **Draining** (the server's): the running episode goes on; a step that would start
+  one (or wait for agents to start one) ends its stream UNAVAILABLE, saying so.
 - **Seeds** are the world's: the ``seed`` of CreateWorld, ResetWorld, Reset or
   a write of the ``seed`` property seeds the next ``env.reset``.
 
@@ -111,6 +113,7 @@ class ParallelWorld:
         self.failure: tuple[int, str] | None = None   # (episode, message) when env.step raised
         self.generation = 0             # counts aborts: a round or reset that outlived one is void
         self.resetting = False          # env.reset is running
+        self.draining = False           # the server drains: no episode starts (start_sequence)
         self._changed = asyncio.Event()
         self.tally = WorldTally(self.kind)
 
@@ -186,8 +189,21 @@ class ParallelWorld:
         if generation != self.generation or not self.live <= self.agents.keys():
             self.abort()  # a ResetWorld, Reset or leave came while the env was resetting
 
+    def drain(self) -> None:
+        """The server drains: the running episode goes on, no new one starts; an agent waiting to
+        start one is woken to hear so (:meth:`start_sequence`)."""
+        self.draining = True
+        self._notify()
+
+    def playing(self) -> int:
+        """How many joined agents are in the episode that runs (all, while one starts): what a drain waits for."""
+        if self.resetting:
+            return len(self.agents)
+        return len(self.live & self.agents.keys()) if self.running else 0
+
     async def start_sequence(self, agent: "ParallelAgent") -> None:
-        """Wait until ``agent`` is in a running episode (starting one when everyone is joined)."""
+        """Wait until ``agent`` is in a running episode (starting one when everyone is joined; while
+        the server drains, its stream ends UNAVAILABLE instead, :func:`~dmrpc_gym.server.status.draining`)."""
         while True:
             if self.running and agent.name in self.live:
                 agent.begin(self.episode)
@@ -197,6 +213,8 @@ class ParallelWorld:
             if not self.running:
                 if self.resetting:
                     await self._wait(lambda: "the env to reset")
+                elif self.draining:              # no episode runs, and none may start
+                    raise status.draining("episodes")
                 elif all(a in self.agents for a in self.possible):
                     await self._reset_env()
                     continue

@@ -18,7 +18,9 @@ Worlds are bounded, as everything a peer can make the server hold:
 
 While the server **drains** (:meth:`WorldRegistry.drain`) no world is created,
 the default world included: CreateWorld is answered UNAVAILABLE, saying so;
-the worlds held go on. :meth:`room` says why no world can be created now, and
+the worlds held go on, but start no new sequence: the step that would (``env.reset``),
+ResetRequest and ResetWorldRequest end their stream UNAVAILABLE (:func:`~dmrpc_gym.server.status.draining`),
+so that the drain is over once every running episode has ended. :meth:`room` says why no world can be created now, and
 the callables in ``watchers`` are called whenever that may have changed (the
 health service reports it).
 """
@@ -107,23 +109,26 @@ class WorldRegistry:
             watcher()
 
     def drain(self) -> None:
-        """The server drains: no world is created from now on; those held go on."""
+        """The server drains: no world is created from now on; those held go on, and start no new
+        sequence (each world's ``drain()``: the step that would start one ends its stream)."""
         self.draining = True
+        for world in self._worlds.values():
+            world.drain()
         self._changed()
 
     def room(self) -> str | None:
         """Why no world can be created now (the server drains, or holds ``max_worlds``), else None."""
         if self.draining:
-            return ("this server is draining (shutting down): it creates no new worlds; "
-                    "its running episodes go on. Connect to another server")
+            return status.drain_notice("worlds")
         if len(self._worlds) + self._building >= self.max_worlds:
             return (f"this server holds {self.max_worlds} worlds, its limit (max_worlds): "
                     f"destroy one with DestroyWorld first")
         return None
 
-    def agents(self) -> int:
-        """How many agents are joined to the worlds held (the episodes running)."""
-        return sum(len(world.agents) for world in self._worlds.values())
+    def playing(self) -> int:
+        """How many agents are in an episode that runs (or starts): what a drain waits for. An agent
+        joined between episodes is not: the next one it asks for would be refused."""
+        return sum(world.playing() for world in self._worlds.values())
 
     def names(self) -> list[str]:
         return list(self._worlds)
@@ -150,6 +155,8 @@ class WorldRegistry:
         lane = self.pool.lane() if self.pool is not None else Lane(None)
         world = await lane.build(lambda world: world.close(), self._build, name, recipe, seed, lane)
         self._worlds[name] = world
+        if self.draining:            # built while the drain began
+            world.drain()
         self.stats.world_made(world.tally)
         self._changed()
         log.info("created world %r (%s) with %s (render_mode=%r)", name, world.kind, describe(kwargs),

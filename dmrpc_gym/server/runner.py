@@ -310,7 +310,7 @@ class Server:
     def drain(self, grace: float = 30.0, begun: Callable[[], None] | None = None) -> bool:
         """Drain, then stop: no world is created from now on (CreateWorld is answered UNAVAILABLE,
         saying the server drains), every connection gets GOAWAY, health reports NOT_SERVING, and
-        the running episodes go on for up to ``grace`` seconds, until no agent is joined. Then
+        the running episodes go on for up to ``grace`` seconds, until none runs (none starts). Then
         :meth:`stop`: what is left ends with UNAVAILABLE "server shutting down". The listeners stay
         open meanwhile, so that probes see NOT_SERVING. ``begun`` is called once the drain has
         begun (no world will be created). Returns True when every episode ended within the grace.
@@ -330,11 +330,11 @@ class Server:
 
         async def episodes_end() -> bool:
             deadline = loop.time() + grace
-            while registry.agents() and not self._stopped.is_set():
+            while registry.playing() and not self._stopped.is_set():
                 if loop.time() >= deadline:
                     return False
                 await asyncio.sleep(0.05)
-            return not registry.agents()
+            return not registry.playing()
 
         log.info("draining: no new worlds; running episodes have %g s", grace)
         try:

@@ -7,7 +7,10 @@ response like any other bad request. Every failure is answered with a
 ``google.rpc.Status`` (code and a message naming what was wrong) and leaves
 the stream open and the session's state unchanged: only the client ends a
 stream. A stream that ends for any reason (the client closes it, cancels it
-or disappears) leaves its world.
+or disappears) leaves its world. The one exception: while the server drains,
+a request that would start a new sequence (Reset, ResetWorld, the step that
+calls ``env.reset``) ends the stream UNAVAILABLE, saying so, and so leaves the
+world: the drain waits only for episodes that run.
 
 Requests, by state:
 
@@ -41,6 +44,7 @@ from dmrpc_gym.server.registry import WorldRegistry
 from dmrpc_gym.server.stats import STATUS_PROPERTY
 from dmrpc_gym.server.steady_serve import SteadyServe
 from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.transport import StreamError
 
 __all__ = ["Session"]
 
@@ -48,6 +52,8 @@ log = logging.getLogger("dmrpc_gym.server")
 
 _parse = pb.EnvironmentRequest.FromString
 _ANY_SIZE = 1 << 62           # an answer here goes out as every answer does (awaiting the windows)
+#: The requests that start new sequences, refused while the server drains.
+_STARTS = ("reset", "reset_world")
 
 
 def error_response(code: int, message: str) -> bytes:
@@ -108,6 +114,8 @@ class Session:
                                   f"the request is not a valid EnvironmentRequest ({len(raw)} bytes): {exc}")
         which = request.WhichOneof("payload")
         try:
+            if which in _STARTS and self.registry.draining:   # the worlds refuse a step that would start one
+                raise status.draining(f"episodes (this {which} request would start one)")
             if which == "step":
                 agent = self.agent
                 if agent is None:
@@ -128,6 +136,9 @@ class Session:
                 raise status.invalid_argument("the request is empty (no payload is set)")
             response = pb.EnvironmentResponse()
             await handler(getattr(request, which), response)
+        except StreamError as exc:     # the request ends the stream (the server drains)
+            log.info("%s refused, its stream ended: %s", which, exc)
+            raise                      # (the transport counts the status it ends with)
         except Exception as exc:  # noqa: BLE001 - a refusal, or a server bug: it must not end the stream
             return self._failure(which, exc)
         return response.SerializeToString()

@@ -2,11 +2,15 @@
 
 Server code raises :class:`~dmrpc_gym.protocol.errors.DmRpcError`; the service turns it
 into the ``error`` payload of the response (``google.rpc.Status``: the code and
-the message, verbatim) and keeps the stream open.
+the message, verbatim) and keeps the stream open. One refusal ends the stream instead:
+:func:`draining`, a new sequence asked of a server that drains (its client is to go elsewhere).
 
 >>> err = invalid_argument("unknown setting 'speed'")
 >>> err.code_name, err.message
 ('INVALID_ARGUMENT', "unknown setting 'speed'")
+>>> ended = draining("episodes")
+>>> ended.status.name, str(ended).split(":")[0]
+('UNAVAILABLE', 'this server is draining (Server.drain(), or SIGTERM to dmrpc-gym serve)')
 """
 from __future__ import annotations
 
@@ -15,10 +19,12 @@ from typing import Callable
 import grpc
 
 from dmrpc_gym.protocol.errors import DmRpcError
+from dmrpc_gym.transport import GrpcStatus, StreamError
 
 __all__ = [
     "code", "invalid_argument", "not_found", "permission_denied", "failed_precondition",
-    "deadline_exceeded", "unimplemented", "internal", "resource_exhausted", "unavailable",
+    "deadline_exceeded", "unimplemented", "internal", "resource_exhausted", "unavailable", "drain_notice",
+    "draining",
 ]
 
 
@@ -46,3 +52,17 @@ unimplemented = _error(grpc.StatusCode.UNIMPLEMENTED, "a request payload or exte
 resource_exhausted = _error(grpc.StatusCode.RESOURCE_EXHAUSTED, "a server limit reached (worlds in all, or per connection)")
 unavailable = _error(grpc.StatusCode.UNAVAILABLE, "the server is draining: it creates no new worlds")
 internal = _error(grpc.StatusCode.INTERNAL, "the environment itself raised")
+
+
+def drain_notice(what: str) -> str:
+    """What a draining server says when it refuses to start ``what`` (new worlds, episodes): that it
+    drains, what made it drain, and that the running episodes go on."""
+    return (f"this server is draining (Server.drain(), or SIGTERM to dmrpc-gym serve): it starts no new "
+            f"{what}; its running episodes go on until they end. Connect to another server")
+
+
+def draining(what: str) -> StreamError:
+    """The stream's end with ``UNAVAILABLE`` (:func:`drain_notice`): a new sequence (episode) asked of
+    a draining server. The stream ends, so its agent leaves and the drain need not wait for it, and
+    a client made with ``reconnect=True`` moves on to the next address on its list."""
+    return StreamError(GrpcStatus.UNAVAILABLE, drain_notice(what))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import atexit
 import inspect
 import threading
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from dmrpc_gym.client.env import DmRpcEnv
 from dmrpc_gym.client.parallel import AgentsArg, DmRpcParallelEnv
@@ -49,14 +49,17 @@ def embedded_server(world: str = "catch"):
         return server
 
 
-def resolve_address(address: str) -> str:
-    """``address`` itself, or the embedded server's address when it names a bundled world (``"catch"``, ``"tag"``).
+def resolve_address(address: str | Sequence[str]) -> str | list[str]:
+    """``address`` itself, or the embedded server's address when it names a bundled world (``"catch"``, ``"tag"``);
+    for a list of addresses to fail over along, each entry so.
 
-    >>> resolve_address("localhost:10000")
-    'localhost:10000'
+    >>> resolve_address("localhost:10000"), resolve_address(["h1:1", "h2:1"])
+    ('localhost:10000', ['h1:1', 'h2:1'])
     >>> resolve_address("catch").startswith("127.0.0.1:")
     True
     """
+    if not isinstance(address, str):
+        return [resolve_address(entry) if isinstance(entry, str) else entry for entry in address]
     return embedded_server(address).address if address in WORLDS else address
 
 

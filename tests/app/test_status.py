@@ -153,7 +153,9 @@ def test_watch_needs_an_interval(capsys):
 
 
 def test_a_draining_server_says_so(capsys):
-    with servers.start(Catch) as server, Stepping(server.address):
+    with servers.start(Catch) as server:
+        holder = gym.make("dmrpc/Remote-v0", address=server.address)
+        holder.reset(seed=0)           # an episode that runs: the drain waits for it (it starts no other)
         drainer = threading.Thread(target=server.drain, args=(30.0,), daemon=True)
         drainer.start()
         for _ in range(200):
@@ -161,6 +163,7 @@ def test_a_draining_server_says_so(capsys):
                 break
             threading.Event().wait(0.05)
         code, out, err = status(capsys, server.address, "--json", "--interval", "0")
+        holder.close()                 # its episode left: the drain ends
     drainer.join(30)
     assert code == 0, err
     health = json.loads(out)["health"]

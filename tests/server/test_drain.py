@@ -1,7 +1,7 @@
 """The graceful drain (issue 34, item 4): ``Server.drain(grace)`` and SIGTERM in ``dmrpc-gym serve``.
 
 New worlds are refused (UNAVAILABLE, saying the server drains) while running episodes go on; the drain
-ends when no agent is joined, or when the grace is over (what is left ends UNAVAILABLE "server shutting
+ends when no episode runs, or when the grace is over (what is left ends UNAVAILABLE "server shutting
 down"); ``serve`` then exits 0. A second SIGTERM, or SIGINT, stops at once. Waits are bounded far below
 the grace they test, never asserted as durations."""
 from __future__ import annotations
@@ -171,7 +171,7 @@ def test_a_reconnecting_client_rejoins_the_server_that_replaces_a_drained_one():
         env.reset(seed=0)
         play_out(env)
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0           # the env stayed joined: the grace ran out
+        assert process.wait(timeout=60) == 0           # joined between episodes: not waited for
         served.start()                                 # its successor, on the same address
         with pytest.warns(RuntimeWarning, match="reconnected"):
             env.reset(seed=1)
