@@ -253,3 +253,52 @@ def test_a_vector_env_reads_steady_answers_and_matches_the_general_path():
             os.environ.pop(FAST_STEP_ENV, None)
     assert learned == {False: [False] * 3, True: [True] * 3}
     assert same(results[True], results[False])
+
+
+class _Interrupt(BaseException):
+    """Stands in for KeyboardInterrupt, without risking pytest's own handling of it."""
+
+
+class _Counting(gym.Env):
+    """Observes how many steps it took; the fifth takes 0.6 s."""
+
+    observation_space = gym.spaces.Box(0, 1000, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        self.n = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.n += 1
+        if self.n == 5:
+            import time
+            time.sleep(0.6)
+        return np.full(1, self.n, np.float32), 1.0, False, False, {}
+
+
+def test_an_interrupt_in_a_steady_step_never_hands_its_answer_to_the_next_step():
+    """Ctrl-C while the steady path waits for its answer: the late answer is dropped, the next step
+    gets its own (as the general path guarantees)."""
+    import signal
+    import threading
+
+    from dmrpc_gym.server import Server
+
+    def raise_interrupt(signum, frame):
+        raise _Interrupt()
+
+    previous = signal.signal(signal.SIGUSR1, raise_interrupt)
+    try:
+        with Server(_Counting, kind="gym") as server, DmRpcEnv(server.address) as env:
+            env.reset()
+            assert [env.step(0)[0][0] for _ in range(4)] == [1, 2, 3, 4]
+            assert env._agent._steady.layout is not None
+            timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1))
+            timer.start()
+            with pytest.raises(_Interrupt):
+                env.step(0)                    # the fifth: its answer comes 0.6 s later
+            timer.join()
+            assert [env.step(0)[0][0] for _ in range(3)] == [6, 7, 8]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
