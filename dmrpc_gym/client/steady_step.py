@@ -6,13 +6,15 @@ answer's layout from a step the general path took and then, per step: takes the 
 frame from a memo (built once per action value by the general encoder: the HTTP/2 frame header, the
 gRPC prefix, the envelope and the map entries), sends it and checks the answer against the layout in
 one :meth:`~dmrpc_gym.transport.client.steady.SteadyLink.round_trip`, and reads the observations at
-their known offsets straight into arrays. The gym-level wrapping (reward, discount, the observation's
-space, ``info``) is the general path's own ``_result``.
+their known offsets straight into arrays. An answer that the general read takes (framed otherwise, or
+a vector env's pipelined ``receive_step``) is still read at the offsets when its bytes have the layout
+(:meth:`SteadyStep.decode`, which ``Connection._read_one`` calls before protobuf would). The gym-level
+wrapping (reward, discount, the observation's space, ``info``) is the general path's own ``_result``.
 
 What it assumes (anything else takes the general path, which stays the reference):
 
-- our own HTTP/2 transport (not a grpcio channel), the connection up (its first answer in), no answers
-  owed (no ``submit_step`` pipelining), and the transport's assumptions
+- for the round trip: our own HTTP/2 transport (not a grpcio channel), the connection up (its first
+  answer in), no answers owed (nothing pipelined), and the transport's assumptions
   (:mod:`~dmrpc_gym.transport.client.steady`);
 - actions: int / bool / numpy integer values have their frame memoized per ``(type, value)``, as the
   general path memoizes their StepRequest; other actions are checked and encoded by the general path
@@ -39,7 +41,7 @@ import numpy as np
 from dmrpc_gym.client.connection import _TAGS
 from dmrpc_gym.client.fidelity import exactly
 from dmrpc_gym.client.pending import Pending
-from dmrpc_gym.protocol import bulk, tensors
+from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol.fidelity import EXACT_UID
 from dmrpc_gym.protocol.info import INFO_UID
 from dmrpc_gym.protocol.walk import LARGE, MEMORY_PAYLOADS, Unexpected, fields, parts

@@ -16,7 +16,7 @@ import struct
 import gymnasium as gym
 import numpy as np
 import pytest
-from hypothesis import example, given
+from hypothesis import given
 from hypothesis import strategies as st
 from scripted_h2 import ScriptedServer, ping
 from fuzzing import fuzz_settings
