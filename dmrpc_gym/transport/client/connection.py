@@ -82,6 +82,7 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
         self._headers_in = HeaderBlock()
         #: The open streams by id.
         self.streams: dict[int, GrpcStream] = {}
+        self._closing: set[int] = set()           # streams we half-closed, kept until the server's status
         self._next_id = 1
         self.closed = False
         self._dead: Exception | None = None
@@ -259,12 +260,14 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
                     self._end_call()
 
     def close_stream(self, stream: GrpcStream) -> None:
-        """Half-close ``stream`` politely; the last stream, when no answer is owed, waits at most
-        :data:`CLOSE_WAIT` seconds for the server's status (a server ending the call then sees it finish,
-        not cancelled, as with gRPC's clients) and closes the socket. Never blocks for long."""
-        # END_STREAM only when no other thread is mid-call (its bytes must not be cut into).
+        """Half-close ``stream`` politely. One that owes no answer stays, half-closed, until the server's
+        status comes; when the last open stream closes, the socket closes after at most
+        :data:`CLOSE_WAIT` seconds of waiting for the statuses still to come (a server then sees each
+        call finish, not cancelled, as with gRPC's clients). Never blocks for long."""
+        # END_STREAM only when no other thread is mid-call (its bytes must not be cut into): the lock is
+        # waited for briefly (the idle watcher holds it while it takes in what arrived), never for long.
         sent = False
-        if self.lock.acquire(blocking=False):
+        if self.lock.acquire(timeout=CLOSE_WAIT / 5):
             try:
                 if stream.id in self.streams and self._dead is None and not self.closed:
                     self._set_timeout(0.0)      # never blocks: what a full socket does not take waits in _unsent
@@ -278,25 +281,36 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
             finally:
                 self.lock.release()
         # dm_env_rpc answers each request once: with none owed, the call is over and the server's status
-        # is awaited; with answers owed, the client walks away (the socket's close cancels the call).
-        if sent and len(self.streams) == 1 and stream.messages_read + len(stream.messages) >= stream.messages_sent:
-            self._await_status(stream)
+        # is awaited (the stream is kept, half-closed, until it comes); with answers owed, the client walks
+        # away (the socket's close cancels the call).
+        owes_nothing = stream.messages_read + len(stream.messages) >= stream.messages_sent
         with self._members:
-            self.streams.pop(stream.id, None)
-            last = not self.streams and not self.closed
+            if sent and owes_nothing and stream.ended is None:
+                self._closing.add(stream.id)
+            else:
+                self.streams.pop(stream.id, None)
+                self._closing.discard(stream.id)
+            for sid in [sid for sid in self._closing if self.streams[sid].ended is not None]:
+                self._closing.discard(sid)           # its status came meanwhile
+                self.streams.pop(sid, None)
+            last = not self.closed and self._closing.issuperset(self.streams)
             if last:
                 self.closed = True
         if last:
+            self._await_statuses()
             self._close_socket()
 
-    def _await_status(self, stream: GrpcStream) -> None:
-        """Read until the server ends ``stream`` or :data:`CLOSE_WAIT` seconds pass (answers are dropped)."""
+    def _await_statuses(self) -> None:
+        """Read until the server has ended every half-closed stream, or :data:`CLOSE_WAIT` seconds pass
+        (answers are dropped): a server then sees each call finish, not cancelled by the socket's close."""
         deadline = time.monotonic() + CLOSE_WAIT
-        try:
-            while stream.ended is None and time.monotonic() < deadline:
-                self.read(stream, timeout=max(deadline - time.monotonic(), 1e-3))
-        except Exception:  # noqa: BLE001 - the stream ended (StreamEnded), timed out or died: closing goes on
-            pass
+        for sid in sorted(self._closing):
+            stream = self.streams[sid]
+            try:
+                while stream.ended is None and time.monotonic() < deadline:
+                    self.read(stream, timeout=max(deadline - time.monotonic(), 1e-3))
+            except Exception:  # noqa: BLE001 - the stream ended (StreamEnded), timed out or died: closing goes on
+                pass
 
     def _close_socket(self) -> None:
         if self._watcher is not None:
