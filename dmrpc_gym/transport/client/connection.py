@@ -280,9 +280,8 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
                 pass
             finally:
                 self.lock.release()
-        # dm_env_rpc answers each request once: with none owed, the call is over and the server's status
-        # is awaited (the stream is kept, half-closed, until it comes); with answers owed, the client walks
-        # away (the socket's close cancels the call).
+        # dm_env_rpc answers each request once: with none owed, the call is over and the server's status is
+        # awaited (the stream kept, half-closed); with answers owed, the socket's close cancels the call.
         owes_nothing = stream.messages_read + len(stream.messages) >= stream.messages_sent
         with self._members:
             if sent and owes_nothing and stream.ended is None:
