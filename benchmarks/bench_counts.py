@@ -118,21 +118,9 @@ def server_role(count: bool, metrics: bool = False, inline: bool = False, mark: 
     so that no timing-driven choice (inline or on a thread) moves the count (``bench_metrics.py``, and
     the callgrind runs: a step slower than 2 ms, as under callgrind, would go to a thread); ``mark``: a
     :func:`_mark` at ``ON`` and at ``OFF`` (callgrind's dumps then hold the steps between them alone)."""
-    import gymnasium as gym
-    import numpy as np
+    from constant_world import Constant
 
     from dmrpc_gym.server import Server
-
-    class Constant(gym.Env):
-        observation_space = gym.spaces.Box(-1, 1, (4,), np.float32)
-        action_space = gym.spaces.Discrete(2)
-        obs = np.zeros(4, np.float32)
-
-        def reset(self, *, seed=None, options=None):
-            return self.obs, {}
-
-        def step(self, action):
-            return self.obs, 1.0, False, False, {}
 
     counter = Counter()
     if count:

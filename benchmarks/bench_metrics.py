@@ -38,21 +38,9 @@ import bench_counts  # noqa: E402
 def server_role(metrics: bool) -> None:
     """Serve the small world (metrics on a free port with ``metrics``); say ``ADDRESS addr [metrics addr]``,
     then answer each stdin line with the process's CPU seconds so far."""
-    import gymnasium as gym
-    import numpy as np
+    from constant_world import Constant
 
     from dmrpc_gym.server import Server
-
-    class Constant(gym.Env):
-        observation_space = gym.spaces.Box(-1, 1, (4,), np.float32)
-        action_space = gym.spaces.Discrete(2)
-        obs = np.zeros(4, np.float32)
-
-        def reset(self, *, seed=None, options=None):
-            return self.obs, {}
-
-        def step(self, action):
-            return self.obs, 1.0, False, False, {}
 
     server = Server(Constant, kind="gym", **({"metrics_port": 0} if metrics else {})).start()
     print("ADDRESS", server.address, *([server.metrics_address] if metrics else []), flush=True)

@@ -282,7 +282,7 @@ class GymAgent:
                 self.next_seed = seed
             raise status.internal(f"{self.world.factory.name}: reset raised {type(exc).__name__}: {exc}") from None
         if self.sequence is Sequence.STARTING:   # else INTERRUPTED meanwhile: the next step says so
-            self.sequence = Sequence.RUNNING
+            self.sequence = self.sequence.to(Sequence.RUNNING)
         self.sequence_seed = seed
         self.episode_step, self.episode_return = 0, 0.0
         self._obs = obs
