@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.frames import CLIENT_MESSAGE_LIMIT, StreamError
 
-__all__ = ["ENCODINGS", "ACCEPT_ENCODING", "compressor", "decompressor", "inflating", "check_encoding"]
+__all__ = ["ENCODINGS", "ACCEPT_ENCODING", "compressor", "decompressor", "inflating", "inflated_size", "check_encoding"]
 
 _WBITS = {"gzip": 31, "deflate": 15}
 #: Encodings this package reads and writes besides ``identity``.
@@ -59,12 +59,30 @@ def decompressor(name: str, limit: int, option: str = CLIENT_MESSAGE_LIMIT) -> C
 INFLATE_STEP = 1 << 18
 
 
+def inflated_size(name: str, message: bytes, limit: int) -> int:
+    """The size a gzip ``message`` says it inflates to (its trailer's ISIZE, mod 2**32), where that is
+    within ``limit``; else 0 (deflate says nothing). A hint for the room to set aside: the inflation
+    itself holds the limit, and zlib checks the size at the end."""
+    size = _declared(name, message)
+    return size if size is not None and size <= limit else 0
+
+
+def _declared(name: str, message: bytes) -> int | None:
+    return int.from_bytes(message[-4:], "little") if name == "gzip" and len(message) >= 18 else None
+
+
 def inflating(name: str, message: bytes, limit: int, option: str = CLIENT_MESSAGE_LIMIT) -> Iterator[bytes]:
     """The inflated ``message``, in pieces of at most :data:`INFLATE_STEP` bytes, made as they are taken.
 
     ``StreamError`` as soon as the total passes ``limit`` (RESOURCE_EXHAUSTED, naming ``option``, what sets it) or the data is
-    corrupt (INTERNAL): a small message that inflates to gigabytes costs at most ``limit``.
+    corrupt (INTERNAL): a small message that inflates to gigabytes costs at most ``limit``, and a gzip
+    message whose trailer says it inflates past ``limit`` is refused before any of it is inflated.
     """
+    declared = _declared(name, message)
+    if declared is not None and declared > limit:    # a message within the limit says its size exactly
+        raise StreamError(GrpcStatus.RESOURCE_EXHAUSTED, f"a {name} message of {len(message)} bytes inflates "
+                          f"past the maximum message size of {limit} bytes (set by {option}): it says "
+                          f"{declared} bytes")
     wbits = _WBITS[name] | 32 if name == "deflate" else _WBITS[name]   # deflate: zlib or gzip header
     unpacker, data, total = zlib.decompressobj(wbits), message, 0
     while True:

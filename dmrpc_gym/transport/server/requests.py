@@ -112,23 +112,35 @@ class Requests:
         stream.inbound = stream.inbound.to(Inbound.DONE)
         stream.inbox.append(None)
         self._run(stream)
+
     async def _inflate(self, stream: Stream, raw: bytes) -> bytes | bytearray:
         """A compressed request inflated step by step, letting the other streams run between steps.
 
         A message that inflates within one step (:data:`~dmrpc_gym.transport.compression.INFLATE_STEP`)
         is inflated at once; a larger one waits for the server's turn (:func:`inflation_turn`) and
-        is inflated again from its start while it holds the turn, into one growing buffer.
+        is inflated again from its start while it holds the turn, into one buffer: of the size a gzip
+        message says it inflates to (within the size limit), filled in place, so that no growth copies
+        it (a heap that has served for a while may not grow a large buffer where it lies); grown past
+        that size if the message said less, cut to what came if it said more.
         """
         first = next(encodings.inflating(stream.encoding, raw, self._max_message, SERVER_MESSAGE_LIMIT), b"")
         if len(first) < encodings.INFLATE_STEP:
             return first
         del first                        # not held while waiting for the turn
         async with inflation_turn():
-            out = bytearray()
+            out = bytearray(encodings.inflated_size(stream.encoding, raw, self._max_message))
+            filled = 0
             for piece in encodings.inflating(stream.encoding, raw, self._max_message, SERVER_MESSAGE_LIMIT):
-                if out:
+                if filled:
                     await asyncio.sleep(0)
-                out += piece
+                end = filled + len(piece)
+                if end <= len(out):
+                    out[filled:end] = piece
+                else:
+                    del out[filled:]
+                    out += piece
+                filled = end
+            del out[filled:]
             return out
 
 
