@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from echo_world import Echo
 from frame_tap import FrameTap
-from interop_peers import echo_on_one_connection, self_signed
+from interop_peers import built_peers, echo_on_one_connection, self_signed
 from processes import ServedProcess
 
 import dmrpc_gym
@@ -36,27 +36,13 @@ from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import Server
 from dmrpc_gym.transport.limits import ConnectionLimits
 
-PEERS = os.environ.get("DMRPC_CPP_PEER_DIR", "")
-SERVER = os.path.join(PEERS, "dmrpc_cpp_server")
-CLIENT = os.path.join(PEERS, "dmrpc_cpp_client")
+(SERVER, CLIENT), pytestmark = built_peers("DMRPC_CPP_PEER_DIR", ("dmrpc_cpp_server", "dmrpc_cpp_client"),
+                                          ".ci/install_cpp_peer.sh")
 OK, RESOURCE_EXHAUSTED, UNAVAILABLE, UNAUTHENTICATED = 0, 8, 14, 16
 MIB16 = 16 << 20
 IDLE = 2.5
 
 
-def _peers_ready() -> str | None:
-    if not PEERS:
-        return "DMRPC_CPP_PEER_DIR is not set (.ci/install_cpp_peer.sh prints it)"
-    for path in (SERVER, CLIENT):
-        if not os.access(path, os.X_OK):
-            return f"{path} is missing: run .ci/install_cpp_peer.sh"
-    return None
-
-
-_missing = _peers_ready()
-if _missing and os.environ.get("DMRPC_REQUIRE_INTEROP") == "1":
-    raise RuntimeError(f"DMRPC_REQUIRE_INTEROP=1 but {_missing}")
-pytestmark = pytest.mark.skipif(_missing is not None, reason=_missing or "")
 
 
 def _flags(options: dict) -> list[str]:

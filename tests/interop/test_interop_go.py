@@ -33,7 +33,7 @@ import servers
 from echo_world import Echo
 from frame_tap import FrameTap
 from gymnasium import spaces
-from interop_peers import echo_on_one_connection, self_signed
+from interop_peers import built_peers, echo_on_one_connection, self_signed
 from processes import ROOT, ServedProcess
 
 from dmrpc_gym.client.connection import Connection
@@ -44,27 +44,13 @@ from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport.limits import ConnectionLimits
 from dmrpc_gym.worlds.catch import Catch
 
-PEER_DIR = os.environ.get("DMRPC_GO_PEER_DIR", "")
-GO_SERVER = os.path.join(PEER_DIR, "dmrpc-go-server")
-GO_CLIENT = os.path.join(PEER_DIR, "dmrpc-go-client")
+(GO_SERVER, GO_CLIENT), pytestmark = built_peers("DMRPC_GO_PEER_DIR", ("dmrpc-go-server", "dmrpc-go-client"),
+                                                ".ci/install_go_peer.sh")
 IDLE = 2.5
 MIB16 = 16 << 20
 OK, UNAVAILABLE, UNAUTHENTICATED = 0, 14, 16
 
 
-def _go_ready() -> str | None:
-    if not PEER_DIR:
-        return "DMRPC_GO_PEER_DIR is not set (.ci/install_go_peer.sh builds the grpc-go peers and prints it)"
-    for binary in (GO_SERVER, GO_CLIENT):
-        if not os.access(binary, os.X_OK):
-            return f"{binary} is missing: run .ci/install_go_peer.sh"
-    return None
-
-
-_missing = _go_ready()
-if _missing and os.environ.get("DMRPC_REQUIRE_INTEROP") == "1":
-    raise RuntimeError(f"DMRPC_REQUIRE_INTEROP=1 but {_missing}")
-pytestmark = pytest.mark.skipif(_missing is not None, reason=_missing or "")
 
 
 class GoServer:

@@ -7,34 +7,18 @@ Needs the ``dmrpc-go-health`` binary that ``.ci/install_go_peer.sh`` builds, in 
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import threading
 
 import pytest
-from interop_peers import self_signed
+from interop_peers import built_peers, self_signed
 
 from dmrpc_gym import DmRpcEnv
 from dmrpc_gym.protocol.wire import SERVICE
 from dmrpc_gym.server import Server
 from dmrpc_gym.worlds.catch import Catch
 
-PEER_DIR = os.environ.get("DMRPC_GO_PEER_DIR", "")
-GO_HEALTH = os.path.join(PEER_DIR, "dmrpc-go-health")
-
-
-def _missing() -> str | None:
-    if not PEER_DIR:
-        return "DMRPC_GO_PEER_DIR is not set (.ci/install_go_peer.sh builds the grpc-go peers and prints it)"
-    if not os.access(GO_HEALTH, os.X_OK):
-        return f"{GO_HEALTH} is missing: run .ci/install_go_peer.sh"
-    return None
-
-
-MISSING = _missing()
-if MISSING and os.environ.get("DMRPC_REQUIRE_INTEROP") == "1":
-    raise RuntimeError(f"DMRPC_REQUIRE_INTEROP=1 but {MISSING}")
-pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+(GO_HEALTH,), pytestmark = built_peers("DMRPC_GO_PEER_DIR", ("dmrpc-go-health",), ".ci/install_go_peer.sh")
 TOKEN = "s3cret"
 
 

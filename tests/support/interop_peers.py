@@ -62,6 +62,21 @@ def answer(request: pb.EnvironmentRequest, obs_size: int = 4) -> pb.EnvironmentR
     return response
 
 
+def built_peers(env_var: str, names: tuple[str, ...], installer: str) -> tuple[list[str], pytest.MarkDecorator]:
+    """The paths of the peer binaries ``names`` that ``installer`` builds into the folder ``$env_var``, and
+    the mark that skips a test module without them: a failure at import under ``DMRPC_REQUIRE_INTEROP=1``
+    (CI), where a missing peer must not pass as a skip."""
+    folder = os.environ.get(env_var, "")
+    paths = [os.path.join(folder, name) for name in names]
+    missing = None if folder else f"{env_var} is not set ({installer} builds the peers and prints it)"
+    for path in paths if folder else ():
+        if missing is None and not os.access(path, os.X_OK):
+            missing = f"{path} is missing: run {installer}"
+    if missing and os.environ.get("DMRPC_REQUIRE_INTEROP") == "1":
+        raise RuntimeError(f"DMRPC_REQUIRE_INTEROP=1 but {missing}")
+    return paths, pytest.mark.skipif(missing is not None, reason=missing or "")
+
+
 def echo_on_one_connection(address: str, envs: int = 3) -> None:
     """A vector env of ``envs`` sub-envs on the echo world at ``address``: they share one
     connection, and each stream gets its own answers (its own action echoed), step after step."""
