@@ -324,14 +324,20 @@ class GymAgent:
 
     def stepped(self, obs: Any, raw: Any, terminated: bool, truncated: bool) -> tuple[int, float, float]:
         """The env stepped (``raw``: its reward): the counters; the answer's ``(state, reward, discount)``."""
-        reward = float(raw)
-        self._obs = obs
-        self.episode_step += 1
-        self.episode_return += reward
+        reward = self.ran(obs, raw)
         state, discount = self._outcome(terminated, truncated)
         if state != _RUNNING:            # the sequence ended (an interruption meanwhile with it)
             self.sequence = self.sequence.to(Sequence.IDLE)
         return state, reward, discount
+
+    def ran(self, obs: Any, raw: Any) -> float:
+        """Count a step the env took (``obs``, ``raw``: its reward), all of :meth:`stepped` for a step that
+        goes on (:mod:`~dmrpc_gym.server.steady_serve`'s); the reward as a float."""
+        reward = float(raw)
+        self._obs = obs
+        self.episode_step += 1
+        self.episode_return += reward
+        return reward
 
     def encode(self, plan: Any, out: StepAnswer, raw: Any, ends: tuple, reward: float, discount: float,
                info: Any) -> None:

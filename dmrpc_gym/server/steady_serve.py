@@ -13,7 +13,7 @@ What it assumes (anything else declines before anything is done, and the general
 
 - a :class:`~dmrpc_gym.server.gym_world.GymAgent` (not a subclass: their steps differ), running, not
   interrupted, on the interface the request was learned on, whose lane runs the step inline now (as the
-  general path would, :meth:`~dmrpc_gym.server.workers.Lane.inline_if_quick`);
+  general path would, :meth:`~dmrpc_gym.server.workers.Lane.inline`);
 - the request: small, read by protobuf (no large actions), seen before with an action that is an
   immutable scalar (a Discrete's numpy integer, a Python number), no frame asked for;
 - the answer: its layout learned (a running step, observations of float32, float64, int8 or uint8 and a
@@ -51,16 +51,19 @@ _STATE = pb.StepResponse.DESCRIPTOR.fields_by_name["state"].number
 _FIXED_WIDTH = {c.dt for c in MEMORY_PAYLOADS.values() if c.dt != pb.BOOL}
 _PACK_DOUBLE = struct.Struct("<d").pack
 _RUNNING = Sequence.RUNNING
+_RUNNING_STATE = pb.RUNNING
 _REWARD_SLOT = ""                   # the slot name of the reward (observation names are never empty)
 
 
 class _Layout:
     """An answer's bytes: ``pieces`` around ``slots`` (``(name, dtype, shape)``; the reward's name is "")."""
 
-    __slots__ = ("pieces", "slots", "size")
+    __slots__ = ("pieces", "slots", "size", "whole")
 
-    def __init__(self, pieces: list[bytes], slots: list[tuple], size: int):
+    def __init__(self, pieces: list[bytes], slots: list[tuple], size: int, whole: str | None):
         self.pieces, self.slots, self.size = pieces, tuple(slots), size
+        #: The observation's one array, where an ndarray observation is it as it is (ValueCodec.whole).
+        self.whole = whole
 
 
 class SteadyServe:
@@ -93,37 +96,41 @@ class SteadyServe:
     # -- an answer ------------------------------------------------------------------------------
     def answer(self, raw: bytes, room: int) -> bytes | None:
         """The serialized answer to the step request ``raw``, or None (nothing done: the general path answers)."""
-        entry = self.requests.get(raw)
-        if entry is None:
+        try:
+            action, plan, layout = self.requests[raw]
+        except KeyError:
             return None
-        action, plan, layout = entry
         agent = self.agent
         if agent.sequence is not _RUNNING or agent.interface is not self.interface or layout.size > room:
             return None
         lane = agent.lane
-        spent, start = lane.spent, perf_counter()
+        spent = lane.spent
         try:
-            stepped = lane.inline_if_quick(agent.env.step, action)
+            stepped = lane.inline(agent.env.step, action)
             if stepped is NOT_NOW:
                 return None                      # a step for a worker thread: the general path's
             obs, raw_reward, terminated, truncated, info = stepped
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
             return self.failure("step", agent.step_failed(exc))
         try:
-            message = self._message(plan, layout, obs, raw_reward, terminated, truncated, info)
+            if terminated or truncated or info or type(raw_reward) is not float \
+                    or (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
+                message = self._general(plan, *agent.stepped(obs, raw_reward, terminated, truncated), raw_reward,
+                                        (terminated, truncated), info)
+            else:
+                message = self._filled(plan, layout, obs, agent.ran(obs, raw_reward), raw_reward, info)
         except Exception as exc:  # noqa: BLE001 - as Session.handle: a refusal or a server bug, answered
             return self.failure("step", exc)
-        agent.world.tally.record(perf_counter() - start, lane.spent - spent)   # as Session.handle
+        # as Session.handle (from the env call's start: the lookup before it is a few attribute reads)
+        agent.world.tally.record(perf_counter() - lane.started, lane.spent - spent)
         return message
 
-    def _message(self, plan: Any, layout: _Layout, obs: Any, raw_reward: Any, terminated: bool, truncated: bool,
-                 info: Any) -> bytes:
-        """The answer to a step the env took: the layout filled, else the general encoder's."""
-        state, reward, discount = self.agent.stepped(obs, raw_reward, terminated, truncated)
-        if terminated or truncated or info or type(raw_reward) is not float \
-                or (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
-            return self._general(plan, state, raw_reward, (terminated, truncated), reward, discount, info)
-        flat = self.interface._obs_codec.flatten(obs) if plan.env else None
+    def _filled(self, plan: Any, layout: _Layout, obs: Any, reward: float, raw_reward: Any, info: Any) -> bytes:
+        """The answer to a running step: the layout filled, else (another dtype or shape) the general encoder's."""
+        if layout.whole is not None and type(obs) is np.ndarray:
+            flat = {layout.whole: obs}           # what flatten gives for it (ValueCodec.whole)
+        else:
+            flat = self.interface._obs_codec.flatten(obs) if plan.env else None
         filled = [layout.pieces[0]]
         for (name, dtype, shape), piece in zip(layout.slots, layout.pieces[1:]):
             if name is _REWARD_SLOT:
@@ -131,13 +138,14 @@ class SteadyServe:
                 continue
             array = flat[name]
             if array.dtype != dtype or array.shape != shape:
-                return self._general(plan, state, raw_reward, (False, False), reward, discount, info)
+                return self._general(plan, _RUNNING_STATE, reward, 1.0, raw_reward, (False, False), info)
             filled += (array.tobytes(), piece)
         return b"".join(filled)
 
-    def _general(self, plan: Any, state: int, raw: Any, ends: tuple, reward: float, discount: float,
+    def _general(self, plan: Any, state: int, reward: float, discount: float, raw: Any, ends: tuple,
                  info: Any) -> bytes:
-        """The answer as the general path writes it after its step."""
+        """The answer as the general path writes it after its step (``state``, ``reward``, ``discount``: what
+        :meth:`~dmrpc_gym.server.gym_world.GymAgent.stepped` gave)."""
         out = StepAnswer()
         out.state = state
         self.agent.encode(plan, out, raw, ends, reward, discount, info)
@@ -180,7 +188,8 @@ class SteadyServe:
             slots.append(slot)
             at = b
         pieces.append(answer[at:])
-        layout = _Layout(pieces, slots, len(answer))
+        whole = self.interface._obs_codec.whole if plan.env else None
+        layout = _Layout(pieces, slots, len(answer), whole if [s[0] for s in slots if s[0]] == [whole] else None)
         flat = self.interface._obs_codec.flatten(self.agent._obs) if plan.env else {}
         rebuilt = [pieces[0]]
         for (a, b, (name, dtype, shape)), piece in zip(cuts, pieces[1:]):

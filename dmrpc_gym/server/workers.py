@@ -56,7 +56,7 @@ INLINE_BELOW = 100e-6
 ALONE_BELOW = 2e-3
 _ALONE_AFTER = 0.1      # seconds without another env's quick call before an env steps alone
 _FIRST_STREAK, _LONGEST_STREAK = 8, 4096
-#: What :meth:`Lane.inline_if_quick` returns for a call it did not make.
+#: What :meth:`Lane.inline` returns for a call it did not make.
 NOT_NOW = object()
 
 log = logging.getLogger("dmrpc_gym.server")
@@ -93,7 +93,7 @@ def _deliver(future: asyncio.Future, ok: bool, value: Any, orphan: Callable[[Any
 class Lane:
     """One env's calls, run one at a time and in order on a :class:`WorkerPool` (inline without one)."""
 
-    __slots__ = ("_pool", "_items", "_lock", "_busy", "_fast", "_streak", "inline_calls", "spent")
+    __slots__ = ("_pool", "_items", "_lock", "_busy", "_fast", "_streak", "inline_calls", "spent", "started")
 
     def __init__(self, pool: "WorkerPool | None"):
         self._pool = pool
@@ -106,52 +106,60 @@ class Lane:
         #: Seconds spent in the env's calls that someone awaited (quick, call, build), in all:
         #: a server reads it before and after a step to tell the env's time from its own.
         self.spent = 0.0
+        #: When the latest inline call began (``time.perf_counter``).
+        self.started = 0.0
 
     async def quick(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """As :meth:`call`, but inline while this lane's recent quick calls were all short (see the module doc)."""
         if kwargs:
             return await self.quick(functools.partial(fn, **kwargs), *args)
-        pool = self._pool
-        if pool is None or (self._fast >= self._streak and not self._busy):   # (as inline_if_quick says)
-            return self.inline(fn, *args)
-        pool._seen(self, time.perf_counter())
+        done = self.inline(fn, *args)
+        if done is not NOT_NOW:
+            return done
+        self._pool._seen(self, time.perf_counter())  # type: ignore[union-attr]
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._put((fn, args, loop, future, True, None))
         return await future
 
     def inline(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` on the caller's thread, now, counted and timed as :meth:`quick`'s inline calls are."""
+        """``fn(*args)`` on the caller's thread, now, where :meth:`quick` would run it inline (always without
+        a pool), counted and timed as its calls are; else :data:`NOT_NOW`, and ``fn`` is not called.
+
+        One call on the steady path of a step (:mod:`dmrpc_gym.server.steady_serve`): the common case (the
+        same env as the last quick call, stepping alone, short) takes no other call than the clock's.
+        """
         pool = self._pool
-        start = time.perf_counter()
         if pool is None:
+            start = self.started = time.perf_counter()
             try:
                 return fn(*args)
             finally:
                 self.spent += time.perf_counter() - start
-        pool._seen(self, start)
+        if self._fast < self._streak or self._busy:
+            return NOT_NOW
+        start = self.started = time.perf_counter()
+        if self is pool._last_lane and pool._alone:
+            pool._last_at = start                # what _seen would do: nothing else changes
+        else:
+            pool._seen(self, start)
         self.inline_calls += 1
         try:
             return fn(*args)
         finally:
             took = time.perf_counter() - start
             self.spent += took
-            self._timed(took)
+            if took < pool.short:
+                self._fast += 1
+            else:
+                self._slow(took)
 
-    def inline_if_quick(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` inline where :meth:`quick` would run it inline now, else :data:`NOT_NOW` (not called)."""
-        if self._pool is None or (self._fast >= self._streak and not self._busy):
-            return self.inline(fn, *args)
-        return NOT_NOW
-
-    def _timed(self, seconds: float) -> None:
-        below = self._pool.short  # type: ignore[union-attr]
-        if seconds < below:
-            self._fast += 1
-        else:
-            if self._fast >= self._streak:      # it ran inline: earn back what it cost the loop
-                self._streak = max(_FIRST_STREAK, min(int(seconds / below), _LONGEST_STREAK))
-            self._fast = 0
+    def _slow(self, seconds: float) -> None:
+        """A quick call took ``seconds``, not short: the streak starts again (longer after a stall inline)."""
+        if self._fast >= self._streak:      # it ran inline: earn back what it cost the loop
+            below = self._pool.short  # type: ignore[union-attr]
+            self._streak = max(_FIRST_STREAK, min(int(seconds / below), _LONGEST_STREAK))
+        self._fast = 0
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` on a worker thread, after this lane's earlier calls; its result or exception.
@@ -226,7 +234,10 @@ class Lane:
             took = time.perf_counter() - start
             self.spent += took
             if timed:
-                self._timed(took)
+                if took < self._pool.short:  # type: ignore[union-attr]
+                    self._fast += 1
+                else:
+                    self._slow(took)
             try:
                 loop.call_soon_threadsafe(_deliver, future, ok, value, orphan)
             except RuntimeError:
@@ -285,6 +296,8 @@ class WorkerPool:
         self._last_lane: Lane | None = None   # the lane of the latest quick call, and when
         self._last_at = float("-inf")
         self._shared_until = 0.0           # no env steps alone before this (perf_counter)
+        self._alone = False                # the last quick call's env stepped alone (short can change
+                                           # only with another env's call)
         #: Seconds below which a quick call counts as short now (more for an env stepping alone).
         self.short = self.inline_below
 
@@ -301,7 +314,8 @@ class WorkerPool:
             self._last_lane = lane
         self._last_at = now
         below = self.inline_below
-        self.short = max(below, ALONE_BELOW) if below and now >= self._shared_until else below
+        self._alone = now >= self._shared_until
+        self.short = max(below, ALONE_BELOW) if below and self._alone else below
 
     def _ready(self, lane: Lane) -> None:
         if not self._idle.acquire(blocking=False):

@@ -233,6 +233,12 @@ class ValueCodec:
         self.names: tuple[str, ...] = tuple(leaf.name for leaf in leaves)
 
     @property
+    def whole(self) -> str | None:
+        """The name of the one array that a value is, where an ``ndarray`` already of the wire dtype is its
+        own flattened array (a Box, MultiBinary or MultiDiscrete space); else None."""
+        return self._root.name if type(self._root) is _Leaf else None
+
+    @property
     def specs(self) -> dict[str, pb.TensorSpec]:
         """One fresh ``TensorSpec`` per leaf, by name."""
         out = {}

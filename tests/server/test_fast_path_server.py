@@ -24,7 +24,8 @@ from dmrpc_gym.protocol.info import INFO_UID
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import Server
 from dmrpc_gym.transport import FAST_STEP_ENV
-from dmrpc_gym.transport.frames import END_STREAM, HEADERS, PING, SETTINGS, U32, WINDOW_UPDATE, frame
+from dmrpc_gym.transport.frames import DATA, END_STREAM, HEADERS, PADDED, PING, SETTINGS, U32, WINDOW_UPDATE, frame
+from dmrpc_gym.transport.server import requests, steady
 
 _REWARDS = [1.0, 0.5, 2, np.float32(0.25), -1.0, 3.0]
 
@@ -46,8 +47,8 @@ class Scripted(gym.Env):
 
     def _obs(self):
         rng = np.random.default_rng(self.n)
-        if self.kind == "box":
-            return rng.uniform(-1, 1, 3).astype(np.float32)
+        if self.kind == "box":      # float64 now and then: flatten casts it to the spec's float32
+            return rng.uniform(-1, 1, 3).astype(np.float64 if self.n % 4 == 3 else np.float32)
         if self.kind == "dict":
             b = float(rng.uniform(-5, 5)) if self.n % 3 else np.float64(1.5)   # a Python float now and then
             return {"a": rng.integers(0, 255, (2, 2)).astype(np.uint8), "b": b}
@@ -106,7 +107,9 @@ def play(address: str, script: tuple, fast: bool, monkeypatch) -> list:
         raw.send(data(1, message(pb.EnvironmentRequest(create_world=pb.CreateWorldRequest()))))
         _answers(raw, 1, out)
         name = pb.EnvironmentResponse.FromString(out.pop()[3][5:]).create_world.world_name   # (names differ)
-        raw.send(data(1, message(pb.EnvironmentRequest(join_world=pb.JoinWorldRequest(world_name=name)))))
+        join = message(pb.EnvironmentRequest(join_world=pb.JoinWorldRequest(world_name=name)))
+        pad = 40 - len(join)                 # padded to one length, whatever the name's: the same credit
+        raw.send(frame(DATA, PADDED, 1, bytes([pad]) + join + bytes(pad)))
         _answers(raw, 1, out)
         uids = sorted(pb.EnvironmentResponse.FromString(out[-1][3][5:]).join_world.specs.observations)
         requested = [*uids[:asks[0]], *([INFO_UID, EXACT_UID] if asks[1] else [])]
@@ -141,7 +144,7 @@ def play(address: str, script: tuple, fast: bool, monkeypatch) -> list:
 
 def test_the_servers_fast_path_and_general_path_send_the_same_frames(servers, monkeypatch):
     from dmrpc_gym.server.steady_serve import SteadyServe
-    answered, fill = [], SteadyServe.answer
+    answered, fill, updates = [], SteadyServe.answer, []
 
     def counted(self, raw, room):
         got = fill(self, raw, room)
@@ -149,6 +152,9 @@ def test_the_servers_fast_path_and_general_path_send_the_same_frames(servers, mo
         return got
 
     monkeypatch.setattr(SteadyServe, "answer", counted)
+    # consumed request bytes given back after 200 (not 512 KiB): the scripts' WINDOW_UPDATEs, each path's
+    monkeypatch.setattr(requests, "CREDIT_AT", 200)
+    monkeypatch.setattr(steady, "CREDIT_AT", 200)
 
     @fuzz_settings(40)
     @given(st.sampled_from(sorted(servers)), st.tuples(st.integers(0, 4), st.booleans()),
@@ -158,7 +164,9 @@ def test_the_servers_fast_path_and_general_path_send_the_same_frames(servers, mo
         general = play(address, (asks, cuts, ops), False, monkeypatch)
         fast = play(address, (asks, cuts, ops), True, monkeypatch)
         assert fast == general
+        updates.extend(got for got in fast if got[0] == WINDOW_UPDATE)
 
     check()
     print(f"{sum(answered)} of {len(answered)} steady answers given")
     assert sum(answered) > 10
+    assert updates, "no script made the server give credit back"

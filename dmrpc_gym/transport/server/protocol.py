@@ -316,6 +316,7 @@ class GrpcProtocol(Requests, Replies, Answering, Watching, asyncio.Protocol):
             stream.compress, stream.encoding = encodings.compressor(encoding), encoding
         method = self._methods[headers[":path"]]
         stream.session = method.handler(headers)
+        stream.steady_host = stream.session if hasattr(stream.session, "steady") else None
         stream.many = method.many
         self._streams[sid] = stream
         if flags & END_STREAM:
@@ -336,7 +337,7 @@ class GrpcProtocol(Requests, Replies, Answering, Watching, asyncio.Protocol):
         if stream.held:
             self._credit_connection(stream.held)
             stream.held = 0
-        session, stream.session = stream.session, None
+        session, stream.session, stream.steady_host = stream.session, None, None
         if session is not None:
             session.close()
         self._streams.pop(stream.id, None)

@@ -30,12 +30,14 @@ from dmrpc_gym.transport.frames import (END_STREAM, FLOW_CONTROL_ERROR, MAX_WIND
                                         window_update_frame)
 from dmrpc_gym.transport.server.stream import Inbound, Outbound, Stream
 
-__all__ = ["Requests", "receive_window", "inflation_turn"]
+__all__ = ["Requests", "receive_window", "inflation_turn", "CREDIT_AT"]
 
 #: Beyond the largest message, what a connection's receive window holds: one largest message
 #: always fits, with room for small ones beside it. Consumed bytes are given back in WINDOW_UPDATEs
-#: once half of this has gathered.
+#: once half of this has gathered (:data:`CREDIT_AT`).
 _SLACK = 1 << 20
+#: Consumed bytes are given back (a WINDOW_UPDATE) once this many have gathered, on the stream or the connection.
+CREDIT_AT = _SLACK // 2
 _MAX_QUEUED = 1024               # requests waiting on one stream; more is RESOURCE_EXHAUSTED
 
 
@@ -93,14 +95,14 @@ class Requests:
         self._credit_connection(n)
         if stream.inbound is Inbound.OPEN and stream.outbound is not Outbound.ENDED:
             stream.credit += n
-            if stream.credit >= _SLACK // 2:
+            if stream.credit >= CREDIT_AT:
                 self._write(window_update_frame(stream.id, stream.credit))
                 stream.recv_window += stream.credit
                 stream.credit = 0
 
     def _credit_connection(self, n: int) -> None:
         self._credit += n
-        if self._credit >= _SLACK // 2:
+        if self._credit >= CREDIT_AT:
             self._write(window_update_frame(0, self._credit))
             self._recv_window += self._credit
             self._credit = 0

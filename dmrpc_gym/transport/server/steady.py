@@ -29,6 +29,7 @@ from typing import Any
 
 from dmrpc_gym.transport.frames import DATA, WRITE_CHUNK, grpc_frame
 from dmrpc_gym.transport.server import eager
+from dmrpc_gym.transport.server.requests import CREDIT_AT
 from dmrpc_gym.transport.server.stream import Inbound, Outbound
 
 _OPEN, _REPLIED = Inbound.OPEN, Outbound.REPLIED
@@ -57,11 +58,18 @@ def take(p: Any, data: bytes) -> bool:
             or length - 5 > splitter.limit or length > p._recv_window or length > stream.recv_window
             or not p._writable):
         return False
-    steady = getattr(stream.session, "steady", None)    # (a handler without one: the general path only)
-    if steady is None:
+    host = stream.steady_host           # (a handler without a steady answer: the general path only)
+    if host is None or host.steady is None:
         return False
-    room = min(stream.send_window, p._send_conn, p._peer.max_frame, WRITE_CHUNK) - 5
-    answer = steady(data[14:], room)
+    room = stream.send_window           # the least of the send windows, the peer's frame and a write chunk
+    if p._send_conn < room:
+        room = p._send_conn
+    if p._peer.max_frame < room:
+        room = p._peer.max_frame
+    if WRITE_CHUNK < room:
+        room = WRITE_CHUNK
+    room -= 5
+    answer = host.steady(data[14:], room)
     if answer is None:
         return False
     # What data_received, _on_data, _serve, _consumed and _send do for this request and its answer, in order.
@@ -69,8 +77,10 @@ def take(p: Any, data: bytes) -> bool:
     p._recv_window -= length
     stream.recv_window -= length
     p._frames_done += 1
-    stream.held += length
-    p._consumed(stream, length)
+    p._credit += length                 # _consumed's credit (stream.held: up by length and down again)
+    stream.credit += length
+    if p._credit >= CREDIT_AT or stream.credit >= CREDIT_AT:
+        p._consumed(stream, 0)          # its WINDOW_UPDATEs, as it writes them
     size = len(answer) + 5
     if size > room + 5:
         stream.busy = True
@@ -79,12 +89,17 @@ def take(p: Any, data: bytes) -> bool:
     p._conduct.answered = True
     stream.send_window -= size
     p._send_conn -= size
-    head = _HEADS.get((stream.id, size))          # the frame header and gRPC prefix, as grpc_frame writes them
-    if head is None:
+    try:
+        head = _HEADS[stream.id, size]    # the frame header and gRPC prefix, as grpc_frame writes them
+    except KeyError:
         head = grpc_frame(bytes(size - 5), stream.id)[:14]
         if len(_HEADS) < _KEPT:
             _HEADS[stream.id, size] = head
-    p._write(head + answer)
+    if p._held is not None or p._closed:
+        p._write(head + answer)
+    else:                               # what _write does with a frame when nothing is held back
+        p._transport.write(head + answer)
+        p._traffic.bytes_out += size + 9
     return True
 
 

@@ -48,6 +48,9 @@ class StreamHandler(Protocol):
 
     def close(self) -> None: ...
 
+    # Optional: ``steady``, a ``steady(message, room)`` answering a request synchronously with the answer's
+    # bytes, or None (:mod:`~dmrpc_gym.transport.server.steady`); the attribute may change as the session goes.
+
 
 class Inbound(State):
     """The client's half of a stream: it may send (OPEN) until its END_STREAM, or a reset (DONE)."""
@@ -87,7 +90,7 @@ class Stream:
     """
 
     __slots__ = ("id", "send_window", "recv_window", "held", "credit", "splitter", "inbox", "session", "busy", "task",
-                 "inbound", "outbound", "compress", "encoding", "many")
+                 "inbound", "outbound", "compress", "encoding", "many", "steady_host")
 
     def __init__(self, stream_id: int, window: int, limit: int, recv_window: int = DEFAULT_WINDOW):
         self.id = stream_id
@@ -105,6 +108,7 @@ class Stream:
         self.compress = None             # compresses our answers in the client's request encoding
         self.encoding = None
         self.many = False                # its method answers a request with many messages (set at HEADERS)
+        self.steady_host = None          # the session, where it has a ``steady`` answer (set at HEADERS)
 
     def end(self) -> None:
         """Our half is over (trailers or a reset sent, or the connection lost); again: nothing more."""
