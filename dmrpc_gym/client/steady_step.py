@@ -37,6 +37,7 @@ import sys
 from typing import Any
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from dmrpc_gym.client.connection import _TAGS
 from dmrpc_gym.client.fidelity import exactly
@@ -59,6 +60,7 @@ _STATE = pb.StepResponse.DESCRIPTOR.fields_by_name["state"].number
 _FIXED_WIDTH = {c.dt for c in MEMORY_PAYLOADS.values() if c.dt != pb.BOOL}
 _frombuffer = np.frombuffer
 _RUNNING = State.RUNNING
+_NOTHING = (None, None)
 
 
 def enabled() -> bool:
@@ -96,8 +98,9 @@ class SteadyStep:
         #: The answer's layout, once learned (None: not yet, or not learnable).
         self.layout: ByteLayout | None = None
         self.slots: tuple[tuple[str, int, int, np.dtype, tuple, int], ...] = ()   # (name, start, stop, dtype, shape, uid)
-        self.info: pb.Tensor | None = None        # the info and exact-extras observations, as learned
-        self.extras: pb.Tensor | None = None
+        #: The info and exact-extras observations of the answer just read (see :meth:`_tail`).
+        self.hidden: tuple[pb.Tensor | None, pb.Tensor | None] = _NOTHING
+        self.asked = {uid for uid in (INFO_UID, EXACT_UID) if uid in agent._requested}
         self.given_up = False
         self.size, self.pieces = 0, []        # the message's size and fixed pieces (start, stop, bytes)
 
@@ -154,11 +157,22 @@ class SteadyStep:
     def decode(self, message: bytes) -> dict | None:
         """The observations of an answer (however it was framed) that has the learned layout, by name;
         else None (the general path reads it). Only reads: :meth:`wrap` makes the step's result."""
-        if self.layout is None or len(message) != self.size:
+        layout = self.layout
+        if layout is None:
             return None
-        for a, b, piece in self.pieces:
-            if message[a:b] != piece:
+        if layout.tail is None:
+            if len(message) != self.size:
                 return None
+            for a, b, piece in self.pieces:
+                if message[a:b] != piece:
+                    return None
+        else:                                    # lengths to check: as a frame, as the round trip checks it
+            view = memoryview(grpc_frame(message, self.link.stream.id))
+            if not layout.fits(view, len(view)):
+                return None
+            for a, b, piece in layout.checks:
+                if view[a:b] != piece:
+                    return None
         return self._named(bytearray(message))
 
     def _named(self, message: bytearray) -> dict:
@@ -171,15 +185,36 @@ class SteadyStep:
 
     def wrap(self, named: dict) -> tuple:
         """The step's ``(obs, reward, terminated, truncated, info)`` from its observations (a running step
-        of the learned layout): the general path's own ``_result``, as its ``_stepped`` calls it."""
+        of the learned layout, whose tail :meth:`_tail` read): the general path's own ``_result``, as its
+        ``_stepped`` calls it."""
         agent = self.agent
         agent.state = _RUNNING
         agent.last_observations = named
-        carried = None if self.info is None else agent._read_info(self.info)
+        info, extras = self.hidden
+        carried = None if info is None else agent._read_info(info)
         result = agent._result(named, _RUNNING, carried)
-        if self.extras is None:
+        if extras is None:
             return result
-        return exactly(result, self.extras, agent.exact, agent.reward.fn is None and agent.reward.name == "reward")
+        return exactly(result, extras, agent.exact, agent.reward.fn is None and agent.reward.name == "reward")
+
+    def _tail(self, buf: Any, start: int, stop: int) -> bool:
+        """Whether ``buf[start:stop]``, an answer's tail, is the ``info`` and exact-extras entries the agent
+        asks for, each at most once, as the general read would take them (then :attr:`hidden`)."""
+        if start == stop:
+            self.hidden = _NOTHING
+            return True
+        found = {}
+        try:
+            for number, kind, _, end, value in fields(buf, start, stop):
+                entry = list(fields(buf, value, end)) if number == _OBSERVATIONS and kind == 2 else []
+                if [(n, k) for n, k, *_ in entry] != [(1, 0), (2, 2)] or entry[0][4] not in self.asked \
+                        or entry[0][4] in found:
+                    return False
+                found[entry[0][4]] = pb.Tensor.FromString(bytes(buf[entry[1][4]:entry[1][3]]))
+        except (Unexpected, DecodeError):
+            return False
+        self.hidden = found.get(INFO_UID), found.get(EXACT_UID)
+        return True
 
     # -- learning the layout ----------------------------------------------------------------------
     def learn(self, result: tuple) -> tuple:
@@ -196,8 +231,11 @@ class SteadyStep:
             return
         raw = bytes(raw)
         try:
-            slots, info, extras = self._walk(raw)
+            slots, tail = self._walk(raw)
         except (Unexpected, KeyError, ValueError):
+            self.given_up = True
+            return
+        if tail is not None and not self._tail(raw, tail, len(raw)):
             self.given_up = True
             return
         order = {name: i for i, name in enumerate(agent.last_observations)}   # the general path's order
@@ -205,7 +243,6 @@ class SteadyStep:
             self.given_up = True
             return
         self.slots = tuple(sorted(slots, key=lambda slot: order.get(slot[0], -1)))
-        self.info, self.extras = info, extras
         named = {}
         for name, a, b, dtype, shape, _ in self.slots:
             array = np.frombuffer(bytearray(raw[a:b]), dtype)
@@ -215,7 +252,7 @@ class SteadyStep:
             self.given_up = True
             return
         cuts = sorted((a, b) for _, a, b, *_ in self.slots)
-        self.layout = ByteLayout(raw, self.link.stream.id, cuts)
+        self.layout = ByteLayout(raw, self.link.stream.id, cuts, tail, self._tail)
         self.size, self.pieces, at = len(raw), [], 0
         for a, b in [*cuts, (len(raw), len(raw))]:
             if a > at:
@@ -223,15 +260,17 @@ class SteadyStep:
             at = b
 
     def _walk(self, raw: bytes):
-        """The observation slots ``(name, start, stop, dtype, shape)`` of a StepResponse envelope, and its
-        info and exact-extras tensors; ``Unexpected`` where the answer is not of a layout taken here."""
+        """The observation slots ``(name, start, stop, dtype, shape)`` of a StepResponse envelope, and where
+        its info and exact-extras entries begin (they must come last; the end where the agent asks for them
+        and none came; None where it asks for neither); ``Unexpected`` where the answer is not of a layout
+        taken here."""
         top = list(fields(raw, 0, len(raw)))
         if len(top) != 1 or top[0][:2] != (_STEP, 2) or top[0][3] != len(raw):
             raise Unexpected
         by_uid = self.agent.specs.observations.by_uid
-        slots, info, extras, state = [], None, None, None
-        for number, kind, _, stop, value in fields(raw, top[0][4], len(raw)):
-            if number == _STATE and kind == 0:
+        slots, tail, state = [], None, None
+        for number, kind, start, stop, value in fields(raw, top[0][4], len(raw)):
+            if number == _STATE and kind == 0 and tail is None:
                 state = value
                 continue
             if number != _OBSERVATIONS or kind != 2:
@@ -239,15 +278,13 @@ class SteadyStep:
             entry = list(fields(raw, value, stop))
             if [(n, k) for n, k, *_ in entry] != [(1, 0), (2, 2)]:
                 raise Unexpected
-            uid, (_, _, _, end, start) = entry[0][4], entry[1]
-            if uid in (INFO_UID, EXACT_UID):
-                tensor = pb.Tensor.FromString(raw[start:end])
-                if uid == INFO_UID:
-                    info = tensor
-                else:
-                    extras = tensor
+            uid, (_, _, _, end, begin) = entry[0][4], entry[1]
+            if uid in self.asked:
+                tail = start if tail is None else tail
                 continue
-            shape, (payload, a, b) = parts(raw, start, end, MEMORY_PAYLOADS)
+            if tail is not None:                 # nothing after the info and exact-extras entries
+                raise Unexpected
+            shape, (payload, a, b) = parts(raw, begin, end, MEMORY_PAYLOADS)
             inner = list(fields(raw, a, b))
             if payload not in _FIXED_WIDTH or len(inner) != 1 or inner[0][:2] != (1, 2):
                 raise Unexpected
@@ -258,7 +295,7 @@ class SteadyStep:
             slots.append((by_uid[uid].name, a, b, dtype, tuple(shape or ()), uid))
         if state != pb.RUNNING:
             raise Unexpected
-        return slots, info, extras
+        return slots, len(raw) if tail is None and self.asked else tail
 
 
 def _same(ours: dict, theirs: dict) -> bool:

@@ -44,7 +44,7 @@ from dmrpc_gym.protocol.protowire import ONE_BYTE, memory_head, varint
 from dmrpc_gym.protocol.screen import MAX_SETTINGS, MAX_WALKED, NO_SPECS, SETTINGS, Screen, judge_settings, judge_varints
 from dmrpc_gym.protocol.walk import LARGE, Decoded, Unexpected, fields, read_tensor
 
-__all__ = ["LARGE", "ACTIONS", "OBSERVATIONS", "STEP_TAG", "Pieces", "split", "Decoded", "NO_SPECS", "MAX_WALKED",
+__all__ = ["LARGE", "ACTIONS", "OBSERVATIONS", "STEP_TAG", "Pieces", "entry_bytes", "split", "Decoded", "NO_SPECS", "MAX_WALKED",
            "MAX_SETTINGS"]
 
 #: Field numbers of the maps: StepRequest ``actions``, StepResponse ``observations``.
@@ -64,6 +64,20 @@ def _key(uid: int) -> bytes:
     if len(_KEYS) < 4096:
         _KEYS[uid] = key
     return key
+
+
+def entry_bytes(tag: bytes, uid: int, tensor: bytes) -> bytes:
+    """The map entry ``uid -> tensor`` (a serialized Tensor) of the map field whose tag is ``tag``, serialized.
+
+    >>> entry_bytes(bytes([(OBSERVATIONS << 3) | 2]), 5, b"R\\x00")
+    b'\\x12\\x06\\x08\\x05\\x12\\x02R\\x00'
+    """
+    key = _KEYS.get(uid) or _key(uid)
+    n = len(tensor)
+    if n + len(key) < 127:           # both lengths fit one byte
+        return tag + ONE_BYTE[n + len(key) + 1] + key + ONE_BYTE[n] + tensor
+    size = varint(n)
+    return b"".join((tag, varint(len(key) + len(size) + n), key, size, tensor))
 
 
 class Pieces:
@@ -108,12 +122,7 @@ class Pieces:
         self.parts.append(self._entry_bytes(uid, tensor))
 
     def _entry_bytes(self, uid: int, tensor: bytes) -> bytes:
-        key = _KEYS.get(uid) or _key(uid)
-        n = len(tensor)
-        if n + len(key) < 127:           # both lengths fit one byte
-            return self.tag + ONE_BYTE[n + len(key) + 1] + key + ONE_BYTE[n] + tensor
-        size = varint(n)
-        return b"".join((self.tag, varint(len(key) + len(size) + n), key, size, tensor))
+        return entry_bytes(self.tag, uid, tensor)
 
     def take(self, uid: int, value: Any, dtype: Any) -> bool:
         """Whether ``value`` (the Tensor of ``uid``) is large, and so was added to the pieces."""

@@ -285,7 +285,7 @@ class AgentInterface:
                 out.add_double(uid, discount) if dt == pb.DOUBLE else out.add(uid, discount, dt)
             elif kind == _INFO:
                 if info:
-                    out.add_bytes(uid, info_tensor_bytes(self._info_text(info)))
+                    out.add_bytes(uid, self.info_tensor(info))
             elif kind == _EXACT:
                 if exact:
                     out.add_bytes(uid, info_tensor_bytes(pack_info(exact)))
@@ -303,6 +303,10 @@ class AgentInterface:
         if plan.rgb:
             render = await rendered(lane, render)
         self.encode(plan, out, observation, reward, discount, render, info, exact)
+
+    def info_tensor(self, info: Mapping[str, Any]) -> bytes:
+        """The serialized Tensor that carries ``info`` (see :mod:`dmrpc_gym.protocol.info`)."""
+        return info_tensor_bytes(self._info_text(info))
 
     def _info_text(self, info: Mapping[str, Any]) -> str:
         """``info`` as it travels; a key whose value cannot cross is logged once (the client says so too)."""

@@ -17,10 +17,12 @@ What it assumes (anything else declines before anything is done, and the general
 - the request: small, read by protobuf (no large actions), seen before with an action that is an
   immutable scalar (a Discrete's numpy integer, a Python number), no frame asked for;
 - the answer: its layout learned (a running step, observations of float32, float64, int8 or uint8 and a
-  DOUBLE reward, no ``info`` or exact extras in it) and its size within ``room``.
+  DOUBLE reward; ``info`` and the exact extras, where asked for, last) and its size within ``room``.
+  An ``info`` is written by the general path's info encoder and goes at the end, the envelope's length
+  grown by its size.
 
-Once the env has stepped there is no declining: a step that does not fit the layout (it ended, an
-``info``, a reward of another type, an observation of another dtype or shape) is written by the general
+Once the env has stepped there is no declining: a step that does not fit the layout (it ended, exact
+extras to say, a reward of another type, an observation of another dtype or shape) is written by the general
 encoder, the very code the general path runs after its step. ``DMRPC_FAST_STEP=0`` turns this off
 (read per connection, :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol`).
 """
@@ -33,11 +35,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from dmrpc_gym.protocol.bulk import OBSERVATIONS, STEP_TAG, entry_bytes
+from dmrpc_gym.protocol.info import INFO_UID
+from dmrpc_gym.protocol.protowire import varint
 from dmrpc_gym.protocol.walk import MEMORY_PAYLOADS, Unexpected, fields, parts
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport import FAST_STEP_ENV
 from dmrpc_gym.server.gym_world import GymAgent, Sequence
-from dmrpc_gym.server.interface import _DISCOUNT, _ENV, _REWARD, StepAnswer
+from dmrpc_gym.server.interface import _DISCOUNT, _ENV, _EXACT, _INFO, _REWARD, StepAnswer
 from dmrpc_gym.server.workers import NOT_NOW
 
 __all__ = ["SteadyServe"]
@@ -49,21 +54,32 @@ _STEP = pb.EnvironmentResponse.DESCRIPTOR.fields_by_name["step"].number
 _OBSERVATIONS = pb.StepResponse.DESCRIPTOR.fields_by_name["observations"].number
 _STATE = pb.StepResponse.DESCRIPTOR.fields_by_name["state"].number
 _FIXED_WIDTH = {c.dt for c in MEMORY_PAYLOADS.values() if c.dt != pb.BOOL}
-_PACK_DOUBLE = struct.Struct("<d").pack
+_PACK_DOUBLE, _UNPACK_DOUBLE = struct.Struct("<d").pack, struct.Struct("<d").unpack
+_STEP_TAG = STEP_TAG
+_ENTRY_TAG = bytes(((OBSERVATIONS << 3) | 2,))       # an entry of the StepResponse's observations map
+_HIDDEN = (_INFO, _EXACT)                            # observations no spec lists: they go last
 _RUNNING = Sequence.RUNNING
 _RUNNING_STATE = pb.RUNNING
 _REWARD_SLOT = ""                   # the slot name of the reward (observation names are never empty)
 
 
 class _Layout:
-    """An answer's bytes: ``pieces`` around ``slots`` (``(name, dtype, shape)``; the reward's name is "")."""
+    """An answer's bytes: ``pieces`` around ``slots`` (``(name, dtype, shape)``; the reward's name is "").
 
-    __slots__ = ("pieces", "slots", "size", "whole")
+    Where the plan asks for ``info`` (``info``), an ``info`` entry goes last: the answer is then the
+    envelope's tag and length (of ``body`` bytes and the entry's), ``first`` (the rest of ``pieces[0]``),
+    the other pieces and slots, and the entry. ``pieces[0]`` has the length of an answer without one.
+    """
 
-    def __init__(self, pieces: list[bytes], slots: list[tuple], size: int, whole: str | None):
-        self.pieces, self.slots, self.size = pieces, tuple(slots), size
+    __slots__ = ("pieces", "slots", "size", "whole", "info", "head", "body", "first")
+
+    def __init__(self, pieces: list[bytes], slots: list[tuple], whole: str | None, info: bool, first: bytes,
+                 body: int):
+        self.pieces, self.slots = pieces, tuple(slots)
         #: The observation's one array, where an ndarray observation is it as it is (ValueCodec.whole).
         self.whole = whole
+        self.info, self.head, self.body, self.first = info, _STEP_TAG, body, first
+        self.size = len(pieces[0]) - len(first) + body     # without an info entry
 
 
 class SteadyServe:
@@ -113,33 +129,51 @@ class SteadyServe:
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
             return self.failure("step", agent.step_failed(exc))
         try:
-            if terminated or truncated or info or type(raw_reward) is not float \
+            if terminated or truncated or type(raw_reward) is not float \
                     or (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
                 message = self._general(plan, *agent.stepped(obs, raw_reward, terminated, truncated), raw_reward,
                                         (terminated, truncated), info)
             else:
-                message = self._filled(plan, layout, obs, agent.ran(obs, raw_reward), raw_reward, info)
+                reward = agent.ran(obs, raw_reward)
+                tail = b""                       # info goes last, where it is asked for
+                if info and layout.info:
+                    tail = entry_bytes(_ENTRY_TAG, INFO_UID, self.interface.info_tensor(info))
+                message = self._filled(plan, layout, obs, reward, tail) \
+                    or self._general(plan, _RUNNING_STATE, reward, 1.0, raw_reward, (False, False), info)
         except Exception as exc:  # noqa: BLE001 - as Session.handle: a refusal or a server bug, answered
             return self.failure("step", exc)
         # as Session.handle (from the env call's start: the lookup before it is a few attribute reads)
         agent.world.tally.record(perf_counter() - lane.started, lane.spent - spent)
         return message
 
-    def _filled(self, plan: Any, layout: _Layout, obs: Any, reward: float, raw_reward: Any, info: Any) -> bytes:
-        """The answer to a running step: the layout filled, else (another dtype or shape) the general encoder's."""
+    def _filled(self, plan: Any, layout: _Layout, obs: Any, reward: float, tail: bytes) -> bytes | None:
+        """The answer to a running step: the layout filled, with ``tail`` (the serialized ``info`` entry, or
+        nothing) at its end; None where the observation does not fit the layout (the general encoder then
+        writes the answer, or says what is wrong with it)."""
         if layout.whole is not None and type(obs) is np.ndarray:
             flat = {layout.whole: obs}           # what flatten gives for it (ValueCodec.whole)
+        elif plan.env:
+            try:
+                flat = self.interface._obs_codec.flatten(obs)
+            except (ValueError, TypeError):
+                return None
         else:
-            flat = self.interface._obs_codec.flatten(obs) if plan.env else None
+            flat = {}
         filled = [layout.pieces[0]]
         for (name, dtype, shape), piece in zip(layout.slots, layout.pieces[1:]):
             if name is _REWARD_SLOT:
                 filled += (_PACK_DOUBLE(reward), piece)
                 continue
-            array = flat[name]
+            try:
+                array = flat[name]
+            except KeyError:
+                return None
             if array.dtype != dtype or array.shape != shape:
-                return self._general(plan, _RUNNING_STATE, reward, 1.0, raw_reward, (False, False), info)
+                return None
             filled += (array.tobytes(), piece)
+        if tail:                                 # the envelope's length grows by the tail's
+            filled[0] = layout.head + varint(layout.body + len(tail)) + layout.first
+            filled.append(tail)
         return b"".join(filled)
 
     def _general(self, plan: Any, state: int, reward: float, discount: float, raw: Any, ends: tuple,
@@ -177,44 +211,57 @@ class SteadyServe:
 
     def _layout(self, plan: Any, answer: bytes) -> _Layout | None:
         """The layout of ``answer`` (a running step of ``plan``), if it is one taken here and filling it with
-        this step's values gives the very bytes; else None."""
+        this step's values (and its own ``info`` entry) gives the very bytes; else None."""
         try:
-            cuts = self._slots(plan, answer)
+            cuts, end, body_start = self._slots(plan, answer)
         except (Unexpected, KeyError, ValueError):
             return None
-        pieces, at, slots = [], 0, []
+        pieces, at, slots, reward = [], body_start, [], 0.0
         for a, b, slot in cuts:
             pieces.append(answer[at:a])
             slots.append(slot)
             at = b
-        pieces.append(answer[at:])
+            if slot[0] is _REWARD_SLOT:
+                reward = _UNPACK_DOUBLE(answer[a:b])[0]
+        pieces.append(answer[at:end])
+        first, body = pieces[0], end - body_start
+        pieces[0] = _STEP_TAG + varint(body) + first       # the envelope of an answer without info
         whole = self.interface._obs_codec.whole if plan.env else None
-        layout = _Layout(pieces, slots, len(answer), whole if [s[0] for s in slots if s[0]] == [whole] else None)
-        flat = self.interface._obs_codec.flatten(self.agent._obs) if plan.env else {}
-        rebuilt = [pieces[0]]
-        for (a, b, (name, dtype, shape)), piece in zip(cuts, pieces[1:]):
-            array = flat.get(name) if name else None
-            if name and (array is None or array.dtype != dtype or array.shape != shape):
-                return None
-            rebuilt += [answer[a:b] if not name else array.tobytes(), piece]
-        return layout if b"".join(rebuilt) == answer else None
+        layout = _Layout(pieces, slots, whole if [s[0] for s in slots if s[0]] == [whole] else None,
+                         any(item[1] == _INFO for item in plan.items), first, body)
+        try:
+            rebuilt = self._filled(plan, layout, self.agent._obs, reward, answer[end:])
+        except Exception:  # noqa: BLE001 - an observation this path cannot write: the general path's
+            return None
+        return layout if rebuilt == answer else None
 
-    def _slots(self, plan: Any, answer: bytes) -> list[tuple]:
-        """``(start, stop, (name, dtype, shape))`` of each value of ``answer``; ``Unexpected`` where it has another layout."""
+    def _slots(self, plan: Any, answer: bytes) -> tuple[list[tuple], int, int]:
+        """``(start, stop, (name, dtype, shape))`` of each value of ``answer``, where its ``info`` and exact
+        extras begin (they come last; its end without them) and where its StepResponse begins;
+        ``Unexpected`` where it has another layout."""
         top = list(fields(answer, 0, len(answer)))
         if len(top) != 1 or top[0][:2] != (_STEP, 2) or top[0][3] != len(answer):
             raise Unexpected
         items = {uid: (kind, name, dt) for uid, kind, name, dt in plan.items}
-        cuts, state = [], None
-        for number, kind, _, stop, value in fields(answer, top[0][4], len(answer)):
-            if number == _STATE and kind == 0:
+        kinds = [item[1] for item in plan.items]
+        hidden = [kind in _HIDDEN for kind in kinds]
+        if hidden != sorted(hidden):                        # info and the extras asked for last
+            raise Unexpected
+        cuts, state, tail = [], None, None
+        for number, kind, start, stop, value in fields(answer, top[0][4], len(answer)):
+            if number == _STATE and kind == 0 and tail is None:
                 state = value
                 continue
             entry = list(fields(answer, value, stop)) if number == _OBSERVATIONS and kind == 2 else []
             if [(n, k) for n, k, *_ in entry] != [(1, 0), (2, 2)]:
                 raise Unexpected
-            item, (_, _, _, end, start) = items[entry[0][4]], entry[1]
-            shape, (payload, a, b) = parts(answer, start, end, MEMORY_PAYLOADS)
+            item, (_, _, _, end, begin) = items[entry[0][4]], entry[1]
+            if item[0] in _HIDDEN:
+                tail = start if tail is None else tail
+                continue
+            if tail is not None:                            # nothing after info and the extras
+                raise Unexpected
+            shape, (payload, a, b) = parts(answer, begin, end, MEMORY_PAYLOADS)
             inner = list(fields(answer, a, b))
             if payload not in _FIXED_WIDTH or len(inner) != 1 or inner[0][:2] != (1, 2):
                 raise Unexpected
@@ -227,4 +274,4 @@ class SteadyServe:
                 raise Unexpected
         if state != pb.RUNNING:
             raise Unexpected
-        return cuts
+        return cuts, len(answer) if tail is None else tail, top[0][4]

@@ -114,8 +114,9 @@ def answers(draw, layout: list, info: bool):
             body += entry(uid, tensors.pack(values(draw, dtype, shape), dtype).SerializeToString())
         if kind == "extra":
             body += entry(99, tensors.pack(np.float32(1)).SerializeToString())
-        if kind == "info" and info:
-            body += entry(INFO_UID, info_tensor_bytes(pack_info({"n": draw(st.integers(0, 9))})))
+        if info and (kind == "info" or draw(st.booleans())):     # of any size: the envelope's length varies
+            said = {"n": draw(st.integers(0, 9)), "s": "x" * draw(st.sampled_from([0, 1, 5, 60, 130, 300]))}
+            body += entry(INFO_UID, info_tensor_bytes(pack_info(said)))
         state = {"terminated": pb.TERMINATED, "interrupted": pb.INTERRUPTED}.get(kind, pb.RUNNING)
         step = b"\x08" + varint(state) + body if draw(st.booleans()) else body + b"\x08" + varint(state)
         message = b"\x1a" + varint(len(step)) + step
@@ -190,7 +191,7 @@ def test_the_fast_path_and_the_general_path_agree(monkeypatch):
     fast_used, finished, named = [], [], SteadyStep._named
 
     def counted(self, message):
-        finished.append(1)
+        finished.append(self.hidden[0] is not None)        # (an answer taken fast: with an info?)
         return named(self, message)
 
     monkeypatch.setattr(SteadyStep, "_named", counted)
@@ -207,8 +208,10 @@ def test_the_fast_path_and_the_general_path_agree(monkeypatch):
             assert same(got, want), (got, want)
 
     check()
-    print(f"{sum(fast_used)} of {len(fast_used)} examples learned a layout; {len(finished)} answers taken fast")
+    print(f"{sum(fast_used)} of {len(fast_used)} examples learned a layout; {len(finished)} answers taken fast, "
+          f"{sum(finished)} of them with an info")
     assert any(fast_used) and finished, "no example took the fast path"
+    assert any(finished), "no answer with an info took the fast path"
 
 
 def test_a_steady_catch_episode_takes_the_fast_path_and_matches_the_general_one():

@@ -64,7 +64,8 @@ class Scripted(gym.Env):
         if self.n == self.fail_at:
             raise RuntimeError("scripted failure")
         ended = self.end_every and self.n % self.end_every == 0
-        info = {"n": self.n} if self.info_every and self.n % self.info_every == 0 else {}
+        info = {"n": self.n, "s": "x" * (self.n * 37 % 300)} if self.info_every and self.n % self.info_every == 0 \
+            else {}                          # (of many sizes: the envelope's length varies)
         return self._obs(), _REWARDS[(self.n + int(action)) % len(_REWARDS)], ended, False, info
 
 

@@ -28,9 +28,10 @@ meets the general path's bounds. The connection's flow control and counters move
 from __future__ import annotations
 
 import ssl
-from typing import Any
+from typing import Any, Callable
 
 from dmrpc_gym.transport.client.stream import _HALF
+from dmrpc_gym.protocol.protowire import varint
 from dmrpc_gym.transport.frames import grpc_frame
 
 __all__ = ["ByteLayout", "SteadyLink", "NOT_SENT", "SENDING", "RECEIVING", "TAKEN"]
@@ -46,22 +47,56 @@ class ByteLayout:
     """The bytes a DATA frame carrying one gRPC message on stream ``stream_id`` must have: those of
     ``message``, framed, except in ``slots`` (``(start, stop)`` offsets into ``message``, in order).
 
+    ``tail``: where a part of varying length begins (an offset into ``message``, after every slot), for
+    the answers whose last entries change in size (a served env's ``info``); None: the message is of one
+    size. ``check_tail(view, start, stop)`` (with a tail) judges that part of a received frame: whether
+    to take it. Where the message has a tail, the lengths (the frame's, the gRPC prefix's and those of
+    the ``head`` bytes that open the message: a tag, then a varint of what follows) must agree with the
+    frame's size, and the varint keep its width.
+
     >>> layout = ByteLayout(b"ab1234cd", 1, [(2, 6)])
     >>> layout.total, [(a, b) for a, b, _ in layout.checks]
     (22, [(0, 16), (20, 22)])
+    >>> tailed = ByteLayout(b"\\x2a\\x07ab1234c", 1, [(4, 8)], tail=9, check_tail=lambda *cut: True)
+    >>> [(a, b) for a, b, _ in tailed.checks], tailed.fits(memoryview(grpc_frame(b"\\x2a\\x09ab9999cxy", 1)), 25)
+    ([(3, 10), (14, 15), (16, 18), (22, 23)], True)
     """
 
-    __slots__ = ("total", "checks")
+    __slots__ = ("total", "checks", "tail", "check_tail", "_width")
 
-    def __init__(self, message: bytes, stream_id: int, slots: list[tuple[int, int]]):
+    def __init__(self, message: bytes, stream_id: int, slots: list[tuple[int, int]], tail: int | None = None,
+                 check_tail: Callable[[Any, int, int], bool] | None = None):
         framed = grpc_frame(message, stream_id)
-        self.total = len(framed)
+        self.tail, self.check_tail = tail, check_tail
+        self.total = len(framed) if tail is None else tail + 14     # with a tail: the least
+        cut = list(slots)
+        if tail is not None:                 # the lengths vary: the frame's, the prefix's, the head's varint
+            self._width = len(varint(len(message) - 1 - _width(message)))
+            cut = [(-14, -11), (-4, 0), (1, 1 + self._width), *cut, (tail, len(message))]
         checks, at = [], 0
-        for start, stop in slots:
+        for start, stop in cut:
             checks.append((at, start + 14, framed[at:start + 14]))
             at = stop + 14
-        checks.append((at, self.total, framed[at:]))
+        checks.append((at, len(framed), framed[at:]))
         self.checks = tuple((a, b, piece) for a, b, piece in checks if b > a)
+
+    def fits(self, view: Any, got: int) -> bool:
+        """With a tail: whether ``got`` bytes received (``view``) are one whole frame of this layout's
+        lengths, and ``check_tail`` takes its tail (the fixed parts are :attr:`checks`)."""
+        n = got - 9
+        width = self._width
+        return (got >= self.total and (view[0] << 16 | view[1] << 8 | view[2]) == n
+                and (view[10] << 24 | view[11] << 16 | view[12] << 8 | view[13]) == n - 5
+                and view[15:15 + width] == varint(n - 6 - width)
+                and self.check_tail(view, self.tail + 14, got))
+
+
+def _width(message: bytes) -> int:
+    """The width of the varint after ``message``'s first byte (a tag)."""
+    width = 1
+    while message[width] & 0x80:
+        width += 1
+    return width
 
 
 class SteadyLink:
@@ -124,7 +159,7 @@ class SteadyLink:
                 conn._dead = err
                 return None
             view = conn._rview
-            if got == layout.total:
+            if got == layout.total if layout.tail is None else layout.fits(view, got):
                 for a, b, piece in layout.checks:
                     if view[a:b] != piece:
                         break
