@@ -434,8 +434,15 @@ these machines are noisy. Regenerate everything here with
 python benchmarks/bench_steps.py --save     # steps/s, ratios, codec table; rewrites this file and the plot
 python benchmarks/memory.py --save          # resident memory over 1e5 steps (its section below)
 python benchmarks/bench_codec.py            # the tensor codec alone
-python benchmarks/bench_transport.py        # 16 MiB payloads vs the official client, TLS, keepalive (transport.md)
-python benchmarks/bench_concurrency.py      # slow worlds stepped concurrently, process workers
+python benchmarks/bench_transport.py        # 16 MiB payloads vs the official client, TLS, keepalive (transport.md); info and seeds (info.md)
+python benchmarks/bench_concurrency.py      # slow worlds stepped concurrently, process workers (concurrency.md)
+python benchmarks/bench_dm_env.py --save   # connect_dm_env vs DmEnvAdaptor; wire cost of dm_control vs gymnasium (dm_env.md)
+python benchmarks/fidelity_table.py --write  # the differential fidelity suite's table of envs (fidelity.md)
+python benchmarks/bench_render_cost.py --save  # render_mode='rgb_array' without render() vs none (fidelity.md)
+python benchmarks/bench_served_local.py --save # served / local steps/s, one env of each family (fidelity.md)
+python benchmarks/bench_metrics.py --tree /path/to/old/checkout  # Prometheus metrics on / off per step (metrics.md)
+python benchmarks/bench_counts.py --tree /path/to/old/checkout   # Python calls (and --callgrind: instructions) per small step (counts.md)
+python benchmarks/bench_sb3.py --tree /path/to/old/checkout      # SB3 vector envs over dm_env_rpc, checkouts side by side (sb3.md)
 ```
 
 `servers.py` holds the trivial servers (started in subprocesses): an
