@@ -119,6 +119,7 @@ class SteadyStep:
                 return None
         link = self.link
         stream, pending = link.stream, conn._pending
+        self.hidden = _NOTHING
         before = stream.messages_sent
         conn._entries += 1
         entry = Pending("step", conn._entries)
@@ -167,10 +168,12 @@ class SteadyStep:
                 if message[a:b] != piece:
                     return None
         else:                                    # lengths to check: as a frame, as the round trip checks it
+            self.hidden = _NOTHING
             view = memoryview(grpc_frame(message, self.link.stream.id))
-            if not layout.fits(view, len(view)):
+            checks = layout.checks if len(view) == layout.total else layout.fitting(view, len(view))
+            if checks is None:
                 return None
-            for a, b, piece in layout.checks:
+            for a, b, piece in checks:
                 if view[a:b] != piece:
                     return None
         return self._named(bytearray(message))
@@ -199,10 +202,8 @@ class SteadyStep:
 
     def _tail(self, buf: Any, start: int, stop: int) -> bool:
         """Whether ``buf[start:stop]``, an answer's tail, is the ``info`` and exact-extras entries the agent
-        asks for, each at most once, as the general read would take them (then :attr:`hidden`)."""
-        if start == stop:
-            self.hidden = _NOTHING
-            return True
+        asks for, each at most once, as the general read would take them (then :attr:`hidden`: a step sets it
+        to nothing before its answer comes, an answer without a tail keeps it so)."""
         found = {}
         try:
             for number, kind, _, end, value in fields(buf, start, stop):

@@ -45,50 +45,65 @@ _WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError)
 
 class ByteLayout:
     """The bytes a DATA frame carrying one gRPC message on stream ``stream_id`` must have: those of
-    ``message``, framed, except in ``slots`` (``(start, stop)`` offsets into ``message``, in order).
+    ``message``, framed, except in ``slots`` (``(start, stop)`` offsets into ``message``, in order):
+    a frame of :attr:`total` bytes whose :attr:`checks` (``(start, stop, bytes)``) hold.
 
     ``tail``: where a part of varying length begins (an offset into ``message``, after every slot), for
-    the answers whose last entries change in size (a served env's ``info``); None: the message is of one
-    size. ``check_tail(view, start, stop)`` (with a tail) judges that part of a received frame: whether
-    to take it. Where the message has a tail, the lengths (the frame's, the gRPC prefix's and those of
-    the ``head`` bytes that open the message: a tag, then a varint of what follows) must agree with the
-    frame's size, and the varint keep its width.
+    answers whose last entries change in size (a served env's ``info``); None: the message is of one
+    size. With a tail, :attr:`total` and :attr:`checks` are those of the message without it (its lengths
+    made so), and :meth:`fitting` gives the checks of a frame with one: its lengths (the frame's, the gRPC
+    prefix's and the varint after the message's first byte, a tag) must agree with its size, the varint
+    keep its width, and ``check_tail(view, start, stop)`` take the tail.
 
     >>> layout = ByteLayout(b"ab1234cd", 1, [(2, 6)])
     >>> layout.total, [(a, b) for a, b, _ in layout.checks]
     (22, [(0, 16), (20, 22)])
-    >>> tailed = ByteLayout(b"\\x2a\\x07ab1234c", 1, [(4, 8)], tail=9, check_tail=lambda *cut: True)
-    >>> [(a, b) for a, b, _ in tailed.checks], tailed.fits(memoryview(grpc_frame(b"\\x2a\\x09ab9999cxy", 1)), 25)
-    ([(3, 10), (14, 15), (16, 18), (22, 23)], True)
+    >>> tailed = ByteLayout(b"\\x2a\\x07ab1234c", 1, [(4, 8)], tail=7, check_tail=lambda view, a, b: True)
+    >>> tailed.total, tailed.checks[0][2][10:16]     # without the tail: a message of 7 bytes, 5 after its head
+    (21, b'\\x00\\x00\\x00\\x07*\\x05')
+    >>> checks = tailed.fitting(memoryview(grpc_frame(b"\\x2a\\x09ab9999cxy", 1)), 25)
+    >>> [(a, b) for a, b, _ in checks]
+    [(3, 10), (14, 15), (16, 18)]
     """
 
-    __slots__ = ("total", "checks", "tail", "check_tail", "_width")
+    __slots__ = ("total", "checks", "tail", "check_tail", "_width", "_tailed")
 
     def __init__(self, message: bytes, stream_id: int, slots: list[tuple[int, int]], tail: int | None = None,
                  check_tail: Callable[[Any, int, int], bool] | None = None):
-        framed = grpc_frame(message, stream_id)
-        self.tail, self.check_tail = tail, check_tail
-        self.total = len(framed) if tail is None else tail + 14     # with a tail: the least
-        cut = list(slots)
+        self.tail, self.check_tail, self._width, self._tailed = tail, check_tail, 0, ()
         if tail is not None:                 # the lengths vary: the frame's, the prefix's, the head's varint
-            self._width = len(varint(len(message) - 1 - _width(message)))
-            cut = [(-14, -11), (-4, 0), (1, 1 + self._width), *cut, (tail, len(message))]
-        checks, at = [], 0
-        for start, stop in cut:
-            checks.append((at, start + 14, framed[at:start + 14]))
-            at = stop + 14
-        checks.append((at, len(framed), framed[at:]))
-        self.checks = tuple((a, b, piece) for a, b, piece in checks if b > a)
+            width = self._width = _width(message)
+            self._tailed = _checks(message, stream_id, [(-14, -11), (-4, 0), (1, 1 + width), *slots,
+                                                        (tail, len(message))])
+            bare = message[:1] + varint(tail - 1 - width) + message[1 + width:tail]
+            message = bare if len(bare) == tail else None    # (None: without a tail its varint is narrower)
+        self.total = -1 if message is None else len(message) + 14
+        self.checks = () if message is None else _checks(message, stream_id, slots)
 
-    def fits(self, view: Any, got: int) -> bool:
-        """With a tail: whether ``got`` bytes received (``view``) are one whole frame of this layout's
-        lengths, and ``check_tail`` takes its tail (the fixed parts are :attr:`checks`)."""
-        n = got - 9
-        width = self._width
-        return (got >= self.total and (view[0] << 16 | view[1] << 8 | view[2]) == n
+    def fitting(self, view: Any, got: int) -> tuple | None:
+        """The checks of a frame of ``got`` bytes (``view``), not :attr:`total` bytes: with a tail, where the
+        frame's lengths agree with its size and ``check_tail`` takes its tail; else None."""
+        tail = self.tail
+        if tail is None or got < tail + 14:
+            return None
+        n, width = got - 9, self._width
+        if ((view[0] << 16 | view[1] << 8 | view[2]) == n
                 and (view[10] << 24 | view[11] << 16 | view[12] << 8 | view[13]) == n - 5
                 and view[15:15 + width] == varint(n - 6 - width)
-                and self.check_tail(view, self.tail + 14, got))
+                and self.check_tail(view, tail + 14, got)):
+            return self._tailed
+        return None
+
+
+def _checks(message: bytes, stream_id: int, cuts: list[tuple[int, int]]) -> tuple:
+    """``(start, stop, bytes)`` of ``message`` framed, around ``cuts`` (offsets into the message)."""
+    framed = grpc_frame(message, stream_id)
+    checks, at = [], 0
+    for start, stop in cuts:
+        checks.append((at, start + 14, framed[at:start + 14]))
+        at = stop + 14
+    checks.append((at, len(framed), framed[at:]))
+    return tuple((a, b, piece) for a, b, piece in checks if b > a)
 
 
 def _width(message: bytes) -> int:
@@ -159,8 +174,9 @@ class SteadyLink:
                 conn._dead = err
                 return None
             view = conn._rview
-            if got == layout.total if layout.tail is None else layout.fits(view, got):
-                for a, b, piece in layout.checks:
+            checks = layout.checks if got == layout.total else layout.fitting(view, got)
+            if checks is not None:
+                for a, b, piece in checks:
                     if view[a:b] != piece:
                         break
                 else:
