@@ -22,7 +22,10 @@ What it assumes (anything else takes the general path, which stays the reference
 - answers: every observation a float32, float64, int8 or uint8 tensor (fixed width: a value changes
   no length), the answer under :data:`~dmrpc_gym.protocol.walk.LARGE` bytes, state RUNNING, and the
   same observations in the same order with the same shapes as the answer the layout was learned from;
-  the ``info`` and exact-extras observations, when sent, have the very bytes they had then;
+  the ``info`` and exact-extras observations, where the agent asks for them, come last, each at most
+  once, as the tail of the layout (:class:`~dmrpc_gym.transport.ByteLayout`): of any size, provided the
+  envelope's length keeps the width of its varint, and read by :meth:`SteadyStep._tail` as the general
+  read takes them (any other tail: the general read);
 - a little-endian machine (protobuf's byte order is then numpy's native one).
 
 The layout checks itself when it is learned: the observations it reads from that answer must equal,
