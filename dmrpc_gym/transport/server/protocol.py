@@ -139,8 +139,10 @@ class GrpcProtocol(Requests, Replies, Answering, Watching, asyncio.Protocol):
                 pass
 
     def data_received(self, data: bytes) -> None:
-        if self._steady and not self._buf and steady.take(self, data):
-            return                         # one steady-state request, answered (transport.server.steady)
+        if self._steady and not self._buf:
+            data = steady.take(self, data)   # steady-state requests answered (transport.server.steady)
+            if not data:
+                return
         if self._lingering:
             return                         # after a protocol error: read and dropped (see abort)
         self._traffic.bytes_in += len(data)
