@@ -3,8 +3,8 @@
 Eight Catch envs stepped with random actions through SB3's ``VecEnv`` API, as PPO's rollout steps them
 (``step_async`` then ``step_wait``; finished sub-envs restart within the step), in three cases:
 
-- ``DmRpcSB3VecEnv``: ``DmRpcSB3VecEnv(8, address, flat_spaces=True)``, the fan-out vector env (a
-  connection per sub-env, every request in flight at once, answers read as they come);
+- ``DmRpcSB3VecEnv``: ``DmRpcSB3VecEnv(8, address, flat_spaces=True)``, the fan-out vector env (the
+  sub-envs on one shared HTTP/2 connection, a stream each, every request in flight at once);
 - ``make_vec_env``: SB3's ``DummyVecEnv`` over 8 ``FlatSpaces(DmRpcEnv(address))``, what
   ``make_vec_env`` builds (the sub-envs stepped one after another, a round trip each);
 - ``local``: ``DummyVecEnv`` over 8 ``FlatSpaces(Catch())`` in the client's process, the reference.
