@@ -25,7 +25,8 @@ from dmrpc_gym import DmRpcEnv
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol.wire import METHOD_PATH, pb
 from dmrpc_gym.transport import compression
-from dmrpc_gym.transport.frames import (CANCEL, END_HEADERS, ENHANCE_YOUR_CALM, FLOW_CONTROL_ERROR, HEADERS, PING, PREFACE, RST_STREAM, SETTINGS, U32, frame)
+from dmrpc_gym.transport.frames import (CANCEL, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, FLOW_CONTROL_ERROR, GOAWAY, HEADERS,
+                                        NO_ERROR, PING, PREFACE, RST_STREAM, SETTINGS, U32, frame)
 from dmrpc_gym.transport.limits import ConnectionLimits
 from dmrpc_gym.worlds.catch import Catch
 
@@ -315,6 +316,28 @@ def test_pings_too_close_together_end_the_connection_as_grpc_servers_do(catch):
             assert first_answer(raw, 1).WhichOneof("payload") == "step"
     finally:
         raw.close()
+
+
+def test_a_stopping_server_resets_the_streams_it_ends_while_their_clients_may_still_send():
+    """After the UNAVAILABLE trailers, a stream whose client had not finished is reset NO_ERROR (RFC 9113
+    8.1, as gRPC's servers do), before the GOAWAY and the connection's end: the stream closes by its frames."""
+    server = servers.start(Catch)
+    raw = RawClient(server.address)
+    try:
+        raw.send(raw.request_headers(1))
+        raw.send(data(1, message(pb.EnvironmentRequest(create_world=pb.CreateWorldRequest()))))
+        first_answer(raw, 1)
+        server.stop(grace=0)
+        frames = []
+        while (got := raw.next_frame()) is not None:
+            frames.append(got)
+    finally:
+        raw.close()
+    seen = [(kind, sid) for kind, _, sid, _ in frames]
+    trailers = next(i for i, (kind, flags, sid, _) in enumerate(frames) if kind == HEADERS and flags & END_STREAM)
+    reset = seen.index((RST_STREAM, 1))
+    assert trailers < reset < seen.index((GOAWAY, 0)), seen
+    assert frames[reset][3] == U32.pack(NO_ERROR)
 
 
 def test_a_stopping_server_ends_its_streams_unavailable():

@@ -38,7 +38,7 @@ from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MES
                                         check_frame, goaway_frame, ping_frame, rst_stream_frame, settings_frame,
                                         window_update_frame)
 from dmrpc_gym.transport.flow import SETTINGS_ACK, PeerSettings, StreamReset, credited
-from dmrpc_gym.transport.server.stream import HEADER_LIMIT, HTTP1_ANSWER, Stream, StreamHandler, refusal_of
+from dmrpc_gym.transport.server.stream import HEADER_LIMIT, HTTP1_ANSWER, Inbound, Stream, StreamHandler, refusal_of
 from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.server.replies import Replies
 from dmrpc_gym.transport.server.requests import Requests, receive_window
@@ -364,9 +364,17 @@ class GrpcProtocol(Requests, Replies, Answering, Watching, asyncio.Protocol):
 
     def stop(self) -> None:
         """The server stops (after any grace): each open stream ends with gRPC status UNAVAILABLE
-        "server shutting down", which clients treat as a reason to reconnect, then GOAWAY and close."""
+        "server shutting down", which clients treat as a reason to reconnect, then GOAWAY and close.
+
+        A stream whose client may still send is reset NO_ERROR after its trailers (RFC 9113 8.1, as
+        ``_refuse`` and gRPC's own servers end a call the client has not finished): the client's stream
+        is then closed by the frames, before the connection's end, which a client reading both at once
+        could otherwise take as the stream's end (grpcio once reported "Socket closed")."""
         for stream in list(self._streams.values()):
+            open_in = stream.inbound is Inbound.OPEN
             self._trailers(stream, GrpcStatus.UNAVAILABLE, "server shutting down")
+            if open_in:
+                self._write(rst_stream_frame(stream.id, NO_ERROR))
         self.abort(linger=True)          # closed with the peer's bytes unread, the kernel could reset
                                          # the connection, and the peer lose the trailers
 
