@@ -99,8 +99,8 @@ class Session:
         unjoined (:class:`~dmrpc_gym.server.interface.StepAnswer`); large actions
         are read in place (:func:`~dmrpc_gym.protocol.bulk.split`).
         """
-        steady = self.steady                # a step request seen before (dmrpc_gym.server.steady_serve)
-        if steady is not None and type(raw) is bytes:
+        steady = self.steady                # a step request seen before (dmrpc_gym.server.steady_serve);
+        if steady is not None and type(raw) is bytes and len(raw) < bulk.LARGE:   # (a large one is not hashed)
             answer = steady(raw, _ANY_SIZE)
             if answer is not None:
                 return answer
