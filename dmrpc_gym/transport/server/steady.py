@@ -1,4 +1,4 @@
-"""The server's steady-state request: one read that is exactly one small request, answered at once.
+"""The server's steady-state requests: whole small requests at the start of a read, answered at once.
 
 The fast path of :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol`'s ``data_received``:
 when what one read brought begins with whole DATA frames, each holding one whole gRPC message on an
@@ -7,8 +7,9 @@ returns the answer's bytes, or None to decline before doing anything), :func:`ta
 the same turn, a frame each, skipping the frame loop, the splitter, the inbox, the answering coroutine
 and the general send; the general path reads whatever follows the first frame it cannot take. The
 requests of a vector env's sub-envs on one connection come so, several in one read: their answers are
-gathered into one write, as the general path gathers them. What it does to the connection (flow-control windows and credit, the frame
-count, the traffic counters, the conduct's note of an answer) is what the general path does. ``GrpcProtocol`` stays the reference.
+gathered into one write, as the general path gathers them. What it does to the connection (flow-control
+windows and credit, the frame count, the traffic counters, the conduct's note of an answer) is what the
+general path does. ``GrpcProtocol`` stays the reference.
 
 What it assumes (anything else is left to the general path, untouched):
 
