@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -35,6 +34,7 @@ from dm_env import specs
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_steps import Adaptor, Case, machine, measure, paired_ratio  # noqa: E402
+from servers import serve_command as serve  # noqa: E402
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -76,18 +76,6 @@ class GymCartpole(gym.Env):
     def step(self, action):
         step = self.dm.step(action)
         return self._flat(step), float(step.reward), False, step.last(), {}
-
-
-def serve(target: str, *extra: str) -> tuple[subprocess.Popen, str]:
-    """``dmrpc-gym serve TARGET --port 0 [EXTRA]`` in a subprocess: ``(process, address)``."""
-    proc = subprocess.Popen([sys.executable, "-m", "dmrpc_gym", "serve", target, "--port", "0", *extra],
-                            cwd=HERE, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                                [os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")])})
-    for line in proc.stdout:
-        if line.startswith("serving "):
-            return proc, line.split(" on ")[-1].strip()
-    raise RuntimeError(f"dmrpc-gym serve {target} did not start")
 
 
 class ConnectDmEnv(Case):

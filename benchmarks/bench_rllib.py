@@ -28,7 +28,6 @@ import argparse
 import datetime
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -46,6 +45,9 @@ from ray.rllib.algorithms.ppo import PPOConfig  # noqa: E402
 from ray.tune.registry import register_env  # noqa: E402
 
 from dmrpc_gym.integrations import rllib as dmrpc_rllib  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+from servers import serve_command  # noqa: E402
 
 LOCAL = "bench/LocalCatch-v0"
 
@@ -65,16 +67,8 @@ def local_catch(env_config: Any):
 
 
 def serve_catch(world: str = "catch") -> tuple[subprocess.Popen, str]:
-    """A ``dmrpc-gym serve WORLD --port 0`` process and its address."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
-    process = subprocess.Popen([sys.executable, "-m", "dmrpc_gym", "serve", WORLDS[world], "--port", "0"],
-                               cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
-    line = process.stdout.readline()
-    found = re.search(r"serving .* on (\S+:\d+)", line)
-    if not found:
-        process.kill()
-        raise RuntimeError(f"dmrpc-gym serve printed {line!r}, not its address")
-    return process, found.group(1)
+    """A ``dmrpc-gym serve WORLD --port 0`` process of this checkout and its address."""
+    return serve_command(WORLDS[world], tree=ROOT)
 
 
 def build(env: str, env_config: dict, runners: int, cpus: float, envs: int = 1, mode: str = "sync"):

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import subprocess
 import sys
 import time
+
+from servers import serve_command
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TREE = os.path.dirname(HERE)
@@ -61,17 +62,6 @@ def measure(case: str, address: str, steps: int) -> float:
     return rate
 
 
-def _serve(tree: str) -> tuple[subprocess.Popen, str]:
-    env = dict(os.environ, PYTHONPATH=tree)
-    process = subprocess.Popen([sys.executable, "-m", "dmrpc_gym", "serve", "dmrpc_gym.worlds:Catch", "--port", "0"],
-                               cwd=tree, env=env, stdout=subprocess.PIPE, text=True)
-    found = re.search(r"serving .* on (\S+:\d+)", process.stdout.readline())
-    if not found:
-        process.kill()
-        raise RuntimeError(f"the server of {tree} did not say its address")
-    return process, found.group(1)
-
-
 def _client(tree: str, case: str, address: str, steps: int) -> float:
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--measure", case, address, str(steps)],
                          env=dict(os.environ, PYTHONPATH=tree), capture_output=True, text=True, timeout=600)
@@ -92,7 +82,7 @@ def main() -> None:
         print(f"{measure(case, address, int(steps)):.1f}")
         return
     trees = [TREE, *args.tree]
-    servers = [_serve(tree) for tree in trees]
+    servers = [serve_command("dmrpc_gym.worlds:Catch", tree=tree) for tree in trees]
     rates = {(tree, case): [] for tree in trees for case in CASES}
     try:
         for round_ in range(args.rounds):

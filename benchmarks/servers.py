@@ -27,7 +27,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["TrivialEnv", "official_server", "ours_server", "spawn", "main"]
+__all__ = ["TrivialEnv", "official_server", "ours_server", "spawn", "serve_command", "main"]
+
+TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 WORLD = "bench"
 
@@ -150,6 +152,20 @@ def spawn(kind: str, shape: tuple[int, ...] = (4,), dtype: str = "float32",
         proc.kill()
         raise RuntimeError(f"the {kind} benchmark server said {line!r}, expected 'ADDRESS host:port'")
     return proc, line.split()[1]
+
+
+def serve_command(target: str, *extra: str, tree: str = TREE) -> tuple[subprocess.Popen, str]:
+    """``python -m dmrpc_gym serve TARGET --port 0 [EXTRA]`` of the checkout ``tree`` (its package and its
+    ``benchmarks`` folder first on the path, paths relative to its root) in a subprocess: ``(process, address)``."""
+    path = [tree, os.path.join(tree, "benchmarks"), os.environ.get("PYTHONPATH", "")]
+    proc = subprocess.Popen([sys.executable, "-m", "dmrpc_gym", "serve", target, "--port", "0", *extra], cwd=tree,
+                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, path))),
+                            stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("serving "):
+            return proc, line.split(" on ")[-1].strip()
+    proc.kill()
+    raise RuntimeError(f"dmrpc-gym serve {target} (in {tree}) did not say its address")
 
 
 def main(argv: list[str] | None = None) -> None:
