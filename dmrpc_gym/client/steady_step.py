@@ -48,7 +48,7 @@ from dmrpc_gym.client.pending import Pending
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol.fidelity import EXACT_UID
 from dmrpc_gym.protocol.info import INFO_UID
-from dmrpc_gym.protocol.walk import LARGE, MEMORY_PAYLOADS, Unexpected, fields, parts
+from dmrpc_gym.protocol.walk import LARGE, OBSERVATIONS_FIELD, Unexpected, fields, map_entry, running_step
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.client.states import State
 from dmrpc_gym.transport import FAST_STEP_ENV, NOT_SENT, TAKEN, ByteLayout, grpc_frame
@@ -57,10 +57,6 @@ __all__ = ["SteadyStep", "FAST_STEP_ENV", "enabled", "steady_step"]
 
 _MEMO = 256                          # frames remembered per agent, as the general path's StepRequests
 _MEMO_TYPES = (int, bool, np.integer, np.bool_)
-_STEP = pb.EnvironmentResponse.DESCRIPTOR.fields_by_name["step"].number
-_OBSERVATIONS = pb.StepResponse.DESCRIPTOR.fields_by_name["observations"].number
-_STATE = pb.StepResponse.DESCRIPTOR.fields_by_name["state"].number
-_FIXED_WIDTH = {c.dt for c in MEMORY_PAYLOADS.values() if c.dt != pb.BOOL}
 _frombuffer = np.frombuffer
 _RUNNING = State.RUNNING
 _NOTHING = (None, None)
@@ -210,11 +206,12 @@ class SteadyStep:
         found = {}
         try:
             for number, kind, _, end, value in fields(buf, start, stop):
-                entry = list(fields(buf, value, end)) if number == _OBSERVATIONS and kind == 2 else []
-                if [(n, k) for n, k, *_ in entry] != [(1, 0), (2, 2)] or entry[0][4] not in self.asked \
-                        or entry[0][4] in found:
+                if number != OBSERVATIONS_FIELD or kind != 2:
                     return False
-                found[entry[0][4]] = pb.Tensor.FromString(bytes(buf[entry[1][4]:entry[1][3]]))
+                uid, a, b = map_entry(buf, value, end)
+                if uid not in self.asked or uid in found:
+                    return False
+                found[uid] = pb.Tensor.FromString(bytes(buf[a:b]))
         except (Unexpected, DecodeError):
             return False
         self.hidden = found.get(INFO_UID), found.get(EXACT_UID)
@@ -268,37 +265,9 @@ class SteadyStep:
         its info and exact-extras entries begin (they must come last; the end where the agent asks for them
         and none came; None where it asks for neither); ``Unexpected`` where the answer is not of a layout
         taken here."""
-        top = list(fields(raw, 0, len(raw)))
-        if len(top) != 1 or top[0][:2] != (_STEP, 2) or top[0][3] != len(raw):
-            raise Unexpected
+        values, tail, _ = running_step(raw, self.asked)
         by_uid = self.agent.specs.observations.by_uid
-        slots, tail, state = [], None, None
-        for number, kind, start, stop, value in fields(raw, top[0][4], len(raw)):
-            if number == _STATE and kind == 0 and tail is None:
-                state = value
-                continue
-            if number != _OBSERVATIONS or kind != 2:
-                raise Unexpected
-            entry = list(fields(raw, value, stop))
-            if [(n, k) for n, k, *_ in entry] != [(1, 0), (2, 2)]:
-                raise Unexpected
-            uid, (_, _, _, end, begin) = entry[0][4], entry[1]
-            if uid in self.asked:
-                tail = start if tail is None else tail
-                continue
-            if tail is not None:                 # nothing after the info and exact-extras entries
-                raise Unexpected
-            shape, (payload, a, b) = parts(raw, begin, end, MEMORY_PAYLOADS)
-            inner = list(fields(raw, a, b))
-            if payload not in _FIXED_WIDTH or len(inner) != 1 or inner[0][:2] != (1, 2):
-                raise Unexpected
-            dtype = np.dtype(MEMORY_PAYLOADS[payload].dtype)
-            a = inner[0][4]
-            if not shape and (b - a) != dtype.itemsize:
-                raise Unexpected
-            slots.append((by_uid[uid].name, a, b, dtype, tuple(shape or ()), uid))
-        if state != pb.RUNNING:
-            raise Unexpected
+        slots = [(by_uid[uid].name, a, b, dtype, shape, uid) for uid, dtype, shape, a, b in values]
         return slots, len(raw) if tail is None and self.asked else tail
 
 

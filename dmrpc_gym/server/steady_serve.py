@@ -38,7 +38,7 @@ import numpy as np
 from dmrpc_gym.protocol.bulk import OBSERVATIONS, STEP_TAG, entry_bytes
 from dmrpc_gym.protocol.info import INFO_UID
 from dmrpc_gym.protocol.protowire import varint
-from dmrpc_gym.protocol.walk import MEMORY_PAYLOADS, Unexpected, fields, parts
+from dmrpc_gym.protocol.walk import Unexpected, running_step
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport import FAST_STEP_ENV
 from dmrpc_gym.server.gym_world import GymAgent, Sequence
@@ -50,12 +50,7 @@ __all__ = ["SteadyServe"]
 _MEMO = 256                         # request byte strings remembered per agent
 _SMALL = 1 << 12                    # requests longer than this are not remembered
 _IMMUTABLE = (np.generic, int, float, bool)
-_STEP = pb.EnvironmentResponse.DESCRIPTOR.fields_by_name["step"].number
-_OBSERVATIONS = pb.StepResponse.DESCRIPTOR.fields_by_name["observations"].number
-_STATE = pb.StepResponse.DESCRIPTOR.fields_by_name["state"].number
-_FIXED_WIDTH = {c.dt for c in MEMORY_PAYLOADS.values() if c.dt != pb.BOOL}
 _PACK_DOUBLE, _UNPACK_DOUBLE = struct.Struct("<d").pack, struct.Struct("<d").unpack
-_STEP_TAG = STEP_TAG
 _ENTRY_TAG = bytes(((OBSERVATIONS << 3) | 2,))       # an entry of the StepResponse's observations map
 _HIDDEN = (_INFO, _EXACT)                            # observations no spec lists: they go last
 _RUNNING = Sequence.RUNNING
@@ -67,18 +62,18 @@ class _Layout:
     """An answer's bytes: ``pieces`` around ``slots`` (``(name, dtype, shape)``; the reward's name is "").
 
     Where the plan asks for ``info`` (``info``), an ``info`` entry goes last: the answer is then the
-    envelope's tag and length (of ``body`` bytes and the entry's), ``first`` (the rest of ``pieces[0]``),
+    envelope's tag (``STEP_TAG``) and length (of ``body`` bytes and the entry's), ``first`` (the rest of ``pieces[0]``),
     the other pieces and slots, and the entry. ``pieces[0]`` has the length of an answer without one.
     """
 
-    __slots__ = ("pieces", "slots", "size", "whole", "info", "head", "body", "first")
+    __slots__ = ("pieces", "slots", "size", "whole", "info", "body", "first")
 
     def __init__(self, pieces: list[bytes], slots: list[tuple], whole: str | None, info: bool, first: bytes,
                  body: int):
         self.pieces, self.slots = pieces, tuple(slots)
         #: The observation's one array, where an ndarray observation is it as it is (ValueCodec.whole).
         self.whole = whole
-        self.info, self.head, self.body, self.first = info, _STEP_TAG, body, first
+        self.info, self.body, self.first = info, body, first
         self.size = len(pieces[0]) - len(first) + body     # without an info entry
 
 
@@ -172,7 +167,7 @@ class SteadyServe:
                 return None
             filled += (array.tobytes(), piece)
         if tail:                                 # the envelope's length grows by the tail's
-            filled[0] = layout.head + varint(layout.body + len(tail)) + layout.first
+            filled[0] = STEP_TAG + varint(layout.body + len(tail)) + layout.first
             filled.append(tail)
         return b"".join(filled)
 
@@ -225,7 +220,7 @@ class SteadyServe:
                 reward = _UNPACK_DOUBLE(answer[a:b])[0]
         pieces.append(answer[at:end])
         first, body = pieces[0], end - body_start
-        pieces[0] = _STEP_TAG + varint(body) + first       # the envelope of an answer without info
+        pieces[0] = STEP_TAG + varint(body) + first        # the envelope of an answer without info
         whole = self.interface._obs_codec.whole if plan.env else None
         layout = _Layout(pieces, slots, whole if [s[0] for s in slots if s[0]] == [whole] else None,
                          any(item[1] == _INFO for item in plan.items), first, body)
@@ -239,39 +234,18 @@ class SteadyServe:
         """``(start, stop, (name, dtype, shape))`` of each value of ``answer``, where its ``info`` and exact
         extras begin (they come last; its end without them) and where its StepResponse begins;
         ``Unexpected`` where it has another layout."""
-        top = list(fields(answer, 0, len(answer)))
-        if len(top) != 1 or top[0][:2] != (_STEP, 2) or top[0][3] != len(answer):
-            raise Unexpected
-        items = {uid: (kind, name, dt) for uid, kind, name, dt in plan.items}
-        kinds = [item[1] for item in plan.items]
-        hidden = [kind in _HIDDEN for kind in kinds]
+        hidden = [item[1] in _HIDDEN for item in plan.items]
         if hidden != sorted(hidden):                        # info and the extras asked for last
             raise Unexpected
-        cuts, state, tail = [], None, None
-        for number, kind, start, stop, value in fields(answer, top[0][4], len(answer)):
-            if number == _STATE and kind == 0 and tail is None:
-                state = value
-                continue
-            entry = list(fields(answer, value, stop)) if number == _OBSERVATIONS and kind == 2 else []
-            if [(n, k) for n, k, *_ in entry] != [(1, 0), (2, 2)]:
+        items = {uid: (kind, name, dt) for uid, kind, name, dt in plan.items}
+        values, tail, body_start = running_step(answer, {uid for uid, kind, *_ in plan.items if kind in _HIDDEN})
+        cuts = []
+        for uid, dtype, shape, a, b in values:
+            kind, name, dt = items[uid]
+            if kind == _ENV:
+                cuts.append((a, b, (name, dtype, shape)))
+            elif kind == _REWARD and dt == pb.DOUBLE:
+                cuts.append((a, b, (_REWARD_SLOT, None, None)))
+            elif kind != _DISCOUNT or dt != pb.DOUBLE:
                 raise Unexpected
-            item, (_, _, _, end, begin) = items[entry[0][4]], entry[1]
-            if item[0] in _HIDDEN:
-                tail = start if tail is None else tail
-                continue
-            if tail is not None:                            # nothing after info and the extras
-                raise Unexpected
-            shape, (payload, a, b) = parts(answer, begin, end, MEMORY_PAYLOADS)
-            inner = list(fields(answer, a, b))
-            if payload not in _FIXED_WIDTH or len(inner) != 1 or inner[0][:2] != (1, 2):
-                raise Unexpected
-            if item[0] == _ENV:
-                dtype = np.dtype(MEMORY_PAYLOADS[payload].dtype)
-                cuts.append((inner[0][4], b, (item[1], dtype, tuple(shape or ()))))
-            elif item[0] == _REWARD and item[2] == pb.DOUBLE:
-                cuts.append((inner[0][4], b, (_REWARD_SLOT, None, None)))
-            elif item[0] != _DISCOUNT or item[2] != pb.DOUBLE:
-                raise Unexpected
-        if state != pb.RUNNING:
-            raise Unexpected
-        return cuts, len(answer) if tail is None else tail, top[0][4]
+        return cuts, len(answer) if tail is None else tail, body_start
