@@ -152,9 +152,10 @@ class GodotRLGame:
             try:
                 self._link = self._listener.accept(self.connect_timeout, alive=lambda: self._game.alive)
             except (ConnectionError, TimeoutError) as exc:
+                said = self._game.describe()
                 self._game.stop(grace=0.0)
-                raise type(exc)(f"Godot RL Agents game {self.path!r} (port {self.port}): {exc}; "
-                                f"{self._game.describe()}") from None
+                raise type(exc)(f"Godot RL Agents game {self.path!r} (port {self.port}): {exc}; {said}\n"
+                                "(the game's process was ended)") from None
             self._broken = None
             self._link.send(HANDSHAKE)
             self._link.send({"type": "env_info"})

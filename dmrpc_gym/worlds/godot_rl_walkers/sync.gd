@@ -3,7 +3,8 @@
 # action (with a step after action_repeat physics frames), call and close. The agents are the
 # nodes of group "AGENT", in tree order.
 #
-# Command line: --port=P --env_seed=S --action_repeat=N --speedup=X (each optional).
+# Command line: --port=P --env_seed=S --action_repeat=N --speedup=X (each optional), and
+# --agents=N to play with the first N agents only (--agents=1: a one-agent game).
 # An agent whose step ends with done resets itself before its observation is taken, so that
 # observation is its next episode's (the protocol's rule).
 extends Node
@@ -15,6 +16,7 @@ var port := 11008
 var seed_value := 0
 var action_repeat := 8
 var speedup := 1.0
+var agents_wanted := 0
 var rng := RandomNumberGenerator.new()
 
 var _stream := StreamPeerTCP.new()
@@ -34,11 +36,16 @@ func _ready() -> void:
 			"--env_seed": seed_value = int(parts[1])
 			"--action_repeat": action_repeat = max(1, int(parts[1]))
 			"--speedup": speedup = max(0.01, float(parts[1]))
+			"--agents": agents_wanted = max(1, int(parts[1]))
 	# Arguments are read first, then applied (the speedup takes effect).
 	Engine.iterations_per_second = int(round(60 * speedup))
 	Engine.time_scale = speedup
 	rng.seed = seed_value
 	_agents = get_tree().get_nodes_in_group("AGENT")
+	while agents_wanted > 0 and _agents.size() > agents_wanted:
+		var extra = _agents.pop_back()
+		extra.remove_from_group("AGENT")
+		extra.queue_free()
 	for agent in _agents:
 		agent.sync = self
 		agent.reset()
