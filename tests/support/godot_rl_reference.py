@@ -3,7 +3,8 @@ comparison with dmrpc_gym's: run by the interpreter of a venv that has ``godot-r
 and numpy < 2, which dmrpc_gym cannot share), it reads a JSON request on stdin and prints a JSON answer.
 
 Request: ``{"game": LAUNCHER, "seed": S, "action_repeat": N, "actions": [[per-agent action dict, ...], ...]}``
-(``"time_steps": K`` instead of ``"actions"``: time K steps of a fixed action and answer steps/s).
+(``"time_steps": K`` instead of ``"actions"``: time K steps of a fixed action and answer steps/s;
+``"game_args": ["--key=value", ...]``: more arguments for the game, which godot-rl passes on).
 The answer is the stdout line that starts with ``ANSWER `` (the game godot-rl starts shares stdout).
 ``LAUNCHER`` is an executable ``*.x86_64`` (godot-rl wants an exported game's name). The answer holds
 the first observations and, per step, every agent's observation, reward and done, with godot-rl's
@@ -46,8 +47,9 @@ def plain(value):
 def main() -> None:
     request = json.load(sys.stdin)
     with contextlib.redirect_stdout(sys.stderr):          # godot-rl prints; stdout carries the answer
+        game_args = {arg[2:].split("=", 1)[0]: arg.split("=", 1)[1] for arg in request.get("game_args", [])}
         env = GodotEnv(env_path=request["game"], port=free_port(), seed=request["seed"],
-                       action_repeat=request.get("action_repeat"))
+                       action_repeat=request.get("action_repeat"), **game_args)   # more --key=value arguments
         try:
             answer = {"observation_space": str(env.observation_space), "n_agents": env.num_envs}
             observations, _ = env.reset()

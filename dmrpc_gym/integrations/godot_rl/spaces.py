@@ -128,20 +128,26 @@ def encode_action(space: spaces.Dict, action: Any, who: str) -> dict[str, Any]:
     ``ValueError`` naming the entry when ``action`` is not in ``space``."""
     if not isinstance(action, Mapping):
         raise ValueError(f"{who}'s action must be a dict with entries {', '.join(space.spaces)}; got {action!r}")
-    missing = [key for key in space.spaces if key not in action]
-    extra = [key for key in action if key not in space.spaces]
-    if missing or extra:
+    if len(action) != len(space.spaces) or any(key not in space.spaces for key in action):
+        missing = [key for key in space.spaces if key not in action]
+        extra = [key for key in action if key not in space.spaces]
         raise ValueError(f"{who}'s action {action!r} does not match {space}: "
                          f"missing {missing or 'nothing'}, unknown {extra or 'nothing'}")
     out: dict[str, Any] = {}
     for key, sub in space.spaces.items():
         value = action[key]
         if isinstance(sub, spaces.Discrete):
+            if type(value) is int and 0 <= value < sub.n:             # the common case, at once
+                out[key] = value
+                continue
             array = np.asarray(value)
             if array.shape not in ((), (1,)) or array.dtype.kind not in "iu" or not 0 <= int(array.item()) < sub.n:
                 raise ValueError(f"{who}'s action entry {key!r} must be an int in [0, {sub.n}); got {value!r}")
             out[key] = int(array.item())
         else:
+            if type(value) is np.ndarray and value.shape == sub.shape and value.dtype.kind == "f":
+                out[key] = value.tolist()                               # the common case, at once
+                continue
             array = np.asarray(value, np.float64)
             if array.shape != sub.shape:
                 raise ValueError(f"{who}'s action entry {key!r} must have shape {sub.shape}; got {value!r}")

@@ -86,20 +86,35 @@ class Listener:
         self._socket.close()
 
 
+#: Seconds a send may wait for the game to take the bytes.
+SEND_TIMEOUT = 30.0
+
+
+def _kernel_timeout(connection: socket.socket, option: int, seconds: float | None) -> None:
+    """Bound a blocking socket's reads or writes (``option``) by ``seconds`` (None: unbounded)."""
+    whole = 0 if seconds is None else int(max(seconds, 0.001))
+    micro = 0 if seconds is None else int((max(seconds, 0.001) - whole) * 1e6)
+    connection.setsockopt(socket.SOL_SOCKET, option, struct.pack("ll", whole, micro))
+
+
 class Link:
     """One game's connection: whole JSON messages both ways; :meth:`close` always returns."""
 
     def __init__(self, connection: socket.socket) -> None:
         connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # A blocking socket whose waits the kernel bounds (SO_RCVTIMEO / SO_SNDTIMEO): one system call a
+        # read, where a Python socket timeout polls before each read and write.
+        connection.settimeout(None)
         self._socket: socket.socket | None = connection
         self._buffer = bytearray()
+        self._timeout: float | None = -1.0
+        _kernel_timeout(connection, socket.SO_SNDTIMEO, SEND_TIMEOUT)
 
     def send(self, message: dict) -> None:
-        """Send one message; ``ConnectionError`` if the game has gone."""
+        """Send one message; ``ConnectionError`` if the game has gone (or takes none for SEND_TIMEOUT s)."""
         if self._socket is None:
             raise ConnectionError("the connection to the game is closed")
         try:
-            self._socket.settimeout(30.0)
             self._socket.sendall(frame(message))
         except OSError as exc:
             raise ConnectionError(f"the game closed the connection ({exc})") from None
@@ -110,8 +125,13 @@ class Link:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise socket.timeout
-            self._socket.settimeout(left)
-            chunk = self._socket.recv(max(size - len(self._buffer), 1 << 16))
+            if left is None or self._timeout is None or abs(left - self._timeout) > 0.5:
+                _kernel_timeout(self._socket, socket.SO_RCVTIMEO, left)   # set again only when far off
+                self._timeout = left
+            try:
+                chunk = self._socket.recv(max(size - len(self._buffer), 1 << 16))
+            except BlockingIOError:                   # the kernel's timeout: EAGAIN
+                raise socket.timeout from None
             if not chunk:
                 raise ConnectionError("the game closed the connection")
             self._buffer += chunk

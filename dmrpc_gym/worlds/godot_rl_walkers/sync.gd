@@ -4,7 +4,9 @@
 # nodes of group "AGENT", in tree order.
 #
 # Command line: --port=P --env_seed=S --action_repeat=N --speedup=X (each optional), and
-# --agents=N to play with the first N agents only (--agents=1: a one-agent game).
+# --agents=N to play with the first N agents only (--agents=1: a one-agent game), and
+# --frame_cost_usec=U to spend U microseconds of CPU on each physics frame of an action (standing
+# for the physics of a larger game, in benchmarks).
 # An agent whose step ends with done resets itself before its observation is taken, so that
 # observation is its next episode's (the protocol's rule).
 extends Node
@@ -17,6 +19,7 @@ var seed_value := 0
 var action_repeat := 8
 var speedup := 1.0
 var agents_wanted := 0
+var frame_cost_usec := 0
 var rng := RandomNumberGenerator.new()
 
 var _stream := StreamPeerTCP.new()
@@ -37,6 +40,7 @@ func _ready() -> void:
 			"--action_repeat": action_repeat = max(1, int(parts[1]))
 			"--speedup": speedup = max(0.01, float(parts[1]))
 			"--agents": agents_wanted = max(1, int(parts[1]))
+			"--frame_cost_usec": frame_cost_usec = max(0, int(parts[1]))
 	# Arguments are read first, then applied (the speedup takes effect).
 	Engine.iterations_per_second = int(round(60 * speedup))
 	Engine.time_scale = speedup
@@ -130,6 +134,10 @@ func _physics_process(delta: float) -> void:
 		return
 	for agent in _agents:
 		agent.tick(delta)
+	if frame_cost_usec > 0:
+		var until := OS.get_ticks_usec() + frame_cost_usec
+		while OS.get_ticks_usec() < until:
+			pass
 	_frames_left -= 1
 	if _frames_left > 0:
 		return
