@@ -30,7 +30,7 @@ from dmrpc_gym.integrations.godot_rl.world import PREFIX, GodotRLWorlds
 __all__ = ["GodotRLGame", "GodotRLParallelEnv", "GodotRLEnv", "GodotRLVectorEnv", "GodotRLWorlds",
            "GodotRLWarning", "GodotRLProtocolError", "LOSSES", "PREFIX", "WALKERS_PROJECT", "godot_rl_available"]
 
-#: The bundled Walkers game: a Godot 3 project with two agents and its own game side of the protocol.
+#: The Godot project folder of the bundled Walkers game (two agents, its own game side of the protocol).
 WALKERS_PROJECT = Path(dmrpc_gym.worlds.__file__).resolve().parent / "godot_rl_walkers"
 
 
