@@ -249,3 +249,35 @@ def test_a_served_game_is_served_by_the_command_line(tmp_path):
         serve_target(f"godot-rl:{tmp_path / 'nothing'}")
     with pytest.raises(ValueError, match="names no game"):
         serve_target("godot-rl:")
+
+
+def test_dmrpc_gym_serve_serves_a_game_folder_and_ends_its_games():
+    import os
+    import signal
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+    from processes import ROOT, ServedProcess
+
+    served = ServedProcess(0, f"godot-rl:{WALKERS_PROJECT.relative_to(ROOT)}")
+    try:
+        line = served.processes[-1].stdout.readline()
+        assert 'dmrpc_gym.parallel_env(' in line and '["walker_0", "walker_1"]' in line, line
+        env = dmrpc_gym.parallel_env(served.address, world_settings={"seed": 4, "speedup": 2})
+        env.reset()
+        env.step({a: {"move": np.ones(1, np.float32), "run": 1} for a in env.agents})
+        games = [pid for pid, _ in live_games()]
+        assert len(games) == 1                          # the connect line's game has quit; the world's runs
+        served.processes[-1].send_signal(signal.SIGINT)  # serve stops with the world held: its game ends
+        assert served.processes[-1].wait(30) == 0
+        started = time.monotonic()
+        env.close()                                      # the server is gone: close still returns
+        assert time.monotonic() - started < 15
+        deadline = time.monotonic() + 10
+        while any(os.path.exists(f"/proc/{pid}") and "Z" not in open(f"/proc/{pid}/stat").read().split()[2]
+                  for pid in games) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in games if os.path.exists(f"/proc/{pid}")
+                    and open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
+    finally:
+        served.close()
