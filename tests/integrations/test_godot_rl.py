@@ -138,6 +138,7 @@ def test_call_is_a_method_and_a_read_only_property(server):
         assert len(goals) == 2 and all(-4.5 <= g <= 4.5 for g in goals)
         properties = Properties(served.connections["walker_0"])
         assert [float(v) for v in properties["call.get_goal"]] == goals
+        assert direct.call("get_time_scale") == [1, 1]
         assert direct.call("get_episodes") == [2, 2]        # the start's reset and the protocol's
         assert list(properties["call.get_episodes"]) == ["2", "2"]
         assert "call.METHOD" in properties.specs()
@@ -266,6 +267,7 @@ def test_dmrpc_gym_serve_serves_a_game_folder_and_ends_its_games():
         env = dmrpc_gym.parallel_env(served.address, world_settings={"seed": 4, "speedup": 2})
         env.reset()
         env.step({a: {"move": np.ones(1, np.float32), "run": 1} for a in env.agents})
+        assert Properties(env.connections["walker_0"])["call.get_time_scale"].tolist() == ["2", "2"]  # speedup
         games = [pid for pid, _ in live_games()]
         assert len(games) == 1                          # the connect line's game has quit; the world's runs
         served.processes[-1].send_signal(signal.SIGINT)  # serve stops with the world held: its game ends

@@ -106,3 +106,7 @@ func get_episodes() -> int:
 
 func get_goal() -> float:
 	return goal
+
+
+func get_time_scale() -> float:
+	return Engine.time_scale
