@@ -3,7 +3,6 @@ direct and served over dm_env_rpc (skipped without an engine; failing instead un
 from __future__ import annotations
 
 import time
-import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -14,13 +13,14 @@ from pettingzoo.test import parallel_api_test
 import dmrpc_gym
 from dmrpc_gym.client.properties import Properties
 from dmrpc_gym.integrations.godot_rl import (WALKERS_PROJECT, GodotRLEnv, GodotRLParallelEnv, GodotRLVectorEnv,
-                                             GodotRLWarning, GodotRLWorlds)
+                                             GodotRLWorlds)
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.server import Server
 from godot_support import FAULTS_PROJECT, live_games, no_games_left, require_godot  # noqa: F401
 
 require_godot()
-pytestmark = [pytest.mark.usefixtures("no_games_left"), pytest.mark.filterwarnings("ignore::dmrpc_gym.integrations.godot_rl.GodotRLWarning")]
+pytestmark = [pytest.mark.usefixtures("no_games_left"),
+              pytest.mark.filterwarnings("ignore::dmrpc_gym.integrations.godot_rl.GodotRLWarning")]
 ONE_AGENT = ["--agents=1"]
 
 
