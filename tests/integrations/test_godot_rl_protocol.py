@@ -45,6 +45,8 @@ def quiet(**kwargs):
 def test_the_godot4_forms_give_each_agent_its_names_and_spaces(game_path):
     env = quiet(game=game_path, seed=4)
     try:
+        assert env.game.process.args == [str(game_path), "--headless", "--disable-render-loop",
+                                         f"--port={env.game.port}", "--env_seed=4"]
         assert env.possible_agents == ["chaser_0", "chaser_1", "runner_2"]
         assert env.observation_space("chaser_0") == gym.spaces.Dict({
             "lane": gym.spaces.Discrete(4), "obs": gym.spaces.Box(-10.0, 10.0, (3,), np.float32)})

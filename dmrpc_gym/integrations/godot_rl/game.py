@@ -54,8 +54,9 @@ def _say_losses(name: str) -> None:
 
 def game_command(path: str | os.PathLike, godot: str | os.PathLike | Sequence[str] | None = None) -> list[str]:
     """The command that runs the game at ``path``: a Godot project folder (holding ``project.godot``)
-    run by the Godot executable (see :func:`~dmrpc_gym.integrations.godot.launch.find_godot`), or an
-    exported game (an executable file). ``FileNotFoundError`` naming what is wrong.
+    run by the Godot executable (see :func:`~dmrpc_gym.integrations.godot.launch.find_godot`) with
+    ``--fixed-fps 60``, or an exported game (an executable file) with ``--headless --disable-render-loop``.
+    ``FileNotFoundError`` naming what is wrong.
 
     >>> game_command("/no/such/game")
     Traceback (most recent call last):
@@ -72,7 +73,8 @@ def game_command(path: str | os.PathLike, godot: str | os.PathLike | Sequence[st
     if where.is_file():
         if not os.access(where, os.X_OK):
             raise FileNotFoundError(f"Godot RL Agents game {str(where)!r} is not executable (chmod +x it)")
-        return [str(where.resolve())]
+        # As godot-rl starts one: no window (Godot 4's --headless; Godot 3 passes it on to the game), no drawing.
+        return [str(where.resolve()), "--headless", "--disable-render-loop"]
     raise FileNotFoundError(f"Godot RL Agents game {str(path)!r} does not exist; expected a Godot project "
                             "folder (holding project.godot) or an exported game's executable")
 
