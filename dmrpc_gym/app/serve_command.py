@@ -19,10 +19,12 @@ from typing import Any
 __all__ = ["serve_target", "start_server", "connect_line", "serve_until_stopped"]
 
 
-def serve_target(target: str) -> str:
+def serve_target(target: str) -> Any:
     """``target`` made importable as ``python -m`` would import it, from the console script too.
 
-    A bundled world's name (``catch``, ``tag``) is its ``module:factory``.
+    A bundled world's name (``catch``, ``tag``) is its ``module:factory``; ``godot-rl:PATH`` (a Godot
+    RL Agents game: a project folder or an exported game) is its factory,
+    :class:`~dmrpc_gym.integrations.godot_rl.GodotRLWorlds`.
     ``path/to/file.py:name`` puts the file's directory first on ``sys.path`` and
     becomes ``file:name``; otherwise the current directory goes on ``sys.path``
     (``python -m`` puts it there, a console script does not), so ``myenv:Corridor``
@@ -31,6 +33,16 @@ def serve_target(target: str) -> str:
     from dmrpc_gym.worlds import SERVE_TARGETS
     if target in SERVE_TARGETS:             # `serve catch`, as `inspect catch` names it
         return SERVE_TARGETS[target]
+    if target.startswith("godot-rl:"):     # imported only for such a target: it loads pettingzoo
+        from dmrpc_gym.integrations.godot_rl import PREFIX, GodotRLWorlds
+        path = target[len(PREFIX):]
+        if not path:
+            raise ValueError(f"{target!r} names no game: expected godot-rl:PATH, PATH a Godot project folder "
+                             "or an exported game")
+        try:
+            return GodotRLWorlds(path)
+        except FileNotFoundError as exc:
+            raise ValueError(str(exc)) from None
     module, sep, name = target.rpartition(":") if ".py:" in target else target.partition(":")
     if sep and module.endswith(".py"):
         path = Path(module)

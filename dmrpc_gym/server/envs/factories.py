@@ -231,7 +231,9 @@ class Factory:
     def make(self, kwargs: Mapping[str, Any], seed: int | None = None) -> tuple[Any, str]:
         """Build one env with ``kwargs`` (a recipe: settings and, under :data:`RENDER_MODE`, its
         :class:`Rendering`; without one, a foreign client's): ``(env, kind)``. A dm_env factory that
-        takes ``seed`` (bsuite's) is built with the agent's ``seed``, as its own users build it.
+        takes ``seed`` (bsuite's) is built with the agent's ``seed``, as its own users build it; so is one of
+        any kind that says its envs read the seed when built (``seeded_when_built = True``: a Godot RL
+        Agents game's).
 
         A factory that refuses the settings (``TypeError`` or ``ValueError``: an unknown,
         ill-typed or out-of-range keyword) gives ``INVALID_ARGUMENT``; any other error of the
@@ -244,7 +246,7 @@ class Factory:
         if mode is not None and self.kind != "dm_env" and not self._refuses_render_mode:
             kw[RENDER_MODE] = mode
         settings = {k: v for k, v in kwargs.items() if k != RENDER_MODE}
-        seeded = seed is not None and self.kind == "dm_env" and self._takes_seed
+        seeded = seed is not None and self._takes_seed and (self.kind == "dm_env" or self._seeded_when_built)
         if seeded:
             kw[SEED] = seed
         try:
@@ -279,6 +281,12 @@ class Factory:
                 "a gymnasium Env, a PettingZoo ParallelEnv or a dm_env.Environment"
             raise status.failed_precondition(f"{self.name} returned {got}, expected {want}")
         return env, kind
+
+    @functools.cached_property
+    def _seeded_when_built(self) -> bool:
+        """Whether the factory says its envs read their seed when built (``seeded_when_built = True``: a game
+        that takes its seed when it starts), so that a world's env is built with the world's ``seed``."""
+        return getattr(self._make, "seeded_when_built", False) is True
 
     @functools.cached_property
     def _takes_seed(self) -> bool:

@@ -44,7 +44,7 @@ from dmrpc_gym.server.envs.factories import RENDER_MODE, Factory, close_quietly
 from dmrpc_gym.server.worlds.fidelity import fidelity_properties, say_losses
 from dmrpc_gym.server.worlds.interface import AgentInterface, StepAnswer, sequence_state, spec_names
 from dmrpc_gym.server.worlds.rendering import current_frame, rgb_render, rgb_shape
-from dmrpc_gym.server.worlds.properties import Property
+from dmrpc_gym.server.worlds.properties import Property, env_properties
 from dmrpc_gym.server.serving.stats import WorldCounts
 from dmrpc_gym.server.running.workers import Lane, WorkerPool
 from dmrpc_gym.server.worlds.settings import (SEED, check_seed, refuse_unknown, pop_seed, same_settings, unpack_settings,
@@ -407,6 +407,7 @@ class GymAgent:
                      read=lambda: self.episode_step),
             Property("episode_return", pb.DOUBLE, "sum of the rewards of the current sequence",
                      read=lambda: self.episode_return),
+            *env_properties(self.env, self.lane),
         ]
 
 

@@ -49,7 +49,7 @@ from dmrpc_gym.server.worlds.fidelity import say_losses
 from dmrpc_gym.server.worlds.interface import AgentInterface, spec_names
 from dmrpc_gym.server.worlds.rendering import rgb_shape
 from dmrpc_gym.server.worlds.parallel_agent import AGENT, ParallelAgent, names_text
-from dmrpc_gym.server.worlds.properties import Property
+from dmrpc_gym.server.worlds.properties import Property, env_properties
 from dmrpc_gym.server.serving.stats import WorldCounts
 from dmrpc_gym.server.running.workers import Lane
 from dmrpc_gym.server.worlds.settings import SEED, check_seed, refuse_unknown, unpack_settings, world_reset_settings
@@ -370,6 +370,7 @@ class ParallelWorld:
                      "the agents not joined yet: an episode starts once none is missing",
                      read=lambda: np.array([a for a in self.possible if a not in self.agents], dtype=np.str_),
                      shape=(-1,)),
+            *env_properties(self.env, self.lane),
         ]
 
     def _read_seed(self) -> int:
