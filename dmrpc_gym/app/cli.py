@@ -123,6 +123,13 @@ def add_serve(subparsers: Any) -> None:
                         help="how long a world whose creator left waits to be joined (default: %(default)s)")
     parser.add_argument("--max-connections", type=int, default=1024, metavar="N",
                         help="connections open at once; more are accepted and closed (default: %(default)s)")
+    parser.add_argument("--keepalive-min-time", type=float, default=300.0, metavar="SECONDS",
+                        help="while a call is open, a client's PINGs closer together than this are strikes "
+                             "(grpc-go's EnforcementPolicy.MinTime, C-core's "
+                             "grpc.http2.min_ping_interval_without_data_ms; default: %(default)s)")
+    parser.add_argument("--max-ping-strikes", type=int, default=2, metavar="N",
+                        help="strikes allowed before the connection ends with GOAWAY ENHANCE_YOUR_CALM "
+                             "too_many_pings (C-core's grpc.http2.max_ping_strikes; default: %(default)s)")
     parser.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
                         help="on SIGTERM, how long running episodes may go on before the server stops; new "
                              "worlds are refused meanwhile (default: %(default)s)")

@@ -66,11 +66,16 @@ def start_server(args: argparse.Namespace):
     if args.max_message_size is not None:
         options["max_message_size"] = args.max_message_size
     address = f"unix:{args.unix}" if args.unix else f"{args.host}:{args.port}"
+    for flag, value in (("--keepalive-min-time", args.keepalive_min_time), ("--max-ping-strikes", args.max_ping_strikes)):
+        if not value > 0:
+            raise ValueError(f"{flag} {value:g}: expected a number above 0")
     return Server(serve_target(args.target), kind=args.kind, address=address,
                   render=render, timeout=args.timeout, workers=args.workers,
                   processes=args.processes, inline_below=args.inline_below, max_worlds=args.max_worlds,
                   max_worlds_per_connection=args.max_worlds_per_connection, orphan_lifetime=args.orphan_lifetime,
-                  limits=ConnectionLimits(max_connections=args.max_connections),
+                  limits=ConnectionLimits(max_connections=args.max_connections,
+                                          min_ping_interval=args.keepalive_min_time,
+                                          max_ping_strikes=args.max_ping_strikes),
                   health_without_token=args.health_without_token, metrics_port=args.metrics_port,
                   metrics_host=args.metrics_host, **options).start()
 

@@ -87,7 +87,7 @@ class DmRpcAECEnv(AECEnv):
     Args:
         address: the server (or a list to fail over along); this and ``world_settings``, ``world_name``, ``agents``,
             ``reset_settings``, ``seed_setting``, ``connect_timeout``, ``step_timeout``,
-            ``metadata``, ``tls``, ``token``, ``compression``, ``max_message_size``,
+            ``grpc_metadata``, ``tls``, ``token``, ``compression``, ``max_message_size``,
             ``keepalive`` and ``share_connections`` are as for
             :class:`~dmrpc_gym.client.parallel.DmRpcParallelEnv`.
         render_mode: ``"rgb_array"``: ``render()`` returns the frame of the current state.
@@ -116,15 +116,15 @@ class DmRpcAECEnv(AECEnv):
                  world_name: str | None = None, agents: AgentsArg | None = None,
                  reset_settings: Mapping[str, Any] | None = None, seed_setting: str | None = AUTO,
                  render_mode: str | None = None, connect_timeout: float | None = 10.0,
-                 step_timeout: float | None = None, metadata: Any = None, tls: Any = None,
+                 step_timeout: float | None = None, grpc_metadata: Any = None, tls: Any = None,
                  token: str | None = None, compression: str | None = None, max_message_size: int | None = None,
                  keepalive: float | None = None, share_connections: bool = True):
         super().__init__()
         self._seats = seats = _Seats(
             address, world_settings=world_settings, world_name=world_name, agents=agents,
             reset_settings=reset_settings, seed_setting=seed_setting, render_mode=render_mode,
-            connect_timeout=connect_timeout, step_timeout=step_timeout, metadata=metadata, tls=tls, token=token,
-            compression=compression, max_message_size=max_message_size, keepalive=keepalive,
+            connect_timeout=connect_timeout, step_timeout=step_timeout, grpc_metadata=grpc_metadata, tls=tls,
+            token=token, compression=compression, max_message_size=max_message_size, keepalive=keepalive,
             share_connections=share_connections)
         self.render_mode = render_mode
         self.possible_agents = list(seats.possible_agents)

@@ -152,7 +152,8 @@ class DmRpcEnv(RemoteResource, gym.Env):
             every step, which is said once.
         connect_timeout: seconds to reach the server and join, waiting for one that is
             starting; step_timeout: seconds per step (None: no limit).
-        credentials / metadata: grpcio channel credentials and call metadata.
+        credentials / grpc_metadata: grpcio channel credentials and gRPC call metadata (``metadata`` is
+            gymnasium's: the served env's own, below).
         tls / token / compression / max_message_size: TLS (True, a CA file, or an
             ``ssl.SSLContext``), the server's shared secret (default: ``$DMRPC_GYM_TOKEN``),
             gzip/deflate requests, and the largest answer accepted; they go to the
@@ -205,7 +206,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
                  seed_setting: str | None = AUTO, render_mode: str | None = None,
                  render_observation: str | None = None, connect_timeout: float | None = 10.0,
                  step_timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
-                 metadata: Sequence[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
+                 grpc_metadata: Sequence[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
                  compression: str | None = None, max_message_size: int | None = None,
                  keepalive: float | bool | None = None, reconnect: bool = False,
                  connections: SharedConnections | None = None):
@@ -245,9 +246,9 @@ class DmRpcEnv(RemoteResource, gym.Env):
         ``connect_timeout`` (CreateWorld and JoinWorld are part of connecting) until ``step_timeout``
         takes over."""
         k = self._kwargs
-        metadata = (*(k["metadata"] or ()), render_header(k["render_mode"]))
+        call = (*(k["grpc_metadata"] or ()), render_header(k["render_mode"]))
         address = k["address"] if lost is None or k["address"] is None else following(k["address"], lost)
-        return Connection(address, channel=k["channel"], credentials=k["credentials"], metadata=metadata,
+        return Connection(address, channel=k["channel"], credentials=k["credentials"], metadata=call,
                           connect_timeout=k["connect_timeout"], timeout=k["connect_timeout"],
                           **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"],
                                              k["keepalive"], k["connections"]))

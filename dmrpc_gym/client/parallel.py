@@ -91,7 +91,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
             server's is ``render_agent``'s render observation (``render_observation="RGB"``).
         connect_timeout: seconds to reach the server and to join, per agent.
         step_timeout: seconds to wait for each answer (``None``: no limit).
-        credentials / metadata: gRPC channel credentials and call metadata.
+        credentials / grpc_metadata: gRPC channel credentials and call metadata.
         tls / token / compression / max_message_size / keepalive: as for
             :class:`~dmrpc_gym.client.connection.Connection`.
         reconnect: a connection lost between episodes is made again by the next ``reset()``
@@ -132,7 +132,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
                  render_mode: str | None = None, render_agent: str | None = None,
                  render_observation: str | None = None, connect_timeout: float | None = 10.0,
                  step_timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
-                 metadata: Iterable[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
+                 grpc_metadata: Iterable[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
                  compression: str | None = None, max_message_size: int | None = None,
                  keepalive: float | None = None, reconnect: bool = False, share_connections: bool = True):
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -304,7 +304,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         """A connection to ``address``, else to the first that serves of the list after the one lost."""
         k = self._kwargs
         return Connection(address or following(k["address"], self._lost), credentials=k["credentials"],
-                          metadata=(*(k["metadata"] or ()), render_header(k["render_mode"])),
+                          metadata=(*(k["grpc_metadata"] or ()), render_header(k["render_mode"])),
                           connect_timeout=k["connect_timeout"], timeout=k["step_timeout"],
                           **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"],
                                              k["keepalive"], self._shared))
