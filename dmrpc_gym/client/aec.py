@@ -128,8 +128,10 @@ class DmRpcAECEnv(AECEnv):
             share_connections=share_connections)
         self.render_mode = render_mode
         self.possible_agents = list(seats.possible_agents)
-        self.observation_spaces = {a: seats.remote[a].observation_space for a in self.possible_agents}
-        self.action_spaces = {a: seats.remote[a].action_space for a in self.possible_agents}
+        self.action_spaces = {a: seats.action_spaces[a] for a in self.possible_agents}     # shared as served
+        self.observation_spaces = {a: seats.observation_spaces[a] for a in self.possible_agents}
+        if seats._facts():
+            self.metadata = {**seats.metadata, "is_parallelizable": False}
         self.agents: list[str] = []
         self.rewards, self._cumulative_rewards, self.terminations, self.truncations, self.infos = {}, {}, {}, {}, {}
         self.agent_selection = None     # type: ignore[assignment]  (set by reset)

@@ -312,6 +312,8 @@ class RemoteAgent:
         self.last_observations = named
         result = self._result(named, state, carried)
         if exact_tensor is None:
+            if self.exact is not None:
+                self.exact.said = {}
             return result
         return exactly(result, exact_tensor, self.exact, self.reward.fn is None and self.reward.name == "reward")
 

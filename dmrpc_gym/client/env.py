@@ -1,6 +1,7 @@
 """``DmRpcEnv``: a dm_env_rpc world as a ``gymnasium.Env``."""
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from typing import Any, Mapping, Sequence
@@ -17,10 +18,11 @@ from dmrpc_gym.protocol.fidelity import render_header
 from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_reconnected
 from dmrpc_gym.client.properties import server_instance
 from dmrpc_gym.client.seeding import AUTO, SeedRoute
+from dmrpc_gym.client.window import FrameWindow
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport import SharedConnections
 
-__all__ = ["DmRpcEnv", "State", "open_world", "close_world", "check_alone", "RESET_OPTIONS"]
+__all__ = ["DmRpcEnv", "State", "open_world", "close_world", "check_alone", "served_metadata", "RESET_OPTIONS"]
 
 #: The keys ``reset(options=...)`` understands.
 RESET_OPTIONS = ("settings", "world_settings")
@@ -114,6 +116,27 @@ def check_alone(connection: Connection, world_name: str, created: bool, where: s
                   f"have joined too (up to the server's timeout)", stacklevel=3)
 
 
+def served_metadata(facts: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A DmRpcEnv's ``metadata``: the served env's own (``facts``, from a dmrpc_gym server), its
+    ``render_modes`` those that work through the bridge (``rgb_array``, and ``human``, shown here from
+    its frames, when the env renders ``rgb_array``). From another server nothing is known of the env:
+    both modes (frames from a render observation), no ``render_fps``, and ``unknown`` says so.
+
+    >>> served_metadata({"metadata": {"render_modes": ["human", "ansi", "rgb_array"], "render_fps": 4}})
+    {'render_modes': ['human', 'rgb_array'], 'render_fps': 4}
+    >>> served_metadata(None)
+    {'render_modes': ['rgb_array', 'human'], 'unknown': ['render_fps', 'max_episode_steps']}
+    """
+    if facts is None:
+        return {"render_modes": ["rgb_array", "human"], "unknown": ["render_fps", "max_episode_steps"]}
+    metadata = dict(facts.get("metadata") or {})
+    served = list(metadata.get("render_modes") or [])
+    modes = [m for m in served if m in ("human", "rgb_array")] if "rgb_array" in served else []
+    if modes and "human" not in modes:
+        modes.append("human")
+    return {**metadata, "render_modes": modes}
+
+
 def _takes_nothing(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Dict) and not space.spaces
 
@@ -194,7 +217,8 @@ class DmRpcEnv(RemoteResource, gym.Env):
     >>> env.close()
     """
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+    #: What any DmRpcEnv can render; an instance's ``metadata`` is the served env's own (:func:`served_metadata`).
+    metadata = {"render_modes": ["rgb_array", "human"]}
 
     def __init__(self, address: str | Sequence[str] | None = None, *, channel: grpc.Channel | None = None,
                  world_settings: Mapping[str, Any] | None = None, world_name: str | None = None,
@@ -213,10 +237,13 @@ class DmRpcEnv(RemoteResource, gym.Env):
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.reconnects = 0
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode={render_mode!r}; DmRpcEnv renders {self.metadata['render_modes']}; "
-                             "for a window use gymnasium.make(..., render_mode='human'), which shows "
-                             "the rgb_array frames (needs pygame)")
+            raise ValueError(f"render_mode={render_mode!r}; DmRpcEnv renders {self.metadata['render_modes']} "
+                             "('human' shows the served env's rgb_array frames in a window here, with pygame)")
         self.render_mode = render_mode
+        self._window: FrameWindow | None = None
+        self._max_episode_steps: int | None = None
+        self._spec: Any = None
+        self._reset_once = False
         self.reset_settings = dict(reset_settings or {})
         self._closed = False
         self._agent = None
@@ -239,6 +266,23 @@ class DmRpcEnv(RemoteResource, gym.Env):
         self.observation_space = self._agent.observation_space
         self.action_space = self._agent.action_space
         self._properties = None
+        facts = self._agent.exact.facts if self._agent.exact is not None else None
+        self.metadata = served_metadata(facts)
+        self._max_episode_steps = (facts or {}).get("max_episode_steps")
+        if render_mode == "human":
+            self._window = FrameWindow(self.metadata.get("render_fps"))
+
+    @property
+    def spec(self) -> Any:
+        """gymnasium's ``EnvSpec`` of this env (``gymnasium.make`` sets it), its ``max_episode_steps``
+        the served env's where the spec gives none."""
+        return self._spec
+
+    @spec.setter
+    def spec(self, spec: Any) -> None:
+        if spec is not None and spec.max_episode_steps is None and self._max_episode_steps is not None:
+            spec = dataclasses.replace(spec, max_episode_steps=self._max_episode_steps)
+        self._spec = spec
 
     def _connect(self, lost: str | None = None) -> Connection:
         """A new connection from the constructor's arguments (the address list tried from the one
@@ -246,7 +290,8 @@ class DmRpcEnv(RemoteResource, gym.Env):
         ``connect_timeout`` (CreateWorld and JoinWorld are part of connecting) until ``step_timeout``
         takes over."""
         k = self._kwargs
-        call = (*(k["grpc_metadata"] or ()), render_header(k["render_mode"]))
+        mode = "rgb_array" if k["render_mode"] == "human" else k["render_mode"]   # shown here: FrameWindow
+        call = (*(k["grpc_metadata"] or ()), render_header(mode))
         address = k["address"] if lost is None or k["address"] is None else following(k["address"], lost)
         return Connection(address, channel=k["channel"], credentials=k["credentials"], metadata=call,
                           connect_timeout=k["connect_timeout"], timeout=k["connect_timeout"],
@@ -315,9 +360,13 @@ class DmRpcEnv(RemoteResource, gym.Env):
         see :mod:`~dmrpc_gym.client.seeding`). With ``reconnect=True`` a lost connection is made again first.
         """
         if self._kwargs["reconnect"] and not self._closed:
-            return reset_reconnecting(lambda: self.connection.failure is not None, self.restore,
-                                      lambda: self._agent.reset(self.prepare_reset(seed, options)))
-        return self._agent.reset(self.prepare_reset(seed, options))
+            result = reset_reconnecting(lambda: self.connection.failure is not None, self.restore,
+                                        lambda: self._agent.reset(self.prepare_reset(seed, options)))
+        else:
+            result = self._agent.reset(self.prepare_reset(seed, options))
+        if self._window is not None:
+            self.render()
+        return result
 
     def prepare_reset(self, seed: int | None = None, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The client side of ``reset``: seed the client RNG, reset the world when asked,
@@ -325,6 +374,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
         super().reset(seed=seed)
         self._check_open()
         options = check_options(options)
+        self._reset_once = True
         if "world_settings" in options:
             self.connection.send(pb.ResetWorldRequest(
                 world_name=self.world_name, settings=settings_tensors(options["world_settings"])))
@@ -334,10 +384,15 @@ class DmRpcEnv(RemoteResource, gym.Env):
     def step(self, action: Any):
         """Send ``action`` (checked against the action space first) and return the 5-tuple."""
         self._check_open()
+        if not self._reset_once:        # as gymnasium's OrderEnforcing (gymnasium.make's) refuses it
+            raise gym.error.ResetNeeded("Cannot call env.step() before calling env.reset()")
         if action is None and not _takes_nothing(self.action_space):
             raise ValueError(f"step(None): expected an action of {self.action_space} "
                              "(None sends no action; only a world without actions takes it)")
-        return self._agent.step(action)
+        result = self._agent.step(action)
+        if self._window is not None:
+            self.render()
+        return result
 
     @property
     def state(self) -> State:
@@ -358,6 +413,9 @@ class DmRpcEnv(RemoteResource, gym.Env):
                             'render_mode="rgb_array")')
             return None
         self._check_open()
+        if self._window is not None:
+            self._window.show(self._agent.current_frame("rgb_array"))
+            return None
         return self._agent.current_frame(self.render_mode)
 
     @property
@@ -378,6 +436,8 @@ class DmRpcEnv(RemoteResource, gym.Env):
             return
         self._closed = True
         try:
+            if getattr(self, "_window", None) is not None:
+                self._window.close()
             if self._agent is not None:
                 self._agent.leave()
             if getattr(self, "_created", False):

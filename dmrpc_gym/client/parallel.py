@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Sequence
 
@@ -227,9 +228,25 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
             raise ValueError(f"world {self.world_name!r} at {address} is turn-based (a PettingZoo AEC game "
                              "served turn by turn): read it with dmrpc_gym.aec_env()")
 
+    def _facts(self) -> dict[str, Any] | None:
+        """What the served env says of itself (a dmrpc_gym server's, :mod:`~dmrpc_gym.server.env_facts`)."""
+        first = self.remote.get(self.possible_agents[0]) if self.possible_agents else None
+        return first.exact.facts if first is not None and first.exact is not None else None
+
     def _refresh_spaces(self) -> None:
         self.observation_spaces = {name: agent.observation_space for name, agent in self.remote.items()}
         self.action_spaces = {name: agent.action_space for name, agent in self.remote.items()}
+        facts = self._facts() or {}
+        for key, spaces in (("observations", self.observation_spaces), ("actions", self.action_spaces)):
+            for group in (facts.get("shared") or {}).get(key, []):   # one object, as the served env shares it
+                for name in group[1:]:
+                    if name in spaces and group[0] in spaces:
+                        spaces[name] = spaces[group[0]]
+        self._default_rewards = facts.get("rewards") == "defaultdict(int)"   # aec_to_parallel's container
+        if facts:
+            served = dict(facts.get("metadata") or {})
+            modes = served.get("render_modes") or []
+            self.metadata = {**served, "render_modes": ["rgb_array"] if "rgb_array" in modes else []}
 
     def observation_space(self, agent: str):
         """``agent``'s observation space (the same object on every call)."""
@@ -381,7 +398,8 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
                 raise ValueError(f"agent {name!r}: {err}") from None
         answers = self._exchange("step", {name: (lambda c=self.connections[name], r=requests[name]: c.submit(*r) or True,
                                                  self.remote[name].receive_step) for name in live})
-        observations, rewards, terminations, truncations, infos = {}, {}, {}, {}, {}
+        observations, terminations, truncations, infos = {}, {}, {}, {}
+        rewards = defaultdict(int) if self._default_rewards else {}     # the served env's container
         for name in live:
             observations[name], rewards[name], terminations[name], truncations[name], infos[name] = answers[name]
         self.agents = [a for a in live if not (terminations[a] or truncations[a])]

@@ -196,6 +196,8 @@ class SteadyStep:
         carried = None if info is None else agent._read_info(info)
         result = agent._result(named, _RUNNING, carried)
         if extras is None:
+            if agent.exact is not None:
+                agent.exact.said = {}
             return result
         return exactly(result, extras, agent.exact, agent.reward.fn is None and agent.reward.name == "reward")
 
