@@ -163,7 +163,9 @@ def _run_client(command: str, job: Callable[[], None]) -> int:
     except BrokenPipeError:                  # our own stdout closed (`| head`): handled by main()
         raise
     except (ConnectionError, TimeoutError, DmRpcError, ValueError) as exc:
-        return _fail(command, exc)
+        # The client's Python names for the limits are this command's options here.
+        return _fail(command, str(exc).replace("(connect_timeout)", "(--wait)").replace(
+            "(connect_timeout=None)", "(--wait)"))
     return 0
 
 

@@ -97,7 +97,7 @@ def test_serve_a_pettingzoo_env_whose_dependency_is_missing_is_one_line(workdir)
 def test_serve_rps_without_pygame_is_one_line(workdir):
     try:
         import pygame  # noqa: F401
-        pytest.skip("pygame is installed: rps_v2 can be served")
+        pytest.skip("needs pygame to be missing (rps_v2 imports it; here it is installed, so rps_v2 serves)")
     except ImportError:
         pass
     result = console("serve", "pettingzoo.classic:rps_v2", "--port", "0", cwd=workdir)
