@@ -14,7 +14,7 @@ from dmrpc_gym.client.addresses import following
 from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State
 from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
 from dmrpc_gym.protocol.errors import DmRpcError
-from dmrpc_gym.protocol.fidelity import render_header
+from dmrpc_gym.protocol.fidelity import lists_header, render_header
 from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_reconnected
 from dmrpc_gym.client.properties import server_instance
 from dmrpc_gym.client.seeding import AUTO, SeedRoute
@@ -291,7 +291,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
         takes over."""
         k = self._kwargs
         mode = "rgb_array" if k["render_mode"] == "human" else k["render_mode"]   # shown here: FrameWindow
-        call = (*(k["grpc_metadata"] or ()), render_header(mode))
+        call = (*(k["grpc_metadata"] or ()), render_header(mode), *lists_header(k["world_settings"]))
         address = k["address"] if lost is None or k["address"] is None else following(k["address"], lost)
         return Connection(address, channel=k["channel"], credentials=k["credentials"], metadata=call,
                           connect_timeout=k["connect_timeout"], timeout=k["connect_timeout"],

@@ -60,7 +60,7 @@ from dmrpc_gym.client.exchanges import named_failure, receive_all, submit_all
 from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_reconnected
 from dmrpc_gym.client.properties import Properties, same_run, server_instance
 from dmrpc_gym.protocol.errors import DmRpcError
-from dmrpc_gym.protocol.fidelity import render_header
+from dmrpc_gym.protocol.fidelity import lists_header, render_header
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport import SharedConnections
 
@@ -321,7 +321,8 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         """A connection to ``address``, else to the first that serves of the list after the one lost."""
         k = self._kwargs
         return Connection(address or following(k["address"], self._lost), credentials=k["credentials"],
-                          metadata=(*(k["grpc_metadata"] or ()), render_header(k["render_mode"])),
+                          metadata=(*(k["grpc_metadata"] or ()), render_header(k["render_mode"]),
+                                    *lists_header(k["world_settings"])),
                           connect_timeout=k["connect_timeout"], timeout=k["step_timeout"],
                           **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"],
                                              k["keepalive"], self._shared))

@@ -5,6 +5,8 @@ dm_env_rpc carries tensors by spec; it has no ``render_mode``, no Tuple, no
 dmrpc_gym client and a dmrpc_gym server these travel by paths that foreign
 peers never meet:
 
+- the client names the world settings it was given as Python lists in a request header,
+  :data:`LISTS_METADATA`, and a server gives the env those as lists (not arrays);
 - the client names the ``render_mode`` it wants in a request header,
   :data:`RENDER_METADATA` (:data:`NO_RENDER` for none); a server builds the envs
   of that stream's worlds with it. A foreign client sends no such header and
@@ -34,7 +36,7 @@ import numpy as np
 from dmrpc_gym.protocol.info import INFO_UID
 
 __all__ = ["FIDELITY_FEATURE", "RENDER_METADATA", "NO_RENDER", "SPACES_PROPERTY", "FRAME_PROPERTY", "EXACT_UID",
-           "render_header", "exact_step", "exact_reward", "scalar_kind", "ENV_KEY"]
+           "render_header", "lists_header", "listed_settings", "LISTS_METADATA", "exact_step", "exact_reward", "scalar_kind", "ENV_KEY"]
 
 #: The feature a dmrpc_gym server lists when it offers the two properties below.
 FIDELITY_FEATURE = "fidelity"
@@ -42,6 +44,10 @@ FIDELITY_FEATURE = "fidelity"
 RENDER_METADATA = "dmrpc-gym-render-mode"
 #: Its value for ``render_mode=None``.
 NO_RENDER = "none"
+#: The request header in which our client names the world settings it was given as Python lists
+#: (JSON, a list of names): dm_env_rpc carries them as tensors, which a server unpacks as arrays;
+#: a dmrpc_gym server gives the env those settings as lists again (:func:`lists_header`).
+LISTS_METADATA = "dmrpc-gym-lists"
 #: The agent property holding the exact spaces (and dm_env specs) as text.
 SPACES_PROPERTY = "spaces"
 #: The agent property whose read renders the current state (uint8, H x W x C).
@@ -74,6 +80,31 @@ def scalar_kind(value: Any) -> str | None:
     if kind is float:
         return None
     return value.dtype.str if isinstance(value, np.generic) else kind.__name__
+
+
+def lists_header(settings: Any) -> tuple[tuple[str, str], ...]:
+    """The request header naming the ``settings`` given as Python lists (none when there are none).
+
+    >>> lists_header({"desc": ["SFFF", "FHFH"], "is_slippery": False}), lists_header(None)
+    ((('dmrpc-gym-lists', '["desc"]'),), ())
+    """
+    import json
+    names = [str(k) for k, v in (settings or {}).items() if isinstance(v, list)]
+    return ((LISTS_METADATA, json.dumps(names)),) if names else ()
+
+
+def listed_settings(header: str | None) -> frozenset[str]:
+    """The setting names a :func:`lists_header` value lists (none for a missing or malformed one).
+
+    >>> sorted(listed_settings('["desc"]')), listed_settings("not json")
+    (['desc'], frozenset())
+    """
+    import json
+    try:
+        names = json.loads(header) if header else []
+    except ValueError:
+        return frozenset()
+    return frozenset(n for n in names if isinstance(n, str)) if isinstance(names, list) else frozenset()
 
 
 def exact_step(reward: Any, terminated: bool, truncated: bool,
