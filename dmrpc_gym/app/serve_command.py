@@ -55,6 +55,11 @@ def start_server(args: argparse.Namespace):
     from dmrpc_gym.transport import TOKEN_ENV
 
     render: bool | str = {"rgb_array": True, "none": False}.get(args.render, args.render)
+    if render != "human":
+        # The server renders offscreen (rgb_array frames; a client's "human" window is its own): SDL's
+        # dummy video driver, so that pygame envs open no display, and SDL does not print
+        # "error: XDG_RUNTIME_DIR is invalid or not set" at each render on a machine with no session.
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     if (args.tls_cert is None) != (args.tls_key is None):
         raise ValueError("--tls-cert and --tls-key go together")
     for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 from console import TREE, Served, console, console_env, start_console
 
@@ -410,3 +411,21 @@ def test_serve_help_lists_every_kind_of_target_with_an_example(workdir):
                     "dmrpc-gym serve pettingzoo.classic.tictactoe_v3:env",
                     "dmrpc-gym serve dm_control/cartpole-balance", "dmrpc-gym serve bsuite/catch/0"):
         assert example in result.stdout, example
+
+
+def test_serve_renders_offscreen_and_sdl_says_nothing_of_a_missing_session(workdir, monkeypatch):
+    """A client rendering a pygame env (CartPole) through ``serve`` on a machine with no desktop
+    session: SDL's video driver is its dummy one in the server, so SDL prints no
+    ``error: XDG_RUNTIME_DIR is invalid or not set`` (issue 42), and the frame is the env's."""
+    monkeypatch.delenv("SDL_VIDEODRIVER", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    served = Served("CartPole-v1", workdir)
+    try:
+        env = gym.make("dmrpc/Remote-v0", address=served.address, render_mode="rgb_array")
+        env.reset(seed=1)
+        frame = env.render()
+        env.close()
+    finally:
+        said = served.stop()
+    assert frame.shape == (400, 600, 3) and frame.any()
+    assert "XDG_RUNTIME_DIR" not in said, said
