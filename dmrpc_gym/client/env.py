@@ -1,7 +1,6 @@
 """``DmRpcEnv``: a dm_env_rpc world as a ``gymnasium.Env``."""
 from __future__ import annotations
 
-import dataclasses
 import time
 import warnings
 from typing import Any, Mapping, Sequence
@@ -13,6 +12,7 @@ import numpy as np
 from dmrpc_gym.client.addresses import following
 from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State
 from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
+from dmrpc_gym.client.env_facts import served_metadata, with_steps
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.fidelity import lists_header, render_header
 from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_reconnected
@@ -22,7 +22,7 @@ from dmrpc_gym.client.window import FrameWindow
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport import SharedConnections
 
-__all__ = ["DmRpcEnv", "State", "open_world", "close_world", "check_alone", "served_metadata", "RESET_OPTIONS"]
+__all__ = ["DmRpcEnv", "State", "open_world", "close_world", "check_alone", "RESET_OPTIONS"]
 
 #: The keys ``reset(options=...)`` understands.
 RESET_OPTIONS = ("settings", "world_settings")
@@ -114,27 +114,6 @@ def check_alone(connection: Connection, world_name: str, created: bool, where: s
             f"client per agent joins with world_name=")
     warnings.warn(f"{what}; this env plays {me!r} and reset() waits until {_names(missing)} "
                   f"have joined too (up to the server's timeout)", stacklevel=3)
-
-
-def served_metadata(facts: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A DmRpcEnv's ``metadata``: the served env's own (``facts``, from a dmrpc_gym server), its
-    ``render_modes`` those that work through the bridge (``rgb_array``, and ``human``, shown here from
-    its frames, when the env renders ``rgb_array``). From another server nothing is known of the env:
-    both modes (frames from a render observation), no ``render_fps``, and ``unknown`` says so.
-
-    >>> served_metadata({"metadata": {"render_modes": ["human", "ansi", "rgb_array"], "render_fps": 4}})
-    {'render_modes': ['human', 'rgb_array'], 'render_fps': 4}
-    >>> served_metadata(None)
-    {'render_modes': ['rgb_array', 'human'], 'unknown': ['render_fps', 'max_episode_steps']}
-    """
-    if facts is None:
-        return {"render_modes": ["rgb_array", "human"], "unknown": ["render_fps", "max_episode_steps"]}
-    metadata = dict(facts.get("metadata") or {})
-    served = list(metadata.get("render_modes") or [])
-    modes = [m for m in served if m in ("human", "rgb_array")] if "rgb_array" in served else []
-    if modes and "human" not in modes:
-        modes.append("human")
-    return {**metadata, "render_modes": modes}
 
 
 def _takes_nothing(space: gym.Space) -> bool:
@@ -272,17 +251,9 @@ class DmRpcEnv(RemoteResource, gym.Env):
         if render_mode == "human":
             self._window = FrameWindow(self.metadata.get("render_fps"))
 
-    @property
-    def spec(self) -> Any:
-        """gymnasium's ``EnvSpec`` of this env (``gymnasium.make`` sets it), its ``max_episode_steps``
-        the served env's where the spec gives none."""
-        return self._spec
-
-    @spec.setter
-    def spec(self, spec: Any) -> None:
-        if spec is not None and spec.max_episode_steps is None and self._max_episode_steps is not None:
-            spec = dataclasses.replace(spec, max_episode_steps=self._max_episode_steps)
-        self._spec = spec
+    spec = property(lambda self: self._spec, lambda self, spec: setattr(self, "_spec", with_steps(
+        spec, self._max_episode_steps)), doc="gymnasium's ``EnvSpec`` (``gymnasium.make`` sets it), with the "
+        "served env's ``max_episode_steps`` where it gives none (:func:`~dmrpc_gym.client.env_facts.with_steps`)")
 
     def _connect(self, lost: str | None = None) -> Connection:
         """A new connection from the constructor's arguments (the address list tried from the one

@@ -19,24 +19,9 @@ INTERRUPTED sets ``truncations[agent]``, and the agent leaves ``agents``.
 ...     {agent: env.action_space(agent).sample() for agent in env.agents})
 >>> env.close()
 
-Training with Stable-Baselines3 through SuperSuit: SuperSuit turns a parallel
-env into a vector env with one slot per agent, so every agent must have the
-same spaces and all agents must finish on the same step. The Tag world does
-both with ``homogeneous=True, evaders=1``. ``concat_vec_envs_v1`` copies the
-env by pickling it, which re-creates it from its constructor arguments (each
-copy gets its own connections and its own world); close the original.
-
->>> import supersuit as ss
->>> env = dmrpc_gym.tag_env(homogeneous=True, evaders=1, size=5)
->>> venv = ss.pettingzoo_env_to_vec_env_v1(env)
->>> venv = ss.concat_vec_envs_v1(venv, num_vec_envs=2, num_cpus=0, base_class="stable_baselines3")
->>> env.close()
->>> venv.num_envs                                   # 2 copies x 3 agents
-6
->>> obs = venv.reset()
->>> obs.shape
-(6, 10)
->>> venv.close()
+Training with Stable-Baselines3 through SuperSuit, whose ``concat_vec_envs_v1`` copies the env by
+pickling it (each copy re-created from the constructor's arguments, with its own connections and
+world): the PettingZoo guide (``docs/guides/pettingzoo.md``) shows it, and runs in CI.
 """
 from __future__ import annotations
 
@@ -56,6 +41,7 @@ from dmrpc_gym.client.agents import AgentsArg, join_settings, per_agent, world_a
 from dmrpc_gym.client.seeding import AUTO, SeedRoute
 from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
 from dmrpc_gym.client.env import close_world, open_world
+from dmrpc_gym.client.env_facts import parallel_metadata, share_spaces
 from dmrpc_gym.client.exchanges import named_failure, receive_all, submit_all
 from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_reconnected
 from dmrpc_gym.client.properties import Properties, same_run, server_instance
@@ -237,16 +223,10 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         self.observation_spaces = {name: agent.observation_space for name, agent in self.remote.items()}
         self.action_spaces = {name: agent.action_space for name, agent in self.remote.items()}
         facts = self._facts() or {}
-        for key, spaces in (("observations", self.observation_spaces), ("actions", self.action_spaces)):
-            for group in (facts.get("shared") or {}).get(key, []):   # one object, as the served env shares it
-                for name in group[1:]:
-                    if name in spaces and group[0] in spaces:
-                        spaces[name] = spaces[group[0]]
+        share_spaces(facts, self.observation_spaces, self.action_spaces)    # one object, as the served env's
         self._default_rewards = facts.get("rewards") == "defaultdict(int)"   # aec_to_parallel's container
         if facts:
-            served = dict(facts.get("metadata") or {})
-            modes = served.get("render_modes") or []
-            self.metadata = {**served, "render_modes": ["rgb_array"] if "rgb_array" in modes else []}
+            self.metadata = parallel_metadata(facts, type(self).metadata)
 
     def observation_space(self, agent: str):
         """``agent``'s observation space (the same object on every call)."""
