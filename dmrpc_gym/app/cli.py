@@ -29,6 +29,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -191,7 +192,8 @@ def run_inspect(args: argparse.Namespace) -> int:
         kwargs = world_kwargs(args)
         report = inspect_world(kwargs.pop("address"), **kwargs)
         report.address = world_name_shown(args, report.address)
-        print(json.dumps(report_json(report), indent=2, allow_nan=False) if args.json else format_report(report))
+        width = shutil.get_terminal_size((120, 24)).columns     # $COLUMNS, the terminal's, else 120
+        print(json.dumps(report_json(report), indent=2, allow_nan=False) if args.json else format_report(report, width))
     return _run_client("inspect", job)
 
 

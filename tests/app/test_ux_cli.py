@@ -429,3 +429,14 @@ def test_serve_renders_offscreen_and_sdl_says_nothing_of_a_missing_session(workd
         said = served.stop()
     assert frame.shape == (400, 600, 3) and frame.any()
     assert "XDG_RUNTIME_DIR" not in said, said
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_inspect_fits_its_tables_to_the_terminal(workdir, columns, monkeypatch):
+    """``inspect`` tables as wide as the terminal ($COLUMNS; issue 42: 215 characters before): the
+    last columns (bounds and spaces, values and descriptions) wrap in their cells."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    done = console("inspect", "tag", cwd=workdir)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and any("gymnasium space" in line for line in lines), done.stderr
+    assert max(map(len, lines)) <= columns, max(lines, key=len)
