@@ -38,6 +38,7 @@ from pettingzoo import AECEnv
 from dmrpc_gym.client.agent import RemoteAgent, State
 from dmrpc_gym.client.agents import AgentsArg
 from dmrpc_gym.client.connection import Connection
+from dmrpc_gym.client.env_facts import parallel_metadata
 from dmrpc_gym.client.exchanges import first_ready, named_failure
 from dmrpc_gym.client.parallel import DmRpcParallelEnv
 from dmrpc_gym.client.properties import Properties
@@ -130,8 +131,7 @@ class DmRpcAECEnv(AECEnv):
         self.possible_agents = list(seats.possible_agents)
         self.action_spaces = {a: seats.action_spaces[a] for a in self.possible_agents}     # shared as served
         self.observation_spaces = {a: seats.observation_spaces[a] for a in self.possible_agents}
-        if seats._facts():
-            self.metadata = {**seats.metadata, "is_parallelizable": False}
+        self.metadata = parallel_metadata(seats._facts() or {}, type(self).metadata)
         self.agents: list[str] = []
         self.rewards, self._cumulative_rewards, self.terminations, self.truncations, self.infos = {}, {}, {}, {}, {}
         self.agent_selection = None     # type: ignore[assignment]  (set by reset)

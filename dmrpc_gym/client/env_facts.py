@@ -34,11 +34,16 @@ def served_metadata(facts: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def parallel_metadata(facts: Mapping[str, Any], own: Mapping[str, Any]) -> dict[str, Any]:
     """A PettingZoo client env's ``metadata``: ``own`` (the client class's) updated with the served env's,
-    ``render_modes`` those that work through the bridge (``rgb_array``).
+    ``render_modes`` those that work through the bridge (``rgb_array``); from another server (no
+    ``facts``), ``own`` and what is unknown (the env's ``render_fps``, and its rewards container: a dict).
 
     >>> parallel_metadata({"metadata": {"name": "pistonball_v6", "render_modes": ["human", "rgb_array"]}}, {})
     {'name': 'pistonball_v6', 'render_modes': ['rgb_array']}
+    >>> parallel_metadata({}, {"render_modes": ["rgb_array"]})
+    {'render_modes': ['rgb_array'], 'unknown': ['render_fps', 'rewards']}
     """
+    if not facts:
+        return {**own, "unknown": ["render_fps", "rewards"]}
     served = dict(facts.get("metadata") or {})
     return {**own, **served, "render_modes": ["rgb_array"] if "rgb_array" in (served.get("render_modes") or []) else []}
 

@@ -102,7 +102,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
     >>> env.close()
     """
 
-    metadata = {"render_modes": ["rgb_array"], "name": "dmrpc_parallel_v0", "render_fps": 10,
+    metadata = {"render_modes": ["rgb_array"], "name": "dmrpc_parallel_v0",
                 "is_parallelizable": True}
     #: Seconds the other agents' answers are still awaited once one agent has failed.
     abandon_timeout: float = 2.0
@@ -225,8 +225,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         facts = self._facts() or {}
         share_spaces(facts, self.observation_spaces, self.action_spaces)    # one object, as the served env's
         self._default_rewards = facts.get("rewards") == "defaultdict(int)"   # aec_to_parallel's container
-        if facts:
-            self.metadata = parallel_metadata(facts, type(self).metadata)
+        self.metadata = parallel_metadata(facts, type(self).metadata)
 
     def observation_space(self, agent: str):
         """``agent``'s observation space (the same object on every call)."""
