@@ -440,3 +440,18 @@ def test_inspect_fits_its_tables_to_the_terminal(workdir, columns, monkeypatch):
     lines = done.stdout.splitlines()
     assert done.returncode == 0 and any("gymnasium space" in line for line in lines), done.stderr
     assert max(map(len, lines)) <= columns, max(lines, key=len)
+
+
+def test_a_client_command_that_gives_up_names_its_option_wait(workdir):
+    """The give-up line of a client command names ``--wait`` (its option), not the Python
+    argument ``connect_timeout`` behind it (issue 42)."""
+    from processes import free_port
+    done = console("inspect", f"127.0.0.1:{free_port()}", "--wait", "0.5", cwd=workdir)
+    assert done.returncode == 1 and "(--wait)" in done.stderr and "connect_timeout" not in done.stderr, done.stderr
+
+
+def test_a_mistyped_module_target_says_it_was_tried_as_one_and_suggests(workdir):
+    done = console("serve", "pettingzoo.butterfly.pistonbal_v6", "--port", "0", cwd=workdir)
+    assert done.returncode == 1
+    assert "neither a gymnasium env id nor a module that imports" in done.stderr, done.stderr
+    assert "did you mean 'pettingzoo.butterfly.pistonball_v6'?" in done.stderr, done.stderr
