@@ -14,7 +14,8 @@ step's exact extras say.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import gymnasium as gym
@@ -27,7 +28,10 @@ from dmrpc_gym.spaces.codec import ValueCodec
 from dmrpc_gym.spaces.described import space_from_description
 from dmrpc_gym.spaces.scalars import ScalarKinds
 
-__all__ = ["ExactSpaces", "exactly"]
+__all__ = ["ExactSpaces", "exactly", "NOTHING_SAID"]
+
+#: What a step without exact extras says (read-only: shared by every step, nothing allocated).
+NOTHING_SAID: Mapping[str, Any] = MappingProxyType({})
 
 
 class ExactSpaces:
@@ -45,7 +49,7 @@ class ExactSpaces:
                        ValueCodec(self.action_space, names["action"]))
         self.scalar_kinds = ScalarKinds(self.observation_space)
         self.facts: dict[str, Any] | None = described.get(ENV_KEY)
-        self.said: dict[str, Any] = {}
+        self.said: Mapping[str, Any] = NOTHING_SAID
 
     @classmethod
     def read(cls, properties: Any, observations: Sequence[str], actions: Sequence[str]) -> "ExactSpaces | None":
