@@ -67,6 +67,11 @@ def start_server(args: argparse.Namespace):
     from dmrpc_gym.transport import TOKEN_ENV
 
     render: bool | str = {"rgb_array": True, "none": False}.get(args.render, args.render)
+    if render != "human":
+        # The server renders offscreen (rgb_array frames; a client's "human" window is its own): SDL's
+        # dummy video driver, so that pygame envs open no display, and SDL does not print
+        # "error: XDG_RUNTIME_DIR is invalid or not set" at each render on a machine with no session.
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     if (args.tls_cert is None) != (args.tls_key is None):
         raise ValueError("--tls-cert and --tls-key go together")
     for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
@@ -78,11 +83,16 @@ def start_server(args: argparse.Namespace):
     if args.max_message_size is not None:
         options["max_message_size"] = args.max_message_size
     address = f"unix:{args.unix}" if args.unix else f"{args.host}:{args.port}"
+    for flag, value in (("--keepalive-min-time", args.keepalive_min_time), ("--max-ping-strikes", args.max_ping_strikes)):
+        if not value > 0:
+            raise ValueError(f"{flag} {value:g}: expected a number above 0")
     return Server(serve_target(args.target), kind=args.kind, address=address,
                   render=render, timeout=args.timeout, workers=args.workers,
                   processes=args.processes, inline_below=args.inline_below, max_worlds=args.max_worlds,
                   max_worlds_per_connection=args.max_worlds_per_connection, orphan_lifetime=args.orphan_lifetime,
-                  limits=ConnectionLimits(max_connections=args.max_connections),
+                  limits=ConnectionLimits(max_connections=args.max_connections,
+                                          min_ping_interval=args.keepalive_min_time,
+                                          max_ping_strikes=args.max_ping_strikes),
                   health_without_token=args.health_without_token, metrics_port=args.metrics_port,
                   metrics_host=args.metrics_host, **options).start()
 

@@ -64,6 +64,33 @@ __all__ = ["Factory", "Rendering", "env_kind", "close_quietly", "KINDS", "RENDER
 KINDS = ("gym", "pettingzoo", "dm_env")
 
 
+def unknown_target(target: str, error: Exception) -> str:
+    """Why ``target`` names nothing: no gymnasium env id (gymnasium's ``error`` says why) and, for a
+    dotted name, no importable module either (it was tried as one), with close matches.
+
+    >>> unknown_target("CartPol-v1", Exception("No registered env with id: CartPol-v1"))
+    "unknown gymnasium env id 'CartPol-v1' (No registered env with id: CartPol-v1); did you mean 'CartPole-v1'?"
+    >>> unknown_target("pettingzoo.butterfly.pistonbal_v6", Exception())
+    "'pettingzoo.butterfly.pistonbal_v6' is neither a gymnasium env id nor a module that imports (a dotted TARGET is tried as MODULE and MODULE:factory); did you mean 'pettingzoo.butterfly.pistonball_v6'?"
+    """
+    import difflib
+    import pkgutil
+    parent = target.rpartition(".")[0] if "/" not in target and ":" not in target else ""
+    candidates = list(gym.registry)
+    if parent:
+        try:
+            package = importlib.import_module(parent)
+            candidates = [f"{parent}.{m.name}" for m in pkgutil.iter_modules(getattr(package, "__path__", []))]
+        except Exception:  # noqa: BLE001 - the parent does not import either: no module to suggest
+            candidates = []
+    close = difflib.get_close_matches(target, candidates, n=1, cutoff=0.8)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    if parent:
+        return (f"{target!r} is neither a gymnasium env id nor a module that imports (a dotted TARGET is tried "
+                f"as MODULE and MODULE:factory){hint}")
+    return f"unknown gymnasium env id {target!r} ({error}){hint}"
+
+
 @dataclass(frozen=True)
 class Rendering:
     """How envs of a world are built to render, part of the world's recipe (key :data:`RENDER_MODE`).
@@ -185,7 +212,7 @@ class Factory:
         try:
             spec = gym.spec(target)
         except gym.error.Error as exc:
-            raise ValueError(f"unknown gymnasium env id {target!r}: {exc}") from None
+            raise ValueError(unknown_target(target, exc)) from None
         self.name = self.env_id = spec.id
         self.kind = "gym"
         creator = spec.entry_point

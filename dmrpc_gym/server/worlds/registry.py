@@ -164,7 +164,7 @@ class WorldRegistry:
         return world
 
     async def create(self, settings: Mapping[str, pb.Tensor], creator: object = None,
-                     asked: str | None = None) -> str:
+                     asked: str | None = None, lists: Any = ()) -> str:
         """CreateWorld: build a world from the settings; returns its unique name.
 
         ``creator``: the connection asking (its worlds count toward
@@ -184,7 +184,7 @@ class WorldRegistry:
                 raise status.resource_exhausted(
                     f"this connection has made {made} worlds, the limit per connection "
                     f"(max_worlds_per_connection): destroy one with DestroyWorld first")
-        kwargs = unpack_settings(settings, "world")
+        kwargs = unpack_settings(settings, "world", lists)    # lists: those the client was given as lists
         seed = pop_seed(kwargs, "world")
         name = f"world-{next(self._numbers)}"
         self._building += 1
