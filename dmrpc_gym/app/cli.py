@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dmrpc_gym.app.client_args import add_connection_arguments, add_world_arguments, world_kwargs, world_name_shown
+from dmrpc_gym.app.dashboard_command import add_dashboard, run_dashboard
 
 from dmrpc_gym.client.seeding import AUTO
 from dmrpc_gym.server.factories import KINDS
@@ -351,49 +352,6 @@ def run_status(args: argparse.Namespace) -> int:
         with StatusReader(args.address, **connection_kwargs(args)) as reader:
             watch(reader, args.address, interval=args.interval, forever=args.watch, as_json=args.json)
     return _run_client("status", job)
-
-
-def add_dashboard(subparsers: Any) -> None:
-    """Declare ``dmrpc-gym dashboard``."""
-    parser = subparsers.add_parser(
-        "dashboard", help="a local web page showing a running server live: worlds, plots, frames",
-        description="Serve a local web page that shows a running dmrpc_gym server live: its health, uptime, "
-                    "connections and worlds, each world's episodes, step, return, last reward and step times, "
-                    "plots of steps/s, step time and episode returns, and the frames of a world the page picks. "
-                    "It reaches the server as a client does (token, TLS and unix: addresses as for any client) "
-                    "and prints the page's URL. What it shows beyond `dmrpc-gym status` is collected by the "
-                    "server only while a dashboard watches.")
-    parser.add_argument("address", help="host:port or unix:PATH of a dmrpc_gym server")
-    add_connection_arguments(parser)
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="the address the page is served on (default: %(default)s, this machine only)")
-    parser.add_argument("--port", type=int, default=0, help="the page's port (default: 0, one the OS picks)")
-    parser.add_argument("--allow-remote", action="store_true",
-                        help="allow a --host that is not a loopback address (anyone who reaches it sees the "
-                             "server's worlds and frames)")
-    parser.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
-                        help="seconds between readings of the server (default: %(default)s)")
-    parser.set_defaults(run=run_dashboard)
-
-
-def run_dashboard(args: argparse.Namespace) -> int:
-    """Run ``dmrpc-gym dashboard`` until interrupted."""
-    import threading
-    from dmrpc_gym.app.client_args import connection_kwargs
-    from dmrpc_gym.app.dashboard import DashboardServer
-    if args.interval <= 0:
-        return _fail("dashboard", f"--interval {args.interval}: expected seconds > 0")
-    try:
-        dashboard = DashboardServer(args.address, args.host, args.port, allow_remote=args.allow_remote,
-                                    interval=args.interval, **connection_kwargs(args))
-    except (ValueError, OSError) as exc:
-        return _fail("dashboard", exc)
-    try:
-        print(f"dmrpc-gym dashboard of {args.address}: {dashboard.url} (Ctrl-C to stop)", flush=True)
-        threading.Event().wait()
-    finally:
-        dashboard.close()
-    return 0
 
 
 #: The ``add_`` functions of every subcommand, in the order ``--help`` lists them.

@@ -7,7 +7,7 @@ lines of its own. Names from the server are set as text, never as HTML. Errors o
 reported to ``/api/report``, where the dashboard logs them.
 
 >>> import re
->>> PAGE.startswith("<!DOCTYPE html>"), re.findall(r"(?:src=|href=|url\\(|fetch\\()[\"']?(?:https?:)?//", PAGE)
+>>> PAGE.startswith("<!DOCTYPE html>"), re.findall(r"(?:src=|href=|url[(]|fetch[(])[^a-z/]{0,2}(?:https?:)?//", PAGE)
 (True, [])
 """
 from __future__ import annotations
