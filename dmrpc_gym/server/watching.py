@@ -36,6 +36,7 @@ import numpy as np
 
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import status
+from dmrpc_gym.server.factories import RENDER_MODE
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.rendering import current_frame
 
@@ -83,13 +84,14 @@ class _Lease:
         self.frame_env: Any = None
 
 
-def _frame_source(world: Any) -> tuple[Any, Any] | None:
-    """The env a world's frames come from and its lane: a gym world's first agent's, a PettingZoo world's."""
+def _frame_source(world: Any) -> tuple[Any, Any, Any] | None:
+    """The env a world's frames come from, its lane and its recipe: a gym world's first agent's, a
+    PettingZoo world's own."""
     agents = getattr(world, "agents", {})
     if world.kind in ("gym", "dm_env"):
         joined = [agents[slot] for slot in sorted(agents) if agents[slot] is not None]
-        return (joined[0].env, joined[0].lane) if joined else None
-    return world.env, world.lane
+        return (joined[0].env, joined[0].lane, joined[0].env_kwargs) if joined else None
+    return world.env, world.lane, world.kwargs
 
 
 def no_frames(world: Any) -> str | None:
@@ -97,10 +99,15 @@ def no_frames(world: Any) -> str | None:
     source = _frame_source(world)
     if source is None:
         return f"world {world.name!r} has no agent joined: no env steps, so there is nothing to show"
-    mode = getattr(source[0], "render_mode", None)
+    env, _, recipe = source
+    mode = getattr(env, "render_mode", None)
     if mode == "rgb_array":
         return None
     failure = world.factory.render_failure
+    asked = getattr(recipe.get(RENDER_MODE), "mode", None)
+    if asked == "rgb_array":      # asked for, and the env does not render (a dm_env without a physics...)
+        return (f"world {world.name!r} renders no frames: its env ({type(env).__name__}) was asked for "
+                f"render_mode='rgb_array' and renders with render_mode={mode!r}" + (f" ({failure})" if failure else ""))
     return (f"world {world.name!r} renders no frames: its env was made with render_mode={mode!r}"
             + (f" ({failure})" if failure else "") + ". A dmrpc_gym client asks for frames with "
             "render_mode=\"rgb_array\" (e.g. gym.make(\"dmrpc/Remote-v0\", address=..., render_mode=\"rgb_array\")); "
@@ -231,7 +238,7 @@ class Watches:
         why = no_frames(world)
         if why is not None:
             raise status.failed_precondition(why)
-        env, lane = _frame_source(world)  # type: ignore[misc]
+        env, lane, _ = _frame_source(world)  # type: ignore[misc]
         now = time.monotonic()
         fresh = lease.frame is not None and lease.frame_env is env
         if fresh and (world.tally.steps == lease.frame_steps or now - lease.frame_at < 1.0 / lease.fps):

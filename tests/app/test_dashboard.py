@@ -224,3 +224,33 @@ def test_the_page_comes_back_within_10_s_after_the_server_restarts(browser, tmp_
             assert not browser.problems and not dash.page_errors, (browser.problems, dash.page_errors)
     finally:
         server.stop()
+
+
+def test_pettingzoo_and_dm_env_worlds_are_watched_too():
+    from dm_worlds import probe
+    from dmrpc_gym.client.parallel import DmRpcParallelEnv
+    from dmrpc_gym.worlds.tag import Tag
+    with servers.start(Tag) as server, StatusReader(server.address) as reader:
+        env = DmRpcParallelEnv(server.address, render_mode="rgb_array")
+        try:
+            env.reset(seed=0)
+            reader.write_value(WATCH_PROPERTY, json.dumps({"world": "world-1", "fps": 30}))
+            frames = []
+            for _ in range(3):
+                for _ in range(4):
+                    env.step({a: env.action_space(a).sample() for a in env.agents})
+                    if not env.agents:
+                        env.reset()
+                frames.append(reader.read_value("dmrpc_gym.watch_frame"))
+                time.sleep(0.05)
+            world = reader.read_json(WATCH_PROPERTY)["worlds"][0]
+            assert world["kind"] == "parallel" and world["no_frames"] is None and world["step"] is not None
+            assert frames[0].ndim == 3 and any((f != frames[0]).any() for f in frames[1:])
+        finally:
+            env.close()
+    with servers.start(probe) as server, StatusReader(server.address) as reader, \
+            Stepping(server.address, render_mode="rgb_array"):
+        reader.write_value(WATCH_PROPERTY, json.dumps({"world": "world-1", "fps": 1}))
+        world = wait_until(lambda: [w for w in reader.read_json(WATCH_PROPERTY)["worlds"] if w["returns"]])[0]
+        assert world["kind"] == "dm_env" and world["episodes"] >= 1
+        assert "was asked for render_mode='rgb_array'" in world["no_frames"]
