@@ -254,3 +254,17 @@ def test_pettingzoo_and_dm_env_worlds_are_watched_too():
         world = wait_until(lambda: [w for w in reader.read_json(WATCH_PROPERTY)["worlds"] if w["returns"]])[0]
         assert world["kind"] == "dm_env" and world["episodes"] >= 1
         assert "was asked for render_mode='rgb_array'" in world["no_frames"]
+
+
+def test_the_server_collects_only_while_a_page_looks(monkeypatch):
+    from dmrpc_gym.app.dashboard import feed
+    from dmrpc_gym.server import watching
+    monkeypatch.setattr(feed, "PAGE_GONE", 0.5)
+    monkeypatch.setattr(watching, "LEASE", 1.0)
+    with servers.start(Catch) as server, Stepping(server.address), \
+            DashboardServer(server.address, interval=0.2) as dash:
+        watches = server._registry.watches
+        wait_until(lambda: state(dash)["worlds"] and watches.watching)     # a page looks: watched
+        assert state(dash)["worlds"][0]["episodes"] >= 0
+        wait_until(lambda: not watches.watching, timeout=10)               # nobody looks: the lease ran out
+        wait_until(lambda: state(dash) and watches.watching)               # a page looks again

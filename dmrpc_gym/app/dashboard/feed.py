@@ -27,12 +27,15 @@ from dmrpc_gym.app.dashboard.png import encode_png
 from dmrpc_gym.app.status import StatusReader, with_rates
 from dmrpc_gym.server.watching import WATCH_FRAME_PROPERTY, WATCH_PROPERTY
 
-__all__ = ["Feed", "HISTORY_SECONDS", "MAX_FPS"]
+__all__ = ["Feed", "HISTORY_SECONDS", "MAX_FPS", "PAGE_GONE"]
 
 #: Seconds of history the plots show.
 HISTORY_SECONDS = 600.0
 #: The most frames a second a page may ask for.
 MAX_FPS = 10.0
+#: Seconds after a page's last look (:meth:`Feed.state`) that the feed stops watching: the server then
+#: collects nothing beyond its status for it (its watch's lease runs out) until a page looks again.
+PAGE_GONE = 5.0
 
 
 class Feed:
@@ -60,6 +63,7 @@ class Feed:
         self._frame_error: str | None = None
         self._error: str | None = "not read yet"
         self._since = time.time()
+        self._looked = time.monotonic()                 # when a page last asked for the state
 
     # -- the page's side ---------------------------------------------------------------------
     def choose(self, world: str, fps: float) -> None:
@@ -74,8 +78,11 @@ class Feed:
         self._wake.set()
 
     def state(self) -> dict[str, Any]:
-        """Everything the page shows but the frame, JSON-ready."""
+        """Everything the page shows but the frame, JSON-ready (a page looks: the feed watches)."""
         with self._lock:
+            if time.monotonic() - self._looked > PAGE_GONE:
+                self._wake.set()                         # back from nobody looking: watch again now
+            self._looked = time.monotonic()
             status = self._status
             worlds = []
             for world in (status or {}).get("worlds", []):
@@ -145,11 +152,19 @@ class Feed:
             reader.write_value(WATCH_PROPERTY, json.dumps(watch))
             self._watched = watch
 
+    def _looking(self) -> bool:
+        """Whether a page looked lately (:data:`PAGE_GONE`)."""
+        with self._lock:
+            return time.monotonic() - self._looked <= PAGE_GONE
+
     def _read(self) -> None:
         reader = self._reader_now()
         now = reader.read()
-        self._tell(reader)
-        numbers = reader.read_json(WATCH_PROPERTY)
+        if self._looking():
+            self._tell(reader)
+            numbers = reader.read_json(WATCH_PROPERTY)
+        else:                                # nobody looks: no watch (its lease runs out on the server)
+            self._watched, numbers = None, {"worlds": []}
         rated = with_rates(now, self._before)
         self._before = now
         worlds = rated["worlds"]
@@ -169,8 +184,8 @@ class Feed:
     def _read_frame(self) -> None:
         with self._lock:
             world, fps, last = self._watch["world"], self._watch["fps"], self._frame
-        if not world or self._reader is None or (last is not None and last[2] == world
-                                                 and time.time() - last[1] < 1.0 / fps * 0.9):
+        if not world or self._reader is None or not self._looking() or (
+                last is not None and last[2] == world and time.time() - last[1] < 1.0 / fps * 0.9):
             return
         numbers = self._numbers.get(world)
         if numbers is None or numbers.get("no_frames"):
