@@ -268,3 +268,30 @@ def test_the_server_collects_only_while_a_page_looks(monkeypatch):
         assert state(dash)["worlds"][0]["episodes"] >= 0
         wait_until(lambda: not watches.watching, timeout=10)               # nobody looks: the lease ran out
         wait_until(lambda: state(dash) and watches.watching)               # a page looks again
+
+
+def test_a_godot_world_is_watched_with_its_frames():
+    from godot_support import drawing_godot, require_godot
+    require_godot()
+    if drawing_godot() is None:
+        pytest.skip("no godot3 with xvfb-run: Godot frames cannot be drawn")
+    server = servers.serve_like_cli("dmrpc_gym.integrations.godot:make_godot_catch")
+    try:
+        env = gym.make("dmrpc/Remote-v0", address=server.address, render_mode="rgb_array")
+        try:
+            env.reset(seed=2)
+            with StatusReader(server.address) as reader:
+                reader.write_value(WATCH_PROPERTY, json.dumps({"world": "world-1", "fps": 30}))
+                frames = []
+                for _ in range(2):
+                    for _ in range(3):
+                        env.step(2)
+                    frames.append(reader.read_value("dmrpc_gym.watch_frame"))
+                    time.sleep(0.05)
+                world = reader.read_json(WATCH_PROPERTY)["worlds"][0]
+            assert world["no_frames"] is None and world["step"] >= 3
+            assert frames[0].shape == (84, 84, 3) and not (frames[0] == frames[1]).all()
+        finally:
+            env.close()
+    finally:
+        server.stop()
