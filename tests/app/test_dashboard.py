@@ -295,3 +295,26 @@ def test_a_godot_world_is_watched_with_its_frames():
             env.close()
     finally:
         server.stop()
+
+
+def test_a_dm_control_world_is_watched_with_its_frames(monkeypatch):
+    pytest.importorskip("dm_control")
+    import os
+    monkeypatch.setenv("MUJOCO_GL", os.environ.get("MUJOCO_GL", "egl"))
+    with servers.serve_like_cli("dm_control/cartpole-balance") as server:
+        env = gym.make("dmrpc/Remote-v0", address=server.address, render_mode="rgb_array")
+        try:
+            env.reset(seed=0)
+            with StatusReader(server.address) as reader:
+                reader.write_value(WATCH_PROPERTY, json.dumps({"world": "world-1", "fps": 30}))
+                frames = []
+                for _ in range(2):
+                    for _ in range(10):
+                        env.step(env.action_space.sample())
+                    frames.append(reader.read_value("dmrpc_gym.watch_frame"))
+                    time.sleep(0.05)
+                world = reader.read_json(WATCH_PROPERTY)["worlds"][0]
+            assert world["kind"] == "dm_env" and world["no_frames"] is None and world["last_reward"] is not None
+            assert frames[0].shape == (240, 320, 3) and not (frames[0] == frames[1]).all()
+        finally:
+            env.close()
