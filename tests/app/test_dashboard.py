@@ -29,7 +29,7 @@ needs_chromium = pytest.mark.skipif(chromium() is None, reason="chromium is not 
 class Stepping:
     """A client stepping a world of ``address`` with random actions on a thread until the block ends."""
 
-    def __init__(self, address: str, env_id: str | None = None, **kwargs):
+    def __init__(self, address: str, **kwargs):
         self.env = gym.make("dmrpc/Remote-v0", address=address, **kwargs)
         self.env.reset(seed=0)
         self.stop, self.steps = threading.Event(), 0
