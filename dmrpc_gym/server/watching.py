@@ -10,10 +10,11 @@ before: the numbers read here (the episode's step and return, the last reward, t
 resets of :class:`~dmrpc_gym.server.stats.WorldTally`) are kept by every step anyway.
 
 Reading :data:`WATCH_PROPERTY` gives every world's numbers as JSON (:meth:`Watches.numbers`);
-reading :data:`WATCH_FRAME_PROPERTY` gives the chosen world's frame. It is rendered only then, at
+reading :data:`WATCH_FRAME_PROPERTY` gives the chosen world's frame, as PNG. It is rendered only then, at
 most ``fps`` times a second and only after the world stepped (else the frame before is sent
 again), on the env's lane (after the step in progress, before the next) and on its own render
-thread (:mod:`~dmrpc_gym.server.render_threads`): never on a step's path. A world whose env renders
+thread (:mod:`~dmrpc_gym.server.render_threads`): never on a step's path; it is encoded off the
+event loop (:mod:`~dmrpc_gym.server.png`). A world whose env renders
 no frames says why and how to get them (:func:`no_frames`).
 
 >>> from dmrpc_gym.server.factories import Factory
@@ -37,6 +38,7 @@ import numpy as np
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import status
 from dmrpc_gym.server.factories import RENDER_MODE
+from dmrpc_gym.server.png import encode_png
 from dmrpc_gym.server.properties import Property
 from dmrpc_gym.server.rendering import current_frame
 
@@ -44,7 +46,7 @@ __all__ = ["Watches", "WorldWatch", "WATCH_PROPERTY", "WATCH_FRAME_PROPERTY", "L
 
 #: Written (JSON ``{"world": NAME or "", "fps": RATE}``) to begin or change a watch; read: every world's numbers.
 WATCH_PROPERTY = "dmrpc_gym.watch"
-#: The watched world's frame (uint8, H x W x C), rendered when read (at most ``fps`` a second).
+#: The watched world's frame as PNG (uint8 bytes), rendered when read (at most ``fps`` a second).
 WATCH_FRAME_PROPERTY = "dmrpc_gym.watch_frame"
 #: Seconds a watch lasts without a read or write of its properties.
 LEASE = 10.0
@@ -149,9 +151,9 @@ class Watches:
                      f"{LEASE:g} s after each read or write, or until the stream ends); read: every world's "
                      "episodes, the episode's step and return, the last reward, returns of the episodes that ended",
                      read=lambda: self.numbers(session), write=lambda value: self.watch(session, str(value.item()))),
-            Property(WATCH_FRAME_PROPERTY, pb.UINT8, "the watched world's frame (uint8, H x W x C), rendered when "
+            Property(WATCH_FRAME_PROPERTY, pb.UINT8, "the watched world's frame as PNG (its bytes), rendered when "
                      "read, at most at the watch's rate and only after the world stepped",
-                     read=lambda: self.frame(session), shape=(-1, -1, -1)),
+                     read=lambda: self.frame(session), shape=(-1,)),
         ]
 
     # -- leases ----------------------------------------------------------------------------
@@ -226,8 +228,8 @@ class Watches:
         return json.dumps({"worlds": worlds, "lease": LEASE}, separators=(",", ":"))
 
     async def frame(self, session: Any) -> np.ndarray:
-        """The watched world's frame: rendered now when the world stepped since the last one and
-        ``1 / fps`` seconds passed, else the last one again."""
+        """The watched world's frame as PNG bytes (a uint8 array): rendered now when the world stepped
+        since the last one and ``1 / fps`` seconds passed, else the last one again."""
         lease = self._lease(session)
         if not lease.world:
             raise status.failed_precondition(f"this watch names no world: write {WATCH_PROPERTY!r} with one")
@@ -245,5 +247,7 @@ class Watches:
             return lease.frame  # type: ignore[return-value]
         steps = world.tally.steps
         frame = await current_frame(env, lane, world.factory.name, world.factory.render_failure)
-        lease.frame, lease.frame_at, lease.frame_steps, lease.frame_env = frame, now, steps, env
-        return frame
+        png = await asyncio.get_running_loop().run_in_executor(None, encode_png, frame)
+        lease.frame = np.frombuffer(png, np.uint8)
+        lease.frame_at, lease.frame_steps, lease.frame_env = now, steps, env
+        return lease.frame

@@ -4,8 +4,8 @@ It reaches the server as a client does (TCP, ``unix:`` addresses, TLS, a token) 
 ``dmrpc-gym status`` reads, plus what a watch gives (:mod:`dmrpc_gym.server.watching`: episode
 returns, the episode's step, the last reward, frames of a world the page picks). Parts, one a module:
 :mod:`~dmrpc_gym.app.dashboard.feed` (the reading, on a thread), :mod:`~dmrpc_gym.app.dashboard.web`
-(the local HTTP server and its safety checks), :mod:`~dmrpc_gym.app.dashboard.page` (the page, its
-script and style inline) and :mod:`~dmrpc_gym.app.dashboard.png` (a frame as PNG).
+(the local HTTP server and its safety checks) and :mod:`~dmrpc_gym.app.dashboard.page` (the page, its
+script and style inline).
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 ``interval`` seconds, reads its status (health, worlds, rates: the ``status`` command's numbers)
 and its watched numbers (:mod:`dmrpc_gym.server.watching`: episodes, the episode's step and return,
 the last reward, the returns of ended episodes); between readings, the chosen world's frame at the
-chosen rate, kept as PNG. The last :data:`HISTORY_SECONDS` of readings feed the plots.
+chosen rate (PNG, as the server sends it). The last :data:`HISTORY_SECONDS` of readings feed the plots.
 When the server cannot be reached (it restarts, the network drops), the feed says why and tries
 again every ``interval``; a restarted server is watched again as soon as it answers.
 
@@ -23,7 +23,6 @@ import threading
 import time
 from typing import Any
 
-from dmrpc_gym.app.dashboard.png import encode_png
 from dmrpc_gym.app.status import StatusReader, with_rates
 from dmrpc_gym.server.watching import WATCH_FRAME_PROPERTY, WATCH_PROPERTY
 
@@ -200,7 +199,7 @@ class Feed:
             with self._lock:
                 self._frame_error = err.message
             return
-        png = encode_png(frame)
+        png = frame.tobytes()                # the server sends it as PNG
         with self._lock:
             if self._watch["world"] == world:
                 self._frame, self._frame_error = (png, time.time(), world), None

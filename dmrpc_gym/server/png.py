@@ -1,4 +1,8 @@
-"""A frame as PNG, written with the standard library (zlib): what the page's ``<img>`` shows.
+"""A frame as PNG, written with the standard library (zlib): what a dashboard's page shows.
+
+The server sends a watched world's frames so (:mod:`~dmrpc_gym.server.watching`): a CartPole frame is
+5 kB of PNG instead of 720 kB of pixels, which costs less to encode (zlib, off the event loop and
+without the GIL) than to copy and send.
 
 >>> import numpy as np
 >>> data = encode_png(np.zeros((2, 3, 3), np.uint8))
