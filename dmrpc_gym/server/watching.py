@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import threading
 import time
 from typing import Any
 
@@ -75,11 +76,11 @@ class WorldWatch:
 
 
 class _Lease:
-    __slots__ = ("world", "fps", "expiry", "frame", "frame_at", "frame_steps", "frame_env")
+    __slots__ = ("world", "fps", "until", "frame", "frame_at", "frame_steps", "frame_env")
 
     def __init__(self) -> None:
         self.world, self.fps = "", 1.0
-        self.expiry: asyncio.TimerHandle | None = None
+        self.until = 0.0                     # time.monotonic() when it runs out
         self.frame: np.ndarray | None = None
         self.frame_at = 0.0
         self.frame_steps = -1
@@ -137,6 +138,7 @@ class Watches:
     def __init__(self, registry: Any):
         self.registry = registry
         self._leases: dict[Any, _Lease] = {}
+        self._clock: threading.Event | None = None    # set: the thread that ends leases stops
 
     @property
     def watching(self) -> bool:
@@ -181,10 +183,30 @@ class Watches:
             if len(self._leases) == 1:
                 self.registry.watchers.append(self._attach)
                 self._attach()
-        if lease.expiry is not None:
-            lease.expiry.cancel()
-        lease.expiry = asyncio.get_running_loop().call_later(LEASE, self.end, session)
+                self._start_clock()
+        lease.until = time.monotonic() + LEASE
         return lease
+
+    def _start_clock(self) -> None:
+        """A thread that, while anyone watches, has the event loop end the leases run out every
+        ``LEASE / 4`` seconds. Not a timer of the loop's: with one scheduled, every turn of the loop
+        reads the clock to compute its wait, a cost on every step."""
+        stop = self._clock = threading.Event()
+        loop = asyncio.get_running_loop()
+
+        def tick() -> None:
+            while not stop.wait(LEASE / 4):
+                try:
+                    loop.call_soon_threadsafe(self._expire)
+                except RuntimeError:         # the loop closed: the server stopped
+                    return
+        threading.Thread(target=tick, name="dmrpc-gym-watch-leases", daemon=True).start()
+
+    def _expire(self) -> None:
+        """End the leases that ran out (on the event loop)."""
+        now = time.monotonic()
+        for session in [s for s, lease in self._leases.items() if lease.until <= now]:
+            self.end(session)
 
     def _lease(self, session: Any) -> _Lease:
         if session not in self._leases:
@@ -201,12 +223,12 @@ class Watches:
     def end(self, session: Any) -> None:
         """``session``'s watch ends (its lease ran out, or its stream ended); the last one's takes the
         worlds' watches away."""
-        lease = self._leases.pop(session, None)
-        if lease is None:
+        if self._leases.pop(session, None) is None:
             return
-        if lease.expiry is not None:
-            lease.expiry.cancel()
         if not self._leases:
+            if self._clock is not None:
+                self._clock.set()
+                self._clock = None
             if self._attach in self.registry.watchers:
                 self.registry.watchers.remove(self._attach)
             for world in self.registry.worlds():
