@@ -5,9 +5,12 @@
 how many a second at most). That starts a *lease*: until :data:`LEASE` seconds pass without the
 dashboard reading or writing it, or its stream ends, every world of the server carries a
 :class:`WorldWatch` as ``world.watch`` (None otherwise, the class attribute), and the step that
-ends an episode adds the episode's return to it. A running step does nothing more than it did
-before: the numbers read here (the episode's step and return, the last reward, the steps and
-resets of :class:`~dmrpc_gym.server.stats.WorldTally`) are kept by every step anyway.
+ends an episode adds the episode's return to it. A running step makes no call more than it did
+before: the numbers read here (the episode's step and return, the steps and resets of
+:class:`~dmrpc_gym.server.stats.WorldTally`) are kept by every step anyway, and the last reward is
+one attribute an agent sets. Leases end by a thread's tick (every ``LEASE / 4`` s while anyone
+watches), not a timer of the event loop's: with one scheduled, every turn of the loop would read
+the clock, on every step.
 
 Reading :data:`WATCH_PROPERTY` gives every world's numbers as JSON (:meth:`Watches.numbers`);
 reading :data:`WATCH_FRAME_PROPERTY` gives the chosen world's frame, as PNG. It is rendered only then, at
