@@ -118,7 +118,7 @@ def test_host_header_origin_and_no_cors():
         assert code == 400 and b"fps must be in" in body
 
 
-def test_the_token_stays_out_of_the_page():
+def test_the_token_stays_out_of_the_page(monkeypatch):
     token = "tok-9f3a-never-in-the-page"
     with servers.start(Catch, token=token) as server, Stepping(server.address, token=token):
         with DashboardServer(server.address, token=token) as dash:
@@ -129,6 +129,29 @@ def test_the_token_stays_out_of_the_page():
         with DashboardServer(server.address) as dash:     # without the token: refused, and said so
             refused = wait_until(lambda: state(dash)["error"] if state(dash)["error"] != "not read yet" else None)
             assert "UNAUTHENTICATED" in refused and token not in refused
+        monkeypatch.setenv("DMRPC_GYM_TOKEN", token)      # the token from the environment, as for any client
+        with DashboardServer(server.address) as dash:
+            wait_until(lambda: state(dash)["connected"] and state(dash)["worlds"])
+
+
+def test_the_command_prints_its_url_and_stops_on_ctrl_c():
+    import signal
+    import subprocess
+    import sys
+    with servers.start(Catch) as server:
+        proc = subprocess.Popen([sys.executable, "-m", "dmrpc_gym", "dashboard", server.address, "--port", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = proc.stdout.readline()
+            assert line.startswith(f"dmrpc-gym dashboard of {server.address}: http://127.0.0.1:"), line
+            url = line.split(": ", 1)[1].split()[0]
+            assert request(url, "/")[0] == 200
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(30) == 130 and "interrupted" in proc.stderr.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
 
 
 def test_allow_remote_and_the_printed_url(capsys):
