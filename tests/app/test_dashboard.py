@@ -134,6 +134,16 @@ def test_the_token_stays_out_of_the_page(monkeypatch):
             wait_until(lambda: state(dash)["connected"] and state(dash)["worlds"])
 
 
+def test_it_reaches_a_server_over_tls(tmp_path):
+    from interop_peers import self_signed
+    cert, key = self_signed(tmp_path)
+    with servers.start(Catch, tls=(cert, key)) as server, Stepping(server.address, tls=cert), \
+            DashboardServer(server.address, tls=cert) as dash:
+        request(dash.url, "/api/watch", "POST", {"world": "world-1", "fps": 1})
+        world = wait_until(lambda: state(dash)["connected"] and state(dash)["worlds"])[0]
+        assert world["name"] == "world-1" and "episodes" in world
+
+
 def test_the_command_prints_its_url_and_stops_on_ctrl_c():
     import signal
     import subprocess
