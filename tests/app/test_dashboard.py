@@ -212,8 +212,11 @@ def test_the_page_lists_worlds_and_shows_a_changing_cartpole_frame(browser, tmp_
             rows = browser.evaluate("[...document.querySelectorAll('#worlds tr')].map(r => r.dataset.world)")
             assert sorted(rows) == ["world-1", "world-2"]
             # the world without frames says so, and how to get them
-            note = browser.evaluate("document.querySelector('#worlds tr[data-world=\"world-2\"] td:last-child').title")
-            assert "render_mode=\"rgb_array\"" in note
+            browser.evaluate("document.querySelector('#worlds tr[data-world=\"world-2\"] button').click()")
+            note = browser.wait_for("document.getElementById('frame-note').style.display === 'block' "
+                                    "&& document.getElementById('frame-note').textContent")
+            assert "renders no frames" in note and "render_mode=\"rgb_array\"" in note
+            browser.screenshot(tmp_path / "no-frames.png")
             browser.evaluate("document.querySelector('#worlds tr[data-world=\"world-1\"] button').click()")
             browser.wait_for("(() => { const i = document.getElementById('frame'); "
                              "return i.style.display === 'block' && i.complete && i.naturalWidth === 600; })()")

@@ -139,7 +139,7 @@ function plot(svg, series, xLabel) {
   }
   let x0 = Math.min(...all.map((p) => p[0])), x1 = Math.max(...all.map((p) => p[0]));
   let y0 = Math.min(0, ...all.map((p) => p[1])), y1 = Math.max(...all.map((p) => p[1]));
-  if (x1 === x0) x1 = x0 + 1;
+  if (x1 === x0) x0 = x1 - 1;
   if (y1 === y0) y1 = y0 + 1;
   y1 += (y1 - y0) * 0.05;
   const sx = (x) => left + (x - x0) / (x1 - x0) * (w - left - right);
@@ -220,13 +220,11 @@ function show(state) {
     cell(row, num(w.steps_per_second, 1)); cell(row, num(w.step_ms, 3)); cell(row, num(w.env_ms, 3));
     cell(row, w.step_ms === null || w.env_ms === null ? "-" : num(w.step_ms - w.env_ms, 3));
     const frames = cell(row, "", true);
-    if (w.no_frames) { frames.textContent = "none"; frames.title = w.no_frames; }
-    else {
-      const button = document.createElement("button");
-      button.textContent = "show";
-      button.addEventListener("click", () => { select.value = w.name; watch(); });
-      frames.appendChild(button);
-    }
+    const button = document.createElement("button");
+    button.textContent = w.no_frames ? "none: why?" : "show";
+    if (w.no_frames) frames.title = w.no_frames;
+    button.addEventListener("click", () => { select.value = w.name; watch(); });
+    frames.appendChild(button);
     body.appendChild(row);
     if (!options.has(w.name)) {
       const o = document.createElement("option");
