@@ -17,6 +17,7 @@ arguments and returns the exit status. Add a subcommand by appending its
 - ``bench ADDRESS``: steps/s of a world with random actions.
 - ``demo``: PPO learns Catch over dm_env_rpc; saves a learning curve.
 - ``status ADDRESS``: a running server on one screen (health, worlds, steps/s, connections), ``--watch`` live.
+- ``dashboard ADDRESS``: a local web page showing a running server live (worlds, plots, frames); prints its URL.
 
 Ctrl-C ends a client command with one line and status 130; `serve` stops quietly with status 0.
 
@@ -35,13 +36,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dmrpc_gym.app.client_args import add_connection_arguments, add_world_arguments, world_kwargs, world_name_shown
+from dmrpc_gym.app.dashboard_command import add_dashboard, run_dashboard
 
 from dmrpc_gym.client.seeding import AUTO
 from dmrpc_gym.server.envs.factories import KINDS
 from dmrpc_gym._extras import install_hint
 
 __all__ = ["main", "build_parser", "COMMANDS", "SERVE_TARGETS_HELP", "add_serve", "run_serve", "add_inspect", "run_inspect", "add_check", "run_check", "add_record", "run_record",
-           "add_bench", "run_bench", "add_demo", "run_demo", "add_status", "run_status"]
+           "add_bench", "run_bench", "add_demo", "run_demo", "add_status", "run_status", "add_dashboard",
+           "run_dashboard"]
 
 
 def _fail(command: str, message: Any) -> int:
@@ -364,7 +367,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 #: The ``add_`` functions of every subcommand, in the order ``--help`` lists them.
 COMMANDS: list[Callable[[Any], None]] = [add_serve, add_inspect, add_check, add_record, add_bench, add_demo,
-                                         add_status]
+                                         add_status, add_dashboard]
 
 
 def build_parser() -> argparse.ArgumentParser:

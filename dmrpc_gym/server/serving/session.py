@@ -214,6 +214,7 @@ class Session:
                      read=lambda: registry.factory.render_failure or ""),
             Property(STATUS_PROPERTY, pb.STRING, "the server's health, worlds, connections and counts, as JSON "
                      "(what `dmrpc-gym status` shows)", read=registry.stats.status_json),
+            *registry.watches.properties(self),
         ]
         if self.agent is not None:
             props.extend(self.agent.properties())
@@ -235,3 +236,4 @@ class Session:
         except Exception:  # noqa: BLE001 - a closing stream has no one to answer
             log.exception("leaving the world of a closed stream failed")
         self.registry.creator_left(self)
+        self.registry.watches.end(self)

@@ -71,6 +71,8 @@ class GymWorld:
 
     kind = "gym"
     agent_class: type = None  # type: ignore[assignment]  # GymAgent, set below
+    #: While a dashboard watches: what it keeps beyond the counts (:mod:`~dmrpc_gym.server.serving.watching`).
+    watch: Any = None
 
     def __init__(self, name: str, factory: Factory, kwargs: dict[str, Any], seed: int | None, env: Any,
                  lane: Lane, pool: WorkerPool | None = None):
@@ -236,6 +238,7 @@ class GymAgent:
         self.broken = False      # the env raised: do not hand it to another agent
         self.episode_step = 0
         self.episode_return = 0.0
+        self.last_reward: float | None = None    # the reward of the latest step that stepped the env
         self._obs: Any = None
         self._info: Any = None   # what env.reset returned, sent with the first step
 
@@ -328,6 +331,9 @@ class GymAgent:
         state, discount = self._outcome(terminated, truncated)
         if state != _RUNNING:            # the sequence ended (an interruption meanwhile with it)
             self.sequence = self.sequence.to(Sequence.IDLE)
+            watch = self.world.watch
+            if watch is not None:        # a dashboard watches (dmrpc_gym.server.serving.watching)
+                watch.ended(self.episode_return, self.episode_step)
         return state, reward, discount
 
     def ran(self, obs: Any, raw: Any) -> float:
@@ -337,6 +343,7 @@ class GymAgent:
         self._obs = obs
         self.episode_step += 1
         self.episode_return += reward
+        self.last_reward = reward
         return reward
 
     def encode(self, plan: Any, out: StepAnswer, raw: Any, ends: tuple, reward: float, discount: float,

@@ -89,6 +89,8 @@ class ParallelWorld:
     """
 
     kind = "pettingzoo"
+    #: While a dashboard watches: what it keeps beyond the counts (:mod:`~dmrpc_gym.server.serving.watching`).
+    watch: Any = None
     #: The class of a joined agent, and what resets the env (on the lane): subclasses' hooks.
     agent_class = ParallelAgent
     env_reset = staticmethod(_reset)
@@ -169,6 +171,9 @@ class ParallelWorld:
         generation = self.generation
         self.resetting = True
         self.counts.resets += 1
+        watch = self.watch
+        if watch is not None and self.rounds:     # a dashboard watches: the episode before's return
+            watch.ended(sum(agent.episode_return for agent in self.agents.values() if agent is not None), self.rounds)
         try:
             obs, infos, agents = await self.lane.quick(self.env_reset, self.env, seed)
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer

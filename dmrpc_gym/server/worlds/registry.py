@@ -41,6 +41,7 @@ from dmrpc_gym.server.worlds.gym_world import GymWorld
 from dmrpc_gym.server.worlds.parallel_world import ParallelWorld
 from dmrpc_gym.server.worlds.settings import describe, pop_seed, unpack_settings
 from dmrpc_gym.server.serving.stats import ServerStats
+from dmrpc_gym.server.serving.watching import Watches
 from dmrpc_gym.server.running.workers import Lane, WorkerPool
 
 __all__ = ["WorldRegistry", "DEFAULT_WORLD"]
@@ -103,6 +104,8 @@ class WorldRegistry:
         self.draining = False
         #: Called (no arguments) whenever the worlds held, or whether one can be created, may have changed.
         self.watchers: list[Callable[[], None]] = []
+        #: The dashboards watching the worlds (:mod:`~dmrpc_gym.server.serving.watching`).
+        self.watches = Watches(self)
 
     def _changed(self) -> None:
         for watcher in self.watchers:
