@@ -56,7 +56,9 @@ def run_dashboard(args: argparse.Namespace) -> int:
         return fail(f"--interval {args.interval}: expected seconds > 0")
     try:
         dashboard = DashboardServer(args.address, args.host, args.port, allow_remote=args.allow_remote,
-                                    interval=args.interval, **connection_kwargs(args))
+                                    interval=args.interval, say=lambda line: print(f"dmrpc-gym dashboard: {line}",
+                                                                                   file=sys.stderr, flush=True),
+                                    **connection_kwargs(args))
     except (ValueError, OSError) as exc:
         return fail(exc)
     try:

@@ -27,6 +27,7 @@ from dmrpc_gym.spaces import UnsupportedSpec, space_from_spec
 from dmrpc_gym.protocol.bounds import bound_values
 from dmrpc_gym.protocol.specs import dtype_label
 from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.server.serving.watching import WATCH_FRAME_PROPERTY, WATCH_PROPERTY
 
 __all__ = ["SpecRow", "PropertyRow", "AgentSpecs", "WorldReport", "inspect_world", "format_report",
            "describe_spec", "bounds_text", "one_line"]
@@ -61,6 +62,8 @@ class PropertyRow:
     description: str
     value: Any = None
     error: str | None = None
+    #: Why a readable property was not read (:data:`UNREAD`), else None.
+    unread: str | None = None
 
 
 @dataclasses.dataclass
@@ -150,9 +153,13 @@ def describe_spec(uid: int, spec: pb.TensorSpec) -> SpecRow:
 
 
 # -- properties ------------------------------------------------------------------------------
-#: Properties not read for the report: a frame is rendered when read, and the spaces' description
-#: is what our client reads for itself (:mod:`dmrpc_gym.protocol.fidelity`).
-UNREAD = (FRAME_PROPERTY, SPACES_PROPERTY)
+#: Properties not read for the report, and why: a frame is rendered when read, the spaces'
+#: description is what our client reads for itself (:mod:`dmrpc_gym.protocol.fidelity`), and a
+#: dashboard's watch is read only after it is written (reading it first is an error the server counts).
+UNREAD = {FRAME_PROPERTY: "rendered when read: env.render()",
+          SPACES_PROPERTY: "what our client reads for itself",
+          WATCH_PROPERTY: "a dashboard's watch: dmrpc-gym dashboard",
+          WATCH_FRAME_PROPERTY: "a dashboard's watch: dmrpc-gym dashboard"}
 
 
 def _properties(connection: Connection) -> list[PropertyRow]:
@@ -171,7 +178,9 @@ def _properties(connection: Connection) -> list[PropertyRow]:
             row = PropertyRow(key=name, dtype=_dtype_text(spec.dtype) if spec.dtype else "-",
                               shape=tuple(spec.shape), readable=prop.is_readable, writable=prop.is_writable,
                               listable=prop.is_listable, description=prop.description)
-            if prop.is_readable and name not in UNREAD:
+            if prop.is_readable and name in UNREAD:
+                row.unread = UNREAD[name]
+            elif prop.is_readable:
                 try:
                     row.value = props[name]
                 except (DmRpcError, KeyError, ValueError) as err:
@@ -380,7 +389,8 @@ def format_report(report: WorldReport, width: int | None = None) -> str:
         if report.properties:
             rows = [[p.key, p.dtype, _shape_text(p.shape),
                      ("r" if p.readable else "-") + ("w" if p.writable else "-") + ("l" if p.listable else "-"),
-                     (f"error: {p.error}" if p.error else _value_text(p.value)) if p.readable else "",
+                     (f"error: {p.error}" if p.error else f"(not read: {p.unread})" if p.unread
+                      else _value_text(p.value)) if p.readable else "",
                      p.description] for p in report.properties]
             lines += _table(["key", "dtype", "shape", "access", "value", "description"], rows, width=width)
         else:

@@ -33,6 +33,7 @@ def serve_target(target: str) -> Any:
     from dmrpc_gym.worlds import SERVE_TARGETS
     if target in SERVE_TARGETS:             # `serve catch`, as `inspect catch` names it
         return SERVE_TARGETS[target]
+    _bundled_typo(target, SERVE_TARGETS)
     if target.startswith("godot-rl:"):     # imported only for such a target: it loads pettingzoo
         from dmrpc_gym.integrations.godot_rl import PREFIX, GodotRLWorlds
         path = target[len(PREFIX):]
@@ -55,6 +56,23 @@ def serve_target(target: str) -> Any:
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     return target
+
+
+def _bundled_typo(target: str, bundled: Any) -> None:
+    """Refuse a plain name that is close to a bundled world's and is no gymnasium env id.
+
+    >>> _bundled_typo("catchh", {"catch": None, "tag": None})
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown target 'catchh': no gymnasium env id, no bundled world; did you mean the bundled world 'catch'?
+    """
+    import difflib
+
+    import gymnasium as gym
+    close = difflib.get_close_matches(target, list(bundled), n=1, cutoff=0.75)
+    if close and not any(c in target for c in ":/.") and target not in gym.registry:
+        raise ValueError(f"unknown target {target!r}: no gymnasium env id, no bundled world; "
+                         f"did you mean the bundled world {close[0]!r}?")
 
 
 def start_server(args: argparse.Namespace):

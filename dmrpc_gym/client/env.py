@@ -120,6 +120,22 @@ def _takes_nothing(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Dict) and not space.spaces
 
 
+def _start_hint(err: ValueError, space: gym.Space) -> ValueError:
+    """``err`` with a hint where the action space starts elsewhere than 0: libraries that ignore
+    ``start`` (Stable-Baselines3 does) send ``0..n-1``, one past the top.
+
+    >>> _start_hint(ValueError("action 'paddle': value 2 is above the maximum 1"),
+    ...             gym.spaces.Discrete(3, start=-1))        # doctest: +ELLIPSIS
+    ValueError("action 'paddle': value 2 is above the maximum 1 (the action space is Discrete(3, start=-1): ...FlatSpaces...")
+    """
+    start = getattr(space, "start", None)
+    if not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) or not np.any(start):
+        return err
+    return ValueError(f"{err} (the action space is {space}: a library that ignores `start`, as Stable-Baselines3 "
+                      "does, sends 0..n-1; wrap the env in dmrpc_gym.integrations.flat_spaces.FlatSpaces, whose "
+                      "spaces start at 0)")
+
+
 class DmRpcEnv(RemoteResource, gym.Env):
     """A dm_env_rpc world as a gymnasium environment.
 
@@ -360,7 +376,10 @@ class DmRpcEnv(RemoteResource, gym.Env):
         if action is None and not _takes_nothing(self.action_space):
             raise ValueError(f"step(None): expected an action of {self.action_space} "
                              "(None sends no action; only a world without actions takes it)")
-        result = self._agent.step(action)
+        try:
+            result = self._agent.step(action)
+        except ValueError as err:
+            raise _start_hint(err, self.action_space) from None
         if self._window is not None:
             self.render()
         return result

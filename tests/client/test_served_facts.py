@@ -45,6 +45,23 @@ def test_a_step_before_reset_fails_as_a_local_env_does(cartpole):
         env.close()
 
 
+def test_an_sb3_vec_env_steps_only_after_reset_as_dummy_vec_env_does(cartpole):
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from dmrpc_gym.integrations.sb3 import DmRpcSB3VecEnv
+    local = DummyVecEnv([lambda: gym.make("CartPole-v1")] * 2)
+    venv = DmRpcSB3VecEnv(2, cartpole)
+    try:
+        for vec in (local, venv):
+            with pytest.raises(gym.error.ResetNeeded):
+                vec.step(np.zeros(2, dtype=np.int64))
+        venv.reset()
+        assert venv.step(np.zeros(2, dtype=np.int64))[0].shape == (2, 4)
+    finally:
+        venv.close()
+        local.close()
+
+
 def test_grpc_metadata_is_call_metadata_and_metadata_is_gymnasiums(cartpole):
     env = dmrpc_gym.DmRpcEnv(cartpole, grpc_metadata=[("x-trace", "42")])
     try:

@@ -21,7 +21,7 @@ import collections
 import json
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from dmrpc_gym.app.status import StatusReader, with_rates
 from dmrpc_gym.server.serving.watching import WATCH_FRAME_PROPERTY, WATCH_PROPERTY
@@ -37,15 +37,21 @@ MAX_FPS = 10.0
 PAGE_GONE = 5.0
 
 
+#: The feed's error before its first reading.
+NOT_READ = "not read yet"
+
+
 class Feed:
     """The server's state as the page shows it, refreshed on a thread (see the module doc).
 
     ``connection``: the keywords of :class:`~dmrpc_gym.client.connection.Connection` (``token``,
-    ``tls``, ``connect_timeout``...), as every client command takes them.
+    ``tls``, ``connect_timeout``...), as every client command takes them. ``say``: told a line each
+    time the server becomes reachable or unreachable (the command prints it), once per change.
     """
 
-    def __init__(self, address: str, *, interval: float = 1.0, **connection: Any):
-        self.address, self.interval = address, interval
+    def __init__(self, address: str, *, interval: float = 1.0, say: Callable[[str], None] | None = None,
+                 **connection: Any):
+        self.address, self.interval, self._say = address, interval, say
         self._connection = dict(connection)
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -60,7 +66,7 @@ class Feed:
         self._watched: dict[str, Any] | None = None    # what the server was last told
         self._frame: tuple[bytes, float, str] | None = None   # (PNG, when, world)
         self._frame_error: str | None = None
-        self._error: str | None = "not read yet"
+        self._error: str | None = NOT_READ
         self._since = time.time()
         self._looked = time.monotonic()                 # when a page last asked for the state
 
@@ -172,13 +178,16 @@ class Feed:
         point = [time.time(), round(sum(w["steps_per_second"] for w in steps), 1) if rated["interval"] else None,
                  _mean(timed, "step_ms"), _mean(timed, "env_ms")]
         with self._lock:
-            if self._error is not None:
+            changed = self._error is not None
+            if changed:
                 self._since = time.time()
             self._status, self._error = rated, None
             self._numbers = {w["name"]: w for w in numbers["worlds"]}
             self._history.append(point)
             while self._history and self._history[0][0] < point[0] - HISTORY_SECONDS:
                 self._history.popleft()
+        if changed and self._say is not None:
+            self._say(f"reading {self.address}")
 
     def _read_frame(self) -> None:
         with self._lock:
@@ -213,11 +222,14 @@ class Feed:
             except Exception:  # noqa: BLE001 - closing a broken connection
                 pass
         with self._lock:
+            changed = error is not None and (self._error is None or self._error == NOT_READ)
             if error is not None:
                 if self._error is None:
                     self._since = time.time()
                 self._error = error
                 self._before = None
+        if changed and self._say is not None:
+            self._say(f"cannot reach {self.address}: {error} (trying again every {self.interval:g} s)")
 
 
 def _mean(worlds: list[dict[str, Any]], key: str) -> float | None:

@@ -30,7 +30,7 @@ import socket
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from dmrpc_gym.app.dashboard.feed import Feed
@@ -196,9 +196,9 @@ class DashboardServer:
     """
 
     def __init__(self, address: str, host: str = "127.0.0.1", port: int = 0, *, allow_remote: bool = False,
-                 interval: float = 1.0, **connection: Any):
+                 interval: float = 1.0, say: Callable[[str], None] | None = None, **connection: Any):
         check_bind(host, allow_remote)
-        self.feed = Feed(address, interval=interval, **connection)
+        self.feed = Feed(address, interval=interval, say=say, **connection)
         #: Script errors the page reported (``POST /api/report``).
         self.page_errors: list[str] = []
         self._http = _HTTPServer((host, port), _Handler)
