@@ -7,7 +7,10 @@ to the socket's buffer, or back). A copy is the tensor's bytes once: 16 MiB copi
 pieces of 256 KiB is one copy. Counts, not times: the machine's load cannot move them.
 
     python benchmarks/copies.py                  # the table (benchmarks/host.md, "Copies")
-    python benchmarks/copies.py --trace          # and where each copy comes from (stderr)
+    python benchmarks/copies.py --trace          # and where each counted copy comes from (stderr)
+
+``--trace`` is for finding the places: in a run of client and server it was seen to print fewer
+lines than the copies counted (not looked into); the counts in the table are the figures.
 
 Cases: ``observation``: ``DmRpcEnv.step`` against a server whose observation is ``--mib``
 MiB of uint8 (a Discrete action); ``action``: the same with a uint8 action of that size
@@ -40,6 +43,11 @@ def build(folder: str) -> str:
     out = os.path.join(folder, "copy_counter.so")
     subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", out, SOURCE, "-ldl"], check=True)
     return out
+
+
+def trace(on: bool) -> None:
+    """Say where each counted copy comes from (stderr) from now on, or no more (with ``COPY_COUNTER_TRACE=1``)."""
+    ctypes.CDLL(None).copy_counter_trace(int(on))
 
 
 def counters() -> tuple[int, int, int, int]:
@@ -87,7 +95,9 @@ def serve(observation_bytes: int, action_bytes: int) -> None:
 
     server = Server(functools.partial(Served, observation_bytes, action_bytes), kind="gym").start()
     print("ADDRESS", server.address, flush=True)
-    for _ in sys.stdin:
+    for line in sys.stdin:
+        if line.strip() in ("trace", "quiet"):
+            trace(line.strip() == "trace")
         print(*counters(), flush=True)
     server.stop(0)
 
@@ -106,10 +116,12 @@ def client(address: str, action_bytes: int, vector: int) -> None:
     kept = []                      # the user keeps every observation: a view overwritten later would show
     print("READY", flush=True)
     for line in sys.stdin:
+        trace(True)
         before = counters()
         for _ in range(int(line)):
             kept.append(env.step(action)[0])
         after = counters()
+        trace(False)
         print(*(b - a for a, b in zip(before, after)), flush=True)
         kept.clear()
     env.close()
@@ -161,9 +173,9 @@ def count(library: str, environ: dict, nbytes: int, case: str, steps: int) -> di
         client_role = Role(library, environ, *args)
         try:
             client_role.ask("3")                       # warm: the steady path learns, buffers grow
-            served_before = server.ask("")
+            served_before = server.ask("trace")
             changed = client_role.ask(str(steps))
-            served = [b - a for a, b in zip(served_before, server.ask(""))]
+            served = [b - a for a, b in zip(served_before, server.ask("quiet"))]
         finally:
             client_role.close()
     finally:

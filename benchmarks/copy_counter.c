@@ -32,10 +32,12 @@ static ssize_t (*real_sendmsg)(int, const struct msghdr *, int);
 static ssize_t (*real_recv)(int, void *, size_t, int);
 static ssize_t (*real_recvfrom)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
 static ssize_t (*real_recvmsg)(int, struct msghdr *, int);
-static int ready, tracing;
+static int ready, traceable;
+static atomic_int tracing;
 
-/* COPY_COUNTER_TRACE=1: say where each counted copy comes from, on stderr: the Python line
- * running (when the copying thread holds the GIL), else the C functions (numpy releases the GIL). */
+/* COPY_COUNTER_TRACE=1: say where each counted copy comes from, on stderr, while copy_counter_trace(1)
+ * holds: the Python lines running (when the copying thread holds the GIL), else the C functions
+ * (numpy releases the GIL around large copies). */
 typedef int (*gil_check_t)(void);
 typedef void *(*get_frame_t)(void);
 typedef int (*line_t)(void *);
@@ -110,7 +112,7 @@ __attribute__((constructor)) static void init(void) {
     const char *given = getenv("COPY_COUNTER_MIN");
     if (given) minimum = (size_t)strtoull(given, NULL, 10);
     given = getenv("COPY_COUNTER_TRACE");
-    tracing = given && *given == '1';
+    traceable = given && *given == '1';
     ready = 1;
 }
 
@@ -120,7 +122,7 @@ static inline void count(size_t n) {
     if (n >= minimum && !inside) {
         atomic_fetch_add(&copies, 1);
         atomic_fetch_add(&copied, (long)n);
-        if (tracing) {
+        if (atomic_load(&tracing)) {
             inside = 1;
             where(n);
             inside = 0;
@@ -173,6 +175,11 @@ ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from, 
 
 ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
     return moved(&received, real_recvmsg(fd, msg, flags));
+}
+
+/* Trace (with COPY_COUNTER_TRACE=1) from now on (on != 0), or no more. */
+void copy_counter_trace(int on) {
+    atomic_store(&tracing, on && traceable);
 }
 
 /* copies, bytes copied, bytes sent, bytes received: so far. */
