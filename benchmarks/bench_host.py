@@ -1,22 +1,23 @@
 """Vector envs on one host, side by side: gymnasium's, EnvPool and ``DmRpcVectorEnv`` (issue 40 item 4).
 
-For each observation (CartPole-v1's 4 floats; a constant uint8 image of 28 KB, 1 MB and 16 MB,
-``constant_world.ConstantImage``: trivial dynamics, the cost is the observation) and each number
-of envs (1, 4, 8), the contenders are opened together and measured in turn, round after round
+For each observation (CartPole-v1's 4 floats, Pendulum-v1's 3; a constant uint8 image of 28 KB,
+1 MB and 16 MB, ``constant_world.ConstantImage``: trivial dynamics, the cost is the observation)
+and each number of envs (1, 4, 8), the contenders are opened together and measured in turn, round after round
 (each round led by the next contender), and the table gives the median of the rounds with their
 spread (min-max):
 
 - ``sync``: gymnasium's ``SyncVectorEnv`` of the local envs (this process);
 - ``async``: gymnasium's ``AsyncVectorEnv(shared_memory=True)`` (a process per env);
-- ``envpool``: ``envpool.make_gymnasium`` where EnvPool has the env (CartPole-v1; not the images),
+- ``envpool``: ``envpool.make_gymnasium`` where EnvPool has the env (CartPole-v1, Pendulum-v1; not the images),
   ``num_threads`` = envs; its column says why when the package is missing;
 - ``ours, 1 server``: ``DmRpcVectorEnv`` against one ``Server`` process holding every world;
 - ``ours, N servers``: ``DmRpcVectorEnv`` against a server process per env;
 - ``ours, shared memory``: not built yet (issue 40 item 1): the column says so.
 
 Steps per second count every env's step (a vector step of N envs is N steps). CPU per step is the
-user + system time of every process of the setup (this process, and the servers or workers that
-contender started, with their children: ``/proc/PID/stat``), divided by the env steps.
+user + system time of every process of the setup (this process: ``time.process_time``; the servers
+or workers that contender started, with their children: ``/proc/PID/stat``, in clock ticks of 10 ms,
+so a ``--quick`` run's CPU figures are meaningless), divided by the env steps.
 
     python benchmarks/bench_host.py --quick            # a smoke run (numbers meaningless)
     python benchmarks/bench_host.py --save             # 5 rounds; host.md's table and host.png
@@ -50,32 +51,33 @@ from sections import commit, write_section  # noqa: E402  (benchmarks/ is a fold
 
 MD = os.path.join(HERE, "host.md")
 PNG = os.path.join(HERE, "host.png")
-#: The observations: a name for the tables, and the image's shape (None: CartPole-v1).
-OBSERVATIONS: dict[str, tuple[int, ...] | None] = {
-    "CartPole-v1": None, "28 KB": (84, 84, 4), "1 MB": (512, 512, 4), "16 MB": (2048, 2048, 4)}
+#: The observations: a name for the tables, and a gymnasium env id or the constant image's shape.
+OBSERVATIONS: dict[str, str | tuple[int, ...]] = {
+    "CartPole-v1": "CartPole-v1", "Pendulum-v1": "Pendulum-v1", "28 KB": (84, 84, 4), "1 MB": (512, 512, 4),
+    "16 MB": (2048, 2048, 4)}
 ENVS = (1, 4, 8)
 CONTENDERS = ("sync", "async", "envpool", "ours, 1 server", "ours, N servers", "ours, shared memory")
 #: EnvPool's ids for the observations it has.
-ENVPOOL_IDS = {"CartPole-v1": "CartPole-v1"}
+ENVPOOL_IDS = {"CartPole-v1": "CartPole-v1", "Pendulum-v1": "Pendulum-v1"}
 NOT_BUILT = "not built yet"
 TICK = os.sysconf("SC_CLK_TCK")
 
 
 # -- the envs ---------------------------------------------------------------------------------------
-def make_local(shape: tuple[int, ...] | None) -> Any:
-    """One local env of the observation ``shape`` (None: CartPole-v1), as a user makes it."""
+def make_local(shape: str | tuple[int, ...]) -> Any:
+    """One local env: a gymnasium env id made as a user makes it, or the constant image of ``shape``."""
     import gymnasium as gym
-    if shape is None:
-        return gym.make("CartPole-v1")
+    if isinstance(shape, str):
+        return gym.make(shape)
     from constant_world import ConstantImage
     return ConstantImage(shape)
 
 
-def serve(shape: tuple[int, ...] | None) -> None:
-    """The server role: serve the env of ``shape``, print ``ADDRESS``, serve until stdin closes."""
+def serve(shape: str | tuple[int, ...]) -> None:
+    """The server role: serve the env of ``shape`` (as :func:`make_local`), print ``ADDRESS``, serve until stdin closes."""
     from dmrpc_gym.server import Server
-    if shape is None:
-        factory: Any = "CartPole-v1"
+    if isinstance(shape, str):
+        factory: Any = shape
     else:
         from constant_world import ConstantImage
         factory = functools.partial(ConstantImage, shape)
@@ -110,7 +112,8 @@ def family(pids: list[int]) -> list[int]:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system seconds of process ``pid`` (all its threads) so far; 0 for a process gone."""
+    """User + system seconds of process ``pid`` (all its threads) so far, in clock ticks (10 ms: measure
+    for a second or more); 0 for a process gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
@@ -120,6 +123,14 @@ def cpu_seconds(pid: int) -> float:
 
 
 # -- contenders -------------------------------------------------------------------------------------
+def actions(observation: str, n: int, integers: Any) -> np.ndarray:
+    """The actions every contender steps ``n`` envs with (fixed: drawing them is not what is timed): Pendulum's
+    torque 0, else alternate Discrete(2) actions (env ``i`` always ``i % 2``)."""
+    if observation == "Pendulum-v1":
+        return np.zeros((n, 1), np.float32)
+    return np.arange(n, dtype=integers) % 2
+
+
 class Contender:
     """One way to step ``n`` envs of an observation: ``open``, ``run(k)`` (k vector steps), ``close``;
     ``pids``: its processes besides this one (CPU is counted for them and this process)."""
@@ -133,7 +144,7 @@ class Contender:
     def open(self) -> None:
         self.envs = self.make()
         self.envs.reset(seed=0)
-        self.actions = np.arange(self.n, dtype=np.int64) % 2
+        self.actions = actions(self.observation, self.n, np.int64)
 
     def make(self) -> Any:
         raise NotImplementedError
@@ -183,7 +194,7 @@ class EnvPool(Contender):
     def open(self):
         self.envs = self.make()
         self.envs.reset()
-        self.actions = np.arange(self.n, dtype=np.int32) % 2
+        self.actions = actions(self.observation, self.n, np.int32)
 
 
 class Ours(Contender):
@@ -270,15 +281,13 @@ def measure(cs: list[Contender], rounds: int, seconds: float) -> dict[str, list[
     live = [c for c in cs if c.unavailable is None]
     calls = {c.name: calibrate(c, seconds) for c in live}
     samples: dict[str, list[tuple[float, float]]] = {c.name: [] for c in live}
-    me = os.getpid()
     for r in range(rounds):
         for c in live[r % len(live):] + live[:r % len(live)]:
-            pids = [me, *c.pids]
-            cpu = sum(map(cpu_seconds, pids))
+            cpu = time.process_time() + sum(map(cpu_seconds, c.pids))    # this process: to the ns
             start = time.perf_counter()
             c.run(calls[c.name])
             wall = time.perf_counter() - start
-            used = sum(map(cpu_seconds, pids)) - cpu
+            used = time.process_time() + sum(map(cpu_seconds, c.pids)) - cpu
             steps = calls[c.name] * c.n
             samples[c.name].append((steps / wall, used / steps * 1e6))
     return samples
@@ -410,7 +419,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 rounds of 0.05 s")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=1.0, help="per contender per round")
-    parser.add_argument("--only", action="append", help="observations (cartpole, 28, 1, 16; repeatable)")
+    parser.add_argument("--only", action="append", help="observations (cartpole, pendulum, 28, 1, 16; repeatable)")
     parser.add_argument("--envs", type=int, action="append", help="numbers of envs (repeatable; default 1 4 8)")
     parser.add_argument("--save", action="store_true", help="write host.md's throughput section and host.png")
     args = parser.parse_args(argv)
@@ -421,6 +430,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results = run(observations, args.envs or list(ENVS), rounds, seconds,
                   log=lambda s: print(s, file=sys.stderr, flush=True))
     text = report(results)
+    if args.quick:
+        text = "**A smoke run (`--quick`): its numbers show that the script works, nothing more.**\n\n" + text
+    if max(results["load"]) > 0.5 * (os.cpu_count() or 1):
+        text += (f"\nThe machine was busy (a 1-minute load average up to {max(results['load']):.1f} on "
+                 f"{os.cpu_count()} cpus): other processes shared the cores, so the wall-clock figures are noisy.\n")
     print(text)
     if args.save:
         write_section(MD, "throughput", text + "\n![steps/s against envs](host.png)\n", "Same host")

@@ -13,9 +13,12 @@ pieces of 256 KiB is one copy. Counts, not times: the machine's load cannot move
 lines than the copies counted (not looked into); the counts in the table are the figures.
 
 Cases: ``observation``: ``DmRpcEnv.step`` against a server whose observation is ``--mib``
-MiB of uint8 (a Discrete action); ``action``: the same with a uint8 action of that size
+MiB of uint8 (``--dtype``; a Discrete action); ``action``: the same with a uint8 action of that size
 (a 4-float observation); ``vector 1``: the observation case through a ``DmRpcVectorEnv``
-of one env (which stacks its sub-envs' observations into one batch array). ``memcpy``:
+of one env (which stacks its sub-envs' observations into one batch array); ``regions``: the observation written
+into a shared-memory region (``transport.shm_regions``) by the env's process and taken out as an
+array the user owns by the other, a byte each way over the Unix socket to say when (the building
+block alone: no gRPC, not yet wired into the connections). ``memcpy``:
 ``np.copyto`` of the same size into a warm array, counted the same way (the scale: 1).
 """
 from __future__ import annotations
@@ -58,13 +61,14 @@ def counters() -> tuple[int, int, int, int]:
 
 
 class Env:
-    """``observation_bytes`` of uint8 (4 floats if 0) and a uint8 action of ``action_bytes`` (Discrete(2) if 0)."""
+    """``observation_bytes`` of ``dtype`` (4 floats if 0) and a uint8 action of ``action_bytes`` (Discrete(2) if 0)."""
 
-    def __init__(self, observation_bytes: int = 0, action_bytes: int = 0):
+    def __init__(self, observation_bytes: int = 0, action_bytes: int = 0, dtype: str = "uint8"):
         import gymnasium as gym
         if observation_bytes:
-            self.observation_space = gym.spaces.Box(0, 255, (observation_bytes,), np.uint8)
-            self.obs = (np.arange(observation_bytes) % 251).astype(np.uint8)
+            dtype = np.dtype(dtype)
+            self.observation_space = gym.spaces.Box(0, 255, (observation_bytes // dtype.itemsize,), dtype)
+            self.obs = (np.arange(observation_bytes // dtype.itemsize) % 251).astype(dtype)
         else:
             self.observation_space = gym.spaces.Box(-1, 1, (4,), np.float32)
             self.obs = np.zeros(4, np.float32)
@@ -82,8 +86,31 @@ class Env:
 
 
 # -- roles -----------------------------------------------------------------------------------------
-def serve(observation_bytes: int, action_bytes: int) -> None:
-    """Serve :class:`Env`; print its address; each stdin line answers this process's counters."""
+def answer_counters() -> None:
+    """Each stdin line answers this process's counters (``trace`` / ``quiet`` turn tracing on / off first)."""
+    for line in sys.stdin:
+        if line.strip() in ("trace", "quiet"):
+            trace(line.strip() == "trace")
+        print(*counters(), flush=True)
+
+
+def step_on_command(step) -> None:
+    """Each stdin line ``N`` calls ``step`` ``N`` times, keeping what it returns, and answers the counters' change."""
+    kept = []                      # the user keeps every observation: a view overwritten later would show
+    print("READY", flush=True)
+    for line in sys.stdin:
+        trace(True)
+        before = counters()
+        for _ in range(int(line)):
+            kept.append(step())
+        after = counters()
+        trace(False)
+        print(*(b - a for a, b in zip(before, after)), flush=True)
+        kept.clear()
+
+
+def serve(observation_bytes: int, action_bytes: int, dtype: str) -> None:
+    """Serve :class:`Env`; print its address; answer the counters (:func:`answer_counters`)."""
     import functools
 
     import gymnasium as gym
@@ -93,17 +120,14 @@ def serve(observation_bytes: int, action_bytes: int) -> None:
     class Served(Env, gym.Env):
         pass
 
-    server = Server(functools.partial(Served, observation_bytes, action_bytes), kind="gym").start()
+    server = Server(functools.partial(Served, observation_bytes, action_bytes, dtype), kind="gym").start()
     print("ADDRESS", server.address, flush=True)
-    for line in sys.stdin:
-        if line.strip() in ("trace", "quiet"):
-            trace(line.strip() == "trace")
-        print(*counters(), flush=True)
+    answer_counters()
     server.stop(0)
 
 
 def client(address: str, action_bytes: int, vector: int) -> None:
-    """Step on command: each stdin line ``N`` steps ``N`` times and answers the counters' change."""
+    """Step the env on command (:func:`step_on_command`)."""
     if vector:
         from dmrpc_gym import DmRpcVectorEnv
         env = DmRpcVectorEnv(vector, address)
@@ -113,18 +137,47 @@ def client(address: str, action_bytes: int, vector: int) -> None:
         env = DmRpcEnv(address)
         action = np.full(action_bytes, 7, np.uint8) if action_bytes else 1
     env.reset()
-    kept = []                      # the user keeps every observation: a view overwritten later would show
-    print("READY", flush=True)
-    for line in sys.stdin:
-        trace(True)
-        before = counters()
-        for _ in range(int(line)):
-            kept.append(env.step(action)[0])
-        after = counters()
-        trace(False)
-        print(*(b - a for a, b in zip(before, after)), flush=True)
-        kept.clear()
+    step_on_command(lambda: env.step(action)[0])
     env.close()
+
+
+def region_serve(observation_bytes: int, dtype: str) -> None:
+    """The env's end through a region (``transport.shm_regions``, not yet wired into the connections): each
+    byte from the peer writes :class:`Env`'s observation into the region and answers a byte."""
+    import threading
+
+    from dmrpc_gym.transport.shm_regions import Region, check_peer, listen, send_region
+    listener, name = listen()
+    obs = Env(observation_bytes, 0, dtype).obs
+
+    def serve_peer():
+        conn, _ = listener.accept()
+        check_peer(conn)
+        region = Region.create(obs.nbytes)
+        send_region(conn, region)
+        while conn.recv(1):
+            region.write(0, obs)
+            conn.sendall(b"d")
+
+    threading.Thread(target=serve_peer, daemon=True).start()
+    print("ADDRESS", name, flush=True)
+    answer_counters()
+
+
+def region_client(address: str, observation_bytes: int, dtype: str) -> None:
+    """The user's end through a region: each step asks for the observation and takes it as an array it owns."""
+    from dmrpc_gym.transport.shm_regions import connect, receive_region
+    conn = connect(address)
+    region = receive_region(conn)
+    dtype = np.dtype(dtype)
+    shape = (observation_bytes // dtype.itemsize,)
+
+    def step():
+        conn.sendall(b"n")
+        conn.recv(1)
+        return region.array(0, dtype, shape)          # a copy the user owns (copy=True)
+
+    step_on_command(step)
 
 
 def reference(nbytes: int) -> tuple[int, ...]:
@@ -162,12 +215,15 @@ class Role:
             self.proc.kill()
 
 
-def count(library: str, environ: dict, nbytes: int, case: str, steps: int) -> dict[str, float]:
+def count(library: str, environ: dict, nbytes: int, case: str, steps: int, dtype: str = "uint8") -> dict[str, float]:
     """Per step of ``case``: the tensor's copies (bytes copied / ``nbytes``) and kernel crossings on each end."""
     observation, action = (nbytes, 0) if case != "action" else (0, nbytes)
-    server = Role(library, environ, "serve", "--observation-bytes", str(observation), "--action-bytes", str(action))
+    regions = case.startswith("region")
+    server = Role(library, environ, "region-serve" if regions else "serve", "--observation-bytes", str(observation),
+                  "--action-bytes", str(action), "--dtype", dtype)
     try:
-        args = ["client", "--address", server.first[1], "--action-bytes", str(action)]
+        args = ["region-client" if regions else "client", "--address", server.first[1], "--action-bytes", str(action),
+                "--observation-bytes", str(observation), "--dtype", dtype]
         if case.startswith("vector"):
             args += ["--vector", case.split()[1]]
         client_role = Role(library, environ, *args)
@@ -201,27 +257,33 @@ def table(rows: dict[str, dict[str, float]], scale: float) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("role", nargs="?", default="driver", choices=["driver", "serve", "client"])
+    parser.add_argument("role", nargs="?", default="driver",
+                        choices=["driver", "serve", "client", "region-serve", "region-client"])
     parser.add_argument("--mib", type=int, default=16, help="the tensor's size in MiB (default 16)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--min", type=int, default=4096, help="count copies of at least this many bytes")
     parser.add_argument("--trace", action="store_true", help="say where each counted copy comes from (stderr)")
-    parser.add_argument("--cases", default="observation,action,vector 1")
+    parser.add_argument("--cases", default="observation,action,vector 1,regions")
+    parser.add_argument("--dtype", default="uint8", help="the observation's dtype (the action's is uint8)")
     parser.add_argument("--observation-bytes", type=int, default=0)
     parser.add_argument("--action-bytes", type=int, default=0)
     parser.add_argument("--address")
     parser.add_argument("--vector", type=int, default=0)
     args = parser.parse_args(argv)
     if args.role == "serve":
-        return serve(args.observation_bytes, args.action_bytes)
+        return serve(args.observation_bytes, args.action_bytes, args.dtype)
     if args.role == "client":
         return client(args.address, args.action_bytes, args.vector)
+    if args.role == "region-serve":
+        return region_serve(args.observation_bytes, args.dtype)
+    if args.role == "region-client":
+        return region_client(args.address, args.observation_bytes, args.dtype)
     nbytes = args.mib << 20
     with tempfile.TemporaryDirectory() as folder:
         library = build(folder)
         environ = {"COPY_COUNTER_MIN": str(args.min), "COPY_COUNTER_TRACE": "1" if args.trace else "0"}
-        rows = {f"{case} {args.mib} MiB": count(library, environ, nbytes, case, 1 if args.trace else args.steps)
-                for case in args.cases.split(",")}
+        rows = {f"{case} {args.mib} MiB" + (f" {args.dtype}" if case != "action" and args.dtype != "uint8" else ""):
+                count(library, environ, nbytes, case, args.steps, args.dtype) for case in args.cases.split(",")}
         probe = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import copies; "
                                 "print(*copies.reference(int(sys.argv[2])))", HERE, str(nbytes)],
                                env={**os.environ, **environ, "LD_PRELOAD": library, "COPY_COUNTER_TRACE": "0"},

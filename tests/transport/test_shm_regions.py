@@ -132,7 +132,8 @@ def test_the_allocator_is_bounded_aligned_and_merges_what_is_freed():
     spans.free(0)
     spans.free(c)
     assert spans.allocate(1024) == 0           # everything merged back
-    with pytest.raises(RegionError, match=r"no room for 1 bytes in the region \(1024 bytes, 1024 in use, the largest free span 0\)"):
+    with pytest.raises(RegionError, match=r"no room for 1 bytes in the region \(1024 bytes, 1024 in use, "
+                                          r"the largest free span 0\)"):
         spans.allocate(1)
     for n in (0, -5, 2.0):
         with pytest.raises(RegionError, match="positive int length"):
@@ -210,8 +211,9 @@ _SENDER = textwrap.dedent("""
 def test_a_peer_killed_after_sending_leaves_nothing_behind_and_its_region_stays_readable():
     listener, name = listen()
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     child = subprocess.Popen([sys.executable, "-c", _SENDER, name], stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+                             env={**os.environ, "PYTHONPATH": path})
     try:
         listener.settimeout(30)
         conn, _ = listener.accept()
