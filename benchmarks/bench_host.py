@@ -64,24 +64,29 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 # -- the envs ---------------------------------------------------------------------------------------
-def make_local(shape: str | tuple[int, ...]) -> Any:
-    """One local env: a gymnasium env id made as a user makes it, or the constant image of ``shape``."""
-    import gymnasium as gym
+def factory(shape: str | tuple[int, ...]) -> Any:
+    """What makes one env of ``shape``: a gymnasium env id as it is; ``"constant"``, 4 floats that never end
+    (``constant_world.Constant``, for ``profile_host.py``); or the constant image of that shape."""
+    if shape == "constant":
+        from constant_world import Constant
+        return Constant
     if isinstance(shape, str):
-        return gym.make(shape)
+        return shape
     from constant_world import ConstantImage
-    return ConstantImage(shape)
+    return functools.partial(ConstantImage, shape)
+
+
+def make_local(shape: str | tuple[int, ...]) -> Any:
+    """One local env of ``shape`` (:func:`factory`), made as a user makes it."""
+    import gymnasium as gym
+    made = factory(shape)
+    return gym.make(made) if isinstance(made, str) else made()
 
 
 def serve(shape: str | tuple[int, ...]) -> None:
-    """The server role: serve the env of ``shape`` (as :func:`make_local`), print ``ADDRESS``, serve until stdin closes."""
+    """The server role: serve the env of ``shape`` (:func:`factory`), print ``ADDRESS``, serve until stdin closes."""
     from dmrpc_gym.server import Server
-    if isinstance(shape, str):
-        factory: Any = shape
-    else:
-        from constant_world import ConstantImage
-        factory = functools.partial(ConstantImage, shape)
-    server = Server(factory, kind="gym").start()
+    server = Server(factory(shape), kind="gym").start()
     print("ADDRESS", server.address, flush=True)
     sys.stdin.read()
     server.stop(0)
@@ -137,7 +142,7 @@ class Contender:
 
     def __init__(self, name: str, observation: str, n: int):
         self.name, self.observation, self.n = name, observation, n
-        self.shape = OBSERVATIONS[observation]
+        self.shape = OBSERVATIONS.get(observation, observation)
         self.pids: list[int] = []
         self.unavailable: str | None = None       # why it has no figures (it is not run)
 
@@ -424,7 +429,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--save", action="store_true", help="write host.md's throughput section and host.png")
     args = parser.parse_args(argv)
     if args.role == "serve":
-        return serve(OBSERVATIONS[args.observation])
+        return serve(OBSERVATIONS.get(args.observation, args.observation))
     observations = [o for o in OBSERVATIONS if not args.only or any(o.lower().startswith(x.lower()) for x in args.only)]
     rounds, seconds = (2, 0.05) if args.quick else (args.rounds, args.seconds)
     results = run(observations, args.envs or list(ENVS), rounds, seconds,
