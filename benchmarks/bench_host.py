@@ -398,11 +398,11 @@ def plot(r: dict[str, Any], path: str) -> None:
     res = r["results"]
     fig, axes = plt.subplots(1, len(r["observations"]), figsize=(4 * len(r["observations"]), 3.8), squeeze=False)
     for ax, observation in zip(axes[0], r["observations"]):
-        for name in CONTENDERS:
+        for i, name in enumerate(CONTENDERS):        # a colour per contender, the same in every panel
             points = [(n, statistics.median(s[0] for s in res[observation, n, name])) for n in r["ns"]
                       if isinstance(res.get((observation, n, name)), list)]
             if points:
-                ax.plot(*zip(*points), "o-", label=name)
+                ax.plot(*zip(*points), "o-", label=name, color=f"C{i}")
         ax.set_title(observation)
         ax.set_xlabel("envs")
         ax.set_xticks(list(r["ns"]))
