@@ -427,6 +427,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--only", action="append", help="observations (cartpole, pendulum, 28, 1, 16; repeatable)")
     parser.add_argument("--envs", type=int, action="append", help="numbers of envs (repeatable; default 1 4 8)")
     parser.add_argument("--save", action="store_true", help="write host.md's throughput section and host.png")
+    parser.add_argument("--section", default="throughput",
+                        help="with --save: host.md's section to write (another name keeps the full table; no plot)")
     args = parser.parse_args(argv)
     if args.role == "serve":
         return serve(OBSERVATIONS.get(args.observation, args.observation))
@@ -442,8 +444,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                  f"{os.cpu_count()} cpus): other processes shared the cores, so the wall-clock figures are noisy.\n")
     print(text)
     if args.save:
-        write_section(MD, "throughput", text + "\n![steps/s against envs](host.png)\n", "Same host")
-        plot(results, PNG)
+        if args.section == "throughput":
+            write_section(MD, "throughput", text + "\n![steps/s against envs](host.png)\n", "Same host")
+            plot(results, PNG)
+        else:
+            write_section(MD, args.section, text, "Same host")
     return results
 
 
