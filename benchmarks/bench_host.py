@@ -391,6 +391,16 @@ def report(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def load_note(load: list[float]) -> str:
+    """What the load averages say: the first is the others' alone; the later ones count this run's processes too."""
+    cpus = os.cpu_count() or 1
+    if load[0] > 0.5 * cpus:
+        return (f"\nThe machine was busy before the run (a 1-minute load average of {load[0]:.2f} on {cpus} cpus): "
+                "other processes shared the cores, so the wall-clock figures are noisy.\n")
+    return (f"\nThe load average before the run was {load[0]:.2f} on {cpus} cpus; the later ones count this run's "
+            "own processes too, so they do not tell whether others joined in.\n")
+
+
 def plot(r: dict[str, Any], path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -439,9 +449,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     text = report(results)
     if args.quick:
         text = "**A smoke run (`--quick`): its numbers show that the script works, nothing more.**\n\n" + text
-    if max(results["load"]) > 0.5 * (os.cpu_count() or 1):
-        text += (f"\nThe machine was busy (a 1-minute load average up to {max(results['load']):.1f} on "
-                 f"{os.cpu_count()} cpus): other processes shared the cores, so the wall-clock figures are noisy.\n")
+    text += load_note(results["load"])
     print(text)
     if args.save:
         if args.section == "throughput":
