@@ -125,10 +125,12 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def cpu_table(n: int, action_repeat: int) -> None:
-    """CPU ms per world step of each process, served and direct, and the wall ms of a step."""
+def cpu_table(n: int, action_repeat: int, heavy: bool = False, serve_args: tuple[str, ...] = ()) -> None:
+    """CPU ms per world step of each process, served and direct, and the wall ms of a step; ``heavy``:
+    the game spending ``godot_rl_heavy.FRAME_COST_USEC`` of CPU on each physics frame."""
     from dmrpc_gym.integrations.godot_rl import GodotRLParallelEnv
-    server, address = serve_command(f"godot-rl:{WALKERS_PROJECT}")
+    from godot_rl_heavy import EXTRA_ARGS
+    server, address = serve_command("godot_rl_heavy:WORLDS" if heavy else f"godot-rl:{WALKERS_PROJECT}", *serve_args)
     try:
         served = dmrpc_gym.parallel_env(address, world_settings={"seed": 0, "action_repeat": action_repeat})
         served.reset()
@@ -144,7 +146,8 @@ def cpu_table(n: int, action_repeat: int) -> None:
     finally:
         server.kill()
         server.wait()
-    direct = GodotRLParallelEnv(WALKERS_PROJECT, seed=0, action_repeat=action_repeat)
+    direct = GodotRLParallelEnv(WALKERS_PROJECT, seed=0, action_repeat=action_repeat,
+                                extra_args=EXTRA_ARGS if heavy else ())
     try:
         direct.reset()
         steps(direct, 200)
@@ -158,6 +161,7 @@ def cpu_table(n: int, action_repeat: int) -> None:
     finally:
         direct.close()
     print(f"# CPU ms per world step (user + system, /proc; {n} steps, action_repeat {action_repeat}, "
+          f"{'the heavy game, ' if heavy else ''}{' '.join(serve_args) + ', ' if serve_args else ''}"
           f"load average {os.getloadavg()[0]:.1f})")
     print("| | client (Python) | server | game | wall ms a step |")
     print("|---|---:|---:|---:|---:|")
@@ -173,10 +177,12 @@ def main() -> None:
     parser.add_argument("--cprofile", action="store_true")
     parser.add_argument("--workers", type=int, default=None, help="the server's workers (default: its own)")
     parser.add_argument("--cpu", action="store_true", help="CPU ms per step of each process instead")
+    parser.add_argument("--heavy", action="store_true", help="with --cpu: the game of godot_rl_heavy.py")
+    parser.add_argument("--serve-arg", action="append", default=[], help="with --cpu: an argument of `serve`")
     args = parser.parse_args()
     warnings.simplefilter("ignore", GodotRLWarning)
     if args.cpu:
-        cpu_table(args.steps, args.action_repeat)
+        cpu_table(args.steps, args.action_repeat, args.heavy, tuple(args.serve_arg))
         return
     options = {} if args.workers is None else {"workers": args.workers}
     counter = Counter()

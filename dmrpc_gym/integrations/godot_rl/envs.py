@@ -112,21 +112,24 @@ class GodotRLParallelEnv(ParallelEnv):
         return observations, {agent: {} for agent in self.agents}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
-        if not self.agents:
-            raise RuntimeError("the episode has ended (no agent is left): call reset()")
-        unknown = [agent for agent in actions if agent not in self.agents]
-        if unknown:
-            raise ValueError(f"actions for agent(s) {', '.join(map(str, unknown))} not in this episode's agents "
-                             f"({', '.join(self.agents)})")
-        missing = [agent for agent in self.agents if agent not in actions]
-        if missing:
-            raise ValueError(f"no action for agent(s) {', '.join(missing)}")
-        sent = {agent: actions[agent] if agent in actions else self._neutral[agent] for agent in self.possible_agents}
-        observations, rewards, dones, infos = self.game.step(sent)
         live = self.agents
+        if not live:
+            raise RuntimeError("the episode has ended (no agent is left): call reset()")
+        if len(actions) != len(live) or actions.keys() != set(live):
+            unknown = [agent for agent in actions if agent not in live]
+            if unknown:
+                raise ValueError(f"actions for agent(s) {', '.join(map(str, unknown))} not in this episode's "
+                                 f"agents ({', '.join(live)})")
+            raise ValueError(f"no action for agent(s) {', '.join(agent for agent in live if agent not in actions)}")
+        everyone = len(live) == len(self.possible_agents)
+        observations, rewards, dones, infos = self.game.step(
+            actions if everyone else {agent: actions[agent] if agent in actions else self._neutral[agent]
+                                      for agent in self.possible_agents})
         self.agents = [agent for agent in live if not dones[agent]]
+        if everyone:                 # the game's answer is every live agent's: no copies
+            return observations, rewards, dones, dict.fromkeys(live, False), infos
         return ({a: observations[a] for a in live}, {a: rewards[a] for a in live}, {a: dones[a] for a in live},
-                {a: False for a in live}, {a: infos[a] for a in live})
+                dict.fromkeys(live, False), {a: infos[a] for a in live})
 
     def call(self, method: str) -> list:
         """The protocol's ``call``: ``method`` called on every agent in the game; their returns, in agent order."""
