@@ -1,6 +1,6 @@
 """A Godot RL Agents game served, driven directly, and through godot-rl's own GodotEnv: steps/s side by side.
 
-    python benchmarks/bench_godot_rl.py [--runs 5] [--steps 400] [--godot-rl-python PATH] [--save]
+    python benchmarks/bench_godot_rl.py [--runs 5] [--steps 400] [--godot-rl-python PATH] [--tree PATH] [--save]
 
 The bundled two-agent Walkers game under the headless engine (``godot3-server``), a fixed action
 (move 0.5, walk), at ``action_repeat`` 8 and 1; then the same game spending 250 us of CPU on each
@@ -12,6 +12,8 @@ Walkers' own frames cost next to nothing, so there the fixed cost of a served st
     godot-rl    godot_rl.core.godot_env.GodotEnv (``godot-rl`` 0.8.2), run by the interpreter of a venv
                 that has it (``--godot-rl-python``, default ``$DMRPC_GODOT_RL_PYTHON``; left out
                 without one): it pins gymnasium 1.0 and numpy < 2, which dmrpc_gym cannot share
+    served by   with ``--tree PATH``: the same client against the server of another checkout (a base
+    PATH        tree, ``git worktree add``), in the same runs: a before and after side by side
 
 Each run steps every case ``--steps`` times (a new episode when no agent is left; godot-rl's
 side steps every agent always, as it does) in turn, ``--runs`` runs, reversing the order every
@@ -76,6 +78,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--godot-rl-python", default=os.environ.get("DMRPC_GODOT_RL_PYTHON"))
+    parser.add_argument("--tree", help="also serve from this checkout (its server, this client)")
     parser.add_argument("--save", action="store_true", help="write benchmarks/godot_rl.md")
     args = parser.parse_args()
     warnings.simplefilter("ignore", GodotRLWarning)
@@ -87,31 +90,35 @@ def main() -> None:
              + ", ".join(f"{k} {v}" for k, v in machine().items()) + ". Median steps/s of "
              f"{args.runs} runs and medians of per-run ratios to direct; load average at the start "
              f"{os.getloadavg()[0]:.1f} (a shared, noisy machine when above the core count).", "",
-             "| game | action_repeat | served | direct | godot-rl GodotEnv | served / direct | godot-rl / direct |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| game | action_repeat | served | direct | godot-rl GodotEnv | served / direct | godot-rl / direct |"
+             + (f" served by {args.tree} | its served / direct |" if args.tree else ""),
+             "|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if args.tree else "")]
     for title, target, extra in (("Walkers", f"godot-rl:{WALKERS_PROJECT}", []),
                                  (f"Walkers, {FRAME_COST_USEC} us a physics frame", "godot_rl_heavy:WORLDS",
                                   EXTRA_ARGS)):
-        server, address = serve_command(target)
+        servers = [serve_command(target)] + ([serve_command(target, tree=args.tree)] if args.tree else [])
         try:
-            lines += table(title, address, extra, launcher, args)
+            lines += table(title, [address for _, address in servers], extra, launcher, args)
         finally:
-            server.kill()
-            server.wait()
+            for server, _ in servers:
+                server.kill()
+                server.wait()
     text = "\n".join(lines) + "\n"
     print(text)
     if args.save:
         (HERE / "godot_rl.md").write_text(text)
 
 
-def table(title: str, address: str, extra: list[str], launcher: Path, args: argparse.Namespace) -> list[str]:
-    """The rows for one game: action_repeat 8 and 1."""
-    lines = [f"| {title} | | | | | | |"]
+def table(title: str, addresses: list[str], extra: list[str], launcher: Path, args: argparse.Namespace) -> list[str]:
+    """The rows for one game: action_repeat 8 and 1 (``addresses``: this tree's server, then ``--tree``'s)."""
+    lines = [f"| {title} | | | | | | |" + (" | |" if args.tree else "")]
     for repeat in (8, 1):
-        served = dmrpc_gym.parallel_env(address, world_settings={"seed": 0, "action_repeat": repeat})
-        direct = GodotRLParallelEnv(WALKERS_PROJECT, seed=0, action_repeat=repeat, extra_args=extra)
-        cases = {"served": lambda: steps_per_second(served, args.steps),
-                 "direct": lambda: steps_per_second(direct, args.steps)}
+        settings = {"seed": 0, "action_repeat": repeat}
+        envs = {"served": dmrpc_gym.parallel_env(addresses[0], world_settings=settings),
+                "direct": GodotRLParallelEnv(WALKERS_PROJECT, seed=0, action_repeat=repeat, extra_args=extra)}
+        if args.tree:
+            envs["tree"] = dmrpc_gym.parallel_env(addresses[1], world_settings=settings)
+        cases = {name: (lambda env=env: steps_per_second(env, args.steps)) for name, env in envs.items()}
         if args.godot_rl_python:
             cases["godot-rl"] = lambda: godot_rl_steps_per_second(args.godot_rl_python, launcher, repeat,
                                                                   args.steps, extra)
@@ -121,14 +128,16 @@ def table(title: str, address: str, extra: list[str], launcher: Path, args: argp
                 for name in (list(cases) if run % 2 == 0 else list(reversed(cases))):
                     rates[name].append(cases[name]())
         finally:
-            served.close()
-            direct.close()
+            for env in envs.values():
+                env.close()
         ratio = {name: statistics.median(a / b for a, b in zip(rates[name], rates["direct"])) for name in rates}
         median = {name: statistics.median(values) for name, values in rates.items()}
         row = (f"| | {repeat} | {median['served']:.0f} | {median['direct']:.0f} | "
                f"{median['godot-rl']:.0f} | " if "godot-rl" in median else
                f"| | {repeat} | {median['served']:.0f} | {median['direct']:.0f} | (no godot-rl) | ")
         row += f"{ratio['served']:.2f}x | " + (f"{ratio['godot-rl']:.2f}x |" if "godot-rl" in ratio else "- |")
+        if args.tree:
+            row += f" {median['tree']:.0f} | {ratio['tree']:.2f}x |"
         lines.append(row)
         print(row, flush=True)
     return lines
