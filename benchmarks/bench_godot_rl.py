@@ -17,7 +17,8 @@ Walkers' own frames cost next to nothing, so there the fixed cost of a served st
 
 Each run steps every case ``--steps`` times (a new episode when no agent is left; godot-rl's
 side steps every agent always, as it does) in turn, ``--runs`` runs, reversing the order every
-other run; the table gives each case's median steps/s and the medians of per-run ratios to
+other run; while a case runs, the other cases' games are stopped (SIGSTOP: an idle game polls its socket
+every 50 us, which on 2 cores slowed the measured case); the table gives each case's median steps/s and the medians of per-run ratios to
 direct. These machines are shared and noisy: read the ratios, not the absolute numbers.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -48,6 +50,28 @@ from godot_rl_heavy import EXTRA_ARGS, FRAME_COST_USEC  # noqa: E402
 
 REFERENCE = HERE.parent / "tests" / "support" / "godot_rl_reference.py"
 ACTION = {"move": np.array([0.5], np.float32), "run": 0}
+
+
+def children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (the games a server, or this process, started)."""
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as listed:
+                found += [int(child) for child in listed.read().split()]
+        except OSError:
+            pass
+    return found
+
+
+def only_running(games: dict[str, int], name: str | None) -> None:
+    """Let the game of case ``name`` run and stop (SIGSTOP) the others' (None: let all run): an idle game
+    polls its socket every 50 us, and on 2 cores the idle games of the other cases slowed the measured one."""
+    for case, pid in games.items():
+        try:
+            os.kill(pid, signal.SIGCONT if name is None or case == name else signal.SIGSTOP)
+        except ProcessLookupError:
+            pass
 
 
 def steps_per_second(env, steps: int) -> float:
@@ -98,7 +122,7 @@ def main() -> None:
                                   EXTRA_ARGS)):
         servers = [serve_command(target)] + ([serve_command(target, tree=args.tree)] if args.tree else [])
         try:
-            lines += table(title, [address for _, address in servers], extra, launcher, args)
+            lines += table(title, servers, extra, launcher, args)
         finally:
             for server, _ in servers:
                 server.kill()
@@ -109,25 +133,31 @@ def main() -> None:
         (HERE / "godot_rl.md").write_text(text)
 
 
-def table(title: str, addresses: list[str], extra: list[str], launcher: Path, args: argparse.Namespace) -> list[str]:
-    """The rows for one game: action_repeat 8 and 1 (``addresses``: this tree's server, then ``--tree``'s)."""
+def table(title: str, servers: list[tuple[subprocess.Popen, str]], extra: list[str], launcher: Path,
+          args: argparse.Namespace) -> list[str]:
+    """The rows for one game: action_repeat 8 and 1 (``servers``: this tree's, then ``--tree``'s)."""
     lines = [f"| {title} | | | | | | |" + (" | |" if args.tree else "")]
     for repeat in (8, 1):
         settings = {"seed": 0, "action_repeat": repeat}
-        envs = {"served": dmrpc_gym.parallel_env(addresses[0], world_settings=settings),
-                "direct": GodotRLParallelEnv(WALKERS_PROJECT, seed=0, action_repeat=repeat, extra_args=extra)}
-        if args.tree:
-            envs["tree"] = dmrpc_gym.parallel_env(addresses[1], world_settings=settings)
-        cases = {name: (lambda env=env: steps_per_second(env, args.steps)) for name, env in envs.items()}
+        envs, games = {}, {}
+        for name, (server, address) in zip(("served", "tree"), servers):
+            before = set(children(server.pid))
+            envs[name] = dmrpc_gym.parallel_env(address, world_settings=settings)
+            games[name] = max(set(children(server.pid)) - before)     # the game its world started
+        envs["direct"] = GodotRLParallelEnv(WALKERS_PROJECT, seed=0, action_repeat=repeat, extra_args=extra)
+        games["direct"] = envs["direct"].game.process.pid
+        cases = {name: (lambda env=env, name=name: only_running(games, name) or steps_per_second(env, args.steps))
+                 for name, env in envs.items()}
         if args.godot_rl_python:
-            cases["godot-rl"] = lambda: godot_rl_steps_per_second(args.godot_rl_python, launcher, repeat,
-                                                                  args.steps, extra)
+            cases["godot-rl"] = lambda: only_running(games, "godot-rl") or godot_rl_steps_per_second(
+                args.godot_rl_python, launcher, repeat, args.steps, extra)
         rates: dict[str, list[float]] = {name: [] for name in cases}
         try:
             for run in range(args.runs):
                 for name in (list(cases) if run % 2 == 0 else list(reversed(cases))):
                     rates[name].append(cases[name]())
         finally:
+            only_running(games, None)
             for env in envs.values():
                 env.close()
         ratio = {name: statistics.median(a / b for a, b in zip(rates[name], rates["direct"])) for name in rates}

@@ -36,6 +36,7 @@ import dmrpc_gym  # noqa: E402
 from dmrpc_gym.integrations.godot_rl import WALKERS_PROJECT, GodotRLWarning, GodotRLWorlds  # noqa: E402
 from dmrpc_gym.server import Server  # noqa: E402
 from servers import serve_command  # noqa: E402
+from bench_godot_rl import children  # noqa: E402
 
 ACTION = {"move": np.array([0.5], np.float32), "run": 0}
 #: Functions (by qualified name, or a C function's name) whose calls per step tell where a step goes.
@@ -113,24 +114,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def children(pid: int) -> list[int]:
-    """The child processes of ``pid`` (the games a server or this process started)."""
-    found = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as listed:
-                found += [int(child) for child in listed.read().split()]
-        except OSError:
-            pass
-    return found
-
-
-def cpu_table(n: int, action_repeat: int, heavy: bool = False, serve_args: tuple[str, ...] = ()) -> None:
+def cpu_table(n: int, action_repeat: int, heavy: bool = False, serve_args: tuple[str, ...] = (),
+              tree: str | None = None) -> None:
     """CPU ms per world step of each process, served and direct, and the wall ms of a step; ``heavy``:
     the game spending ``godot_rl_heavy.FRAME_COST_USEC`` of CPU on each physics frame."""
     from dmrpc_gym.integrations.godot_rl import GodotRLParallelEnv
     from godot_rl_heavy import EXTRA_ARGS
-    server, address = serve_command("godot_rl_heavy:WORLDS" if heavy else f"godot-rl:{WALKERS_PROJECT}", *serve_args)
+    server, address = serve_command("godot_rl_heavy:WORLDS" if heavy else f"godot-rl:{WALKERS_PROJECT}", *serve_args,
+                                    **({"tree": tree} if tree else {}))
     try:
         served = dmrpc_gym.parallel_env(address, world_settings={"seed": 0, "action_repeat": action_repeat})
         served.reset()
@@ -162,6 +153,7 @@ def cpu_table(n: int, action_repeat: int, heavy: bool = False, serve_args: tuple
         direct.close()
     print(f"# CPU ms per world step (user + system, /proc; {n} steps, action_repeat {action_repeat}, "
           f"{'the heavy game, ' if heavy else ''}{' '.join(serve_args) + ', ' if serve_args else ''}"
+          f"{'served by ' + tree + ', ' if tree else ''}"
           f"load average {os.getloadavg()[0]:.1f})")
     print("| | client (Python) | server | game | wall ms a step |")
     print("|---|---:|---:|---:|---:|")
@@ -179,10 +171,11 @@ def main() -> None:
     parser.add_argument("--cpu", action="store_true", help="CPU ms per step of each process instead")
     parser.add_argument("--heavy", action="store_true", help="with --cpu: the game of godot_rl_heavy.py")
     parser.add_argument("--serve-arg", action="append", default=[], help="with --cpu: an argument of `serve`")
+    parser.add_argument("--tree", help="with --cpu: served by this checkout's server (a before, say)")
     args = parser.parse_args()
     warnings.simplefilter("ignore", GodotRLWarning)
     if args.cpu:
-        cpu_table(args.steps, args.action_repeat, args.heavy, tuple(args.serve_arg))
+        cpu_table(args.steps, args.action_repeat, args.heavy, tuple(args.serve_arg), args.tree)
         return
     options = {} if args.workers is None else {"workers": args.workers}
     counter = Counter()
