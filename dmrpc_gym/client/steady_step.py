@@ -123,7 +123,7 @@ class SteadyStep:
         conn._entries += 1
         entry = Pending("step", conn._entries)
         try:
-            message = link.round_trip(framed[0], framed[1], self.layout, conn.timeout)
+            message = link.connection.round_trip(link, framed[0], framed[1], self.layout, conn.timeout)
             if message is None:
                 pending.append(entry)            # the answer comes the general way
         except BaseException as err:

@@ -155,7 +155,6 @@ def test_the_servers_fast_path_and_general_path_send_the_same_frames(servers, mo
     monkeypatch.setattr(SteadyServe, "answer", counted)
     # consumed request bytes given back after 200 (not 512 KiB): the scripts' WINDOW_UPDATEs, each path's
     monkeypatch.setattr(requests, "CREDIT_AT", 200)
-    monkeypatch.setattr(steady, "CREDIT_AT", 200)
 
     @fuzz_settings(40)
     @given(st.sampled_from(sorted(servers)), st.tuples(st.integers(0, 4), st.booleans()),

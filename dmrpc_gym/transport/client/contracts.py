@@ -2,7 +2,8 @@
 
 :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` is assembled from parts, each a
 mixin in a module of its own: the control frames (``_Control``), large messages
-(``_LargeMessages``), the clock (``_Clock``) and the connection between calls (``_Idle``). A part
+(``_LargeMessages``), the clock (``_Clock``), the connection between calls (``_Idle``) and the
+steady path (``SteadyTrips``). A part
 uses state that the connection's ``__init__`` sets and methods that other parts define; the
 protocols here write that down, one per part, so that a part can be read (and changed) without
 reading the whole. ``tests/transport/test_contracts.py`` holds each part to its protocol: every
@@ -19,12 +20,13 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import hpack
 
-from dmrpc_gym.transport.flow import PeerSettings
+from dmrpc_gym.transport.flow import Flow
+from dmrpc_gym.transport.headers import HeaderBlock
 
 if TYPE_CHECKING:   # the stream module imports nothing of these; typing only
     from dmrpc_gym.transport.client.stream import GrpcStream
 
-__all__ = ["ControlHost", "LargeMessagesHost", "ClockHost", "IdleHost"]
+__all__ = ["ControlHost", "LargeMessagesHost", "ClockHost", "IdleHost", "SteadyHost"]
 
 
 class ControlHost(Protocol):
@@ -36,9 +38,8 @@ class ControlHost(Protocol):
     _dead: Exception | None
     _encoder: hpack.Encoder
     _goaway: str | None
-    _peer: PeerSettings
+    flow: Flow
     _ping_every: float | None
-    _send_conn: int
     _settled: bool
     _unsent: bytes
 
@@ -59,9 +60,8 @@ class LargeMessagesHost(Protocol):
     _deadline: float | None
     _kernel: bool
     _partial: tuple | None
-    _peer: PeerSettings
+    flow: Flow
     _ping_every: float | None
-    _send_conn: int
     _timeout: float | None
     _timeout_by_select: bool
     _unsent: bytes
@@ -102,3 +102,36 @@ class IdleHost(Protocol):
     def _read_frame(self) -> None: ...
     def _at_once(self, call: Callable[[int], int]) -> int | None: ...
     def _set_timeout(self, seconds: float | None) -> None: ...
+
+
+class SteadyHost(Protocol):
+    """What ``SteadyTrips`` (the steady path: one frame out, one answer of a known layout in) needs.
+
+    Of the connection's state it reads, before it sends, only what says the general ``write`` would
+    send the frame at once (alive, nothing unsent or corked, no Jupyter kernel, the flow state's
+    ``take``), and before it receives, only what says the general ``read`` would read the answer from
+    a fresh ``recv`` (no timeout, nothing buffered or part way, no header block open). It moves that
+    state only as the general path does: ``flow.take`` and ``flow.received``
+    (:class:`~dmrpc_gym.transport.flow.Flow`), ``send`` for the WINDOW_UPDATEs owed, the counters
+    ``messages_sent``, and ``_buf`` for an answer it hands over.
+    ``tests/transport/test_steady_state.py`` holds the two paths to the same state after N steps.
+    """
+
+    lock: threading.Lock
+    flow: Flow
+    messages_sent: int
+    _sock: socket.socket
+    _buf: bytearray
+    _rbuf: bytearray
+    _rview: memoryview
+    _dead: Exception | None
+    _unsent: bytes
+    _corked: float
+    _kernel: bool
+    _per_call: float | None
+    _timeout: float | None
+    _timeout_by_select: bool
+    _partial: tuple | None
+    _headers_in: HeaderBlock
+
+    def send(self, data: bytes, stream: GrpcStream | None = None) -> None: ...
