@@ -176,11 +176,11 @@ class RemoteAgent:
                 wanted.add(render_name)
                 if first and not self._fidelity:
                     self._say_frames_cost(render_name, obs_specs[render_name])
-        self._requested = sorted(self.specs.observations.uid(n) for n in wanted)
+        self.requested = sorted(self.specs.observations.uid(n) for n in wanted)
         if self._carries_info:
-            self._requested.append(INFO_UID)
+            self.requested.append(INFO_UID)
         if self._fidelity:
-            self._requested.append(EXACT_UID)
+            self.requested.append(EXACT_UID)
         self._requests: dict[tuple, pb.StepRequest] = {}
         self._quick = {}
         for source in (self.reward, self.discount):
@@ -248,7 +248,7 @@ class RemoteAgent:
         request = self._requests.get(key) if key is not None else None
         if request is not None:
             return request, None           # Discrete actions: built once, shared (never modified)
-        request, pieces = pb.StepRequest(requested_observations=self._requested), bulk.Pieces(bulk.ACTIONS)
+        request, pieces = pb.StepRequest(requested_observations=self.requested), bulk.Pieces(bulk.ACTIONS)
         if action is not None:
             self._pack_actions(action, request, pieces)
         if key is not None and len(self._requests) < _MEMO:
@@ -272,8 +272,12 @@ class RemoteAgent:
         """Send ``action`` and return the answer, as one call (an interrupt drops its answer)."""
         steady = self._steady                # the steady-state path (dmrpc_gym.client.steady_step)
         result = steady.step(action) if steady is not None and action is not None else None
-        if result is None:
-            result = self._stepped(*self.connection.send_step(*self.step_request(action)))
+        if result is None:                   # the general path: its answer read at the offsets where it has
+            decode = steady.decode if steady is not None else None     # the learned layout, as receive_step
+            response, large = self.connection.send_step(*self.step_request(action), steady=decode)
+            if large is None:
+                return steady.wrap(response)
+            result = self._stepped(response, large)
             result = result if steady is None else steady.learn(result)
         return result
 
@@ -308,14 +312,14 @@ class RemoteAgent:
                 exact_tensor = observations[EXACT_UID]
                 del observations[EXACT_UID]
             named = self.specs.observations.unpack(observations, large=large)
-        carried = None if info_tensor is None else self._read_info(info_tensor)
+        carried = None if info_tensor is None else self.read_info(info_tensor)
         self.last_observations = named
-        result = self._result(named, state, carried)
+        result = self.step_result(named, state, carried)
         if exact_tensor is None:
             return result
         return exactly(result, exact_tensor, self.exact, self.reward.fn is None and self.reward.name == "reward")
 
-    def _read_info(self, tensor: pb.Tensor) -> dict[str, Any] | None:
+    def read_info(self, tensor: pb.Tensor) -> dict[str, Any] | None:
         """The served env's info from the ``info`` observation (a string tensor: never one of the
         large ones read outside protobuf); None when it cannot be read.
 
@@ -338,7 +342,7 @@ class RemoteAgent:
             self._lost_info.add(key)
             warnings.warn(message, stacklevel=5)
 
-    def _result(self, named: dict[str, np.ndarray], state: State, carried: dict[str, Any] | None = None):
+    def step_result(self, named: dict[str, np.ndarray], state: State, carried: dict[str, Any] | None = None):
         if self.render_name is not None and self.render_name in named:
             self.frame = named[self.render_name]
         info: dict[str, Any] = {**carried} if carried else {}

@@ -40,10 +40,10 @@ from dmrpc_gym.transport.frames import (CONTINUATION, DATA, DEFAULT_MAX_MESSAGE,
                                         frame, grpc_frame, header_frames, read_head, settings_frame,
                                         window_update_frame)
 from dmrpc_gym.transport.headers import HeaderBlock
-from dmrpc_gym.transport.client.clock import _Clock
-from dmrpc_gym.transport.client.control import _Control
-from dmrpc_gym.transport.client.keepalive import RECV_CHUNK, _Idle
-from dmrpc_gym.transport.client.large_messages import _LargeMessages
+from dmrpc_gym.transport.client.clock import CallClock
+from dmrpc_gym.transport.client.control import ControlFrames
+from dmrpc_gym.transport.client.keepalive import RECV_CHUNK, IdleConnection
+from dmrpc_gym.transport.client.large_messages import LargeMessages
 from dmrpc_gym.transport.client.steady import SteadyTrips
 from dmrpc_gym.transport.client.stream import GrpcStream
 from dmrpc_gym.transport.client.idle_watcher import IdleWatcher
@@ -56,7 +56,7 @@ CLOSE_WAIT = 0.5
 _OUR_FRAME = 2**24 - 1           # largest frame we accept
 
 
-class GrpcConnection(SteadyTrips, _Control, _LargeMessages, _Clock, _Idle):
+class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleConnection):
     """A client's HTTP/2 connection: :meth:`open_stream` gives the gRPC streams it carries.
 
     Args:

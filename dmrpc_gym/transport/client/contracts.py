@@ -1,8 +1,8 @@
 """What each part of the client connection needs of the connection it is mixed into.
 
 :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` is assembled from parts, each a
-mixin in a module of its own: the control frames (``_Control``), large messages
-(``_LargeMessages``), the clock (``_Clock``), the connection between calls (``_Idle``) and the
+mixin in a module of its own: the control frames (``ControlFrames``), large messages
+(``LargeMessages``), the clock (``CallClock``), the connection between calls (``IdleConnection``) and the
 steady path (``SteadyTrips``). A part
 uses state that the connection's ``__init__`` sets and methods that other parts define; the
 protocols here write that down, one per part, so that a part can be read (and changed) without
@@ -30,7 +30,7 @@ __all__ = ["ControlHost", "LargeMessagesHost", "ClockHost", "IdleHost", "SteadyH
 
 
 class ControlHost(Protocol):
-    """What ``_Control`` (SETTINGS, WINDOW_UPDATE, GOAWAY, PING; the handshake) needs."""
+    """What ``ControlFrames`` (SETTINGS, WINDOW_UPDATE, GOAWAY, PING; the handshake) needs."""
 
     streams: dict[int, GrpcStream]
     _sock: socket.socket
@@ -52,7 +52,7 @@ class ControlHost(Protocol):
 
 
 class LargeMessagesHost(Protocol):
-    """What ``_LargeMessages`` (messages past one DATA frame, both ways) needs."""
+    """What ``LargeMessages`` (messages past one DATA frame, both ways) needs."""
 
     _sock: socket.socket
     _buf: bytearray
@@ -75,7 +75,7 @@ class LargeMessagesHost(Protocol):
 
 
 class ClockHost(Protocol):
-    """What ``_Clock`` (a call's deadline over all its socket operations) needs."""
+    """What ``CallClock`` (a call's deadline over all its socket operations) needs."""
 
     _sock: socket.socket
     _timeout: float | None
@@ -83,7 +83,7 @@ class ClockHost(Protocol):
 
 
 class IdleHost(Protocol):
-    """What ``_Idle`` (the idle watcher's reads, keepalive PINGs, non-blocking looks) needs."""
+    """What ``IdleConnection`` (the idle watcher's reads, keepalive PINGs, non-blocking looks) needs."""
 
     lock: threading.Lock
     streams: dict[int, GrpcStream]

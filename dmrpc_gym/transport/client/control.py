@@ -17,7 +17,7 @@ from dmrpc_gym.transport.frames import (ACK, FRAME_SIZE_ERROR, PROTOCOL_ERROR, S
 __all__: list[str] = []          # a part of GrpcConnection, not an interface of its own
 
 
-class _Control:
+class ControlFrames:
     """The control frames of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` (a mixin).
 
     What it needs of its host: :class:`~dmrpc_gym.transport.client.contracts.ControlHost`.

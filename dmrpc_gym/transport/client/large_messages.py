@@ -17,7 +17,7 @@ from dmrpc_gym.transport.client.keepalive import RECV_CHUNK
 __all__: list[str] = []          # a part of GrpcConnection, not an interface of its own
 
 
-class _LargeMessages:
+class LargeMessages:
     """The large-message paths of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` (a mixin).
 
     What it needs of its host: :class:`~dmrpc_gym.transport.client.contracts.LargeMessagesHost`.

@@ -37,7 +37,7 @@ The env call an answer makes runs inline, as the general path runs a short step 
 """
 from __future__ import annotations
 
-from dmrpc_gym.transport.frames import DATA, SERVER_MESSAGE_LIMIT, WRITE_CHUNK, MessageTooLarge, ProtocolError, \
+from dmrpc_gym.transport.frames import DATA, WRITE_CHUNK, MessageTooLarge, ProtocolError, \
     grpc_frame, read_head, read_prefix
 from dmrpc_gym.transport.server import eager
 from dmrpc_gym.transport.server.stream import Inbound, Outbound, Stream
@@ -75,7 +75,7 @@ class Steady:
                 break
             splitter = stream.splitter
             try:
-                flag, size = read_prefix(data, at + 9, splitter.limit, SERVER_MESSAGE_LIMIT)
+                flag, size = read_prefix(data, at + 9, splitter.limit, splitter.option)
             except MessageTooLarge:
                 break                   # the general path refuses it
             if (flag or size != length - 5 or stream.busy or stream.inbox or stream.inbound is not _OPEN
