@@ -7,12 +7,10 @@ Importing the package registers the ``dmrpc`` gymnasium namespace
 ``worlds`` (bundled worlds and their embedded servers), ``integrations``
 (SB3, RLlib, Godot) and ``app`` (the command line).
 """
-from dmrpc_gym import _compat
 from dmrpc_gym._version import __version__
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.registration import register_envs
 
-_compat.install()
 register_envs()
 
 # Public name -> the module that holds it, imported on first use (they pull in

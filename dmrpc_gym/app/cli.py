@@ -36,7 +36,7 @@ from typing import Any, Callable
 from dmrpc_gym.app.client_args import add_connection_arguments, add_world_arguments, world_kwargs, world_name_shown
 
 from dmrpc_gym.client.seeding import AUTO
-from dmrpc_gym.server.factories import KINDS
+from dmrpc_gym.server.envs.factories import KINDS
 from dmrpc_gym._extras import install_hint
 
 __all__ = ["main", "build_parser", "COMMANDS", "SERVE_TARGETS_HELP", "add_serve", "run_serve", "add_inspect", "run_inspect", "add_check", "run_check", "add_record", "run_record",
@@ -77,7 +77,7 @@ kinds of TARGET, each with an example::
 
 def add_serve(subparsers: Any) -> None:
     """Declare ``dmrpc-gym serve``."""
-    from dmrpc_gym.server.workers import DEFAULT_WORKERS, INLINE_BELOW
+    from dmrpc_gym.server.running.workers import DEFAULT_WORKERS, INLINE_BELOW
     parser = subparsers.add_parser(
         "serve", help="serve a gymnasium, PettingZoo or dm_env environment over dm_env_rpc",
         description="Serve a gymnasium, PettingZoo or dm_env environment over dm_env_rpc (gRPC) until "

@@ -1,6 +1,6 @@
 """``dmrpc-gym status ADDRESS``: a running server on one screen (health, worlds, steps per second, connections).
 
-It reads the ``dmrpc_gym.server_status`` property (:mod:`dmrpc_gym.server.stats`) over an
+It reads the ``dmrpc_gym.server_status`` property (:mod:`dmrpc_gym.server.serving.stats`) over an
 ordinary dm_env_rpc connection, so it reaches the server wherever a client can (a token,
 TLS, a Unix socket), without joining a world. A server that does not serve the property (any
 other dm_env_rpc server, or an older dmrpc_gym) is told apart from a refusal of the connection.
@@ -33,7 +33,7 @@ from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import pack_any, props_pb, unpack_any
-from dmrpc_gym.server.stats import STATUS_PROPERTY
+from dmrpc_gym.server.serving.stats import STATUS_PROPERTY
 
 __all__ = ["STATUS_PROPERTY", "StatusReader", "with_rates", "format_status", "watch"]
 _MAX_SETTINGS = 40

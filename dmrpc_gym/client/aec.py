@@ -3,7 +3,7 @@
 A dmrpc_gym server serves PettingZoo's turn-based games (AEC envs that are not
 parallelizable: tic-tac-toe, connect four, chess...) turn by turn, one
 connection per agent, each agent's step answered at its turn
-(:mod:`dmrpc_gym.server.aec_world`). This env is the other end. Its agents'
+(:mod:`dmrpc_gym.server.worlds.aec_world`). This env is the other end. Its agents'
 connections are joined as :class:`~dmrpc_gym.client.parallel.DmRpcParallelEnv`
 joins them (one world, shared HTTP/2 connections). Every agent whose turn it is
 not has a step in flight; after a move the env reads the answer that comes

@@ -21,7 +21,8 @@ import gymnasium as gym
 import numpy as np
 
 from dmrpc_gym import spaces as _spaces
-from dmrpc_gym.protocol import bulk, tensors
+from dmrpc_gym.protocol import tensors
+from dmrpc_gym.protocol import large_tensors
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.fidelity import EXACT_UID, FIDELITY_FEATURE, FRAME_PROPERTY
 from dmrpc_gym.protocol.info import DROPPED, INFO_FEATURE, INFO_UID, dropped_keys, unpack_info, without_dropped
@@ -228,7 +229,7 @@ class RemoteAgent:
     def _bare_name(space: gym.Space, names: list[str]) -> str:
         return "" if isinstance(space, gym.spaces.Dict) else names[0]
 
-    def _pack_actions(self, action: Any, request: pb.StepRequest, pieces: bulk.Pieces) -> None:
+    def _pack_actions(self, action: Any, request: pb.StepRequest, pieces: large_tensors.Pieces) -> None:
         """Check ``action`` against the action specs and pack it; ``ValueError`` naming what is wrong."""
         if isinstance(action, Mapping) and not isinstance(self.action_space, gym.spaces.Dict):
             raise ValueError(f"got a dict action with keys {sorted(map(str, action))}, but the action space is "
@@ -237,9 +238,9 @@ class RemoteAgent:
         self.specs.actions.pack(self._act_codec.flatten(action), request.actions, pieces)
 
     # -- steps ------------------------------------------------------------------
-    def step_request(self, action: Any = None) -> tuple[pb.StepRequest, bulk.Pieces | None]:
+    def step_request(self, action: Any = None) -> tuple[pb.StepRequest, large_tensors.Pieces | None]:
         """The StepRequest for ``action`` (``None``: no actions), checked but not sent, and
-        its large actions (:mod:`~dmrpc_gym.protocol.bulk`): what ``connection.submit`` takes.
+        its large actions (:mod:`~dmrpc_gym.protocol.large_tensors`): what ``connection.submit`` takes.
 
         Multi-connection envs build every request first, so that a bad action
         for one agent is refused before anything is sent for any of them.
@@ -248,7 +249,7 @@ class RemoteAgent:
         request = self._requests.get(key) if key is not None else None
         if request is not None:
             return request, None           # Discrete actions: built once, shared (never modified)
-        request, pieces = pb.StepRequest(requested_observations=self.requested), bulk.Pieces(bulk.ACTIONS)
+        request, pieces = pb.StepRequest(requested_observations=self.requested), large_tensors.Pieces(large_tensors.ACTIONS)
         if action is not None:
             self._pack_actions(action, request, pieces)
         if key is not None and len(self._requests) < _MEMO:

@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import grpc
 from google.protobuf.message import DecodeError
 
-from dmrpc_gym.protocol import bulk, tensors
+from dmrpc_gym.protocol import tensors
+from dmrpc_gym.protocol import large_tensors
 from dmrpc_gym.protocol.errors import DmRpcError, status_name
 from dmrpc_gym.protocol.wire import FEATURES_METADATA, SERVER_METADATA, pb
 from dmrpc_gym.client.addresses import address_list
@@ -142,10 +143,10 @@ class Connection(ConnectRetries):
         self._closed = False
 
     # -- requests --------------------------------------------------------------
-    def submit(self, request: Any, pieces: bulk.Pieces | None = None) -> None:
+    def submit(self, request: Any, pieces: large_tensors.Pieces | None = None) -> None:
         """Send ``request`` (e.g. ``pb.StepRequest``) without waiting for its answer.
 
-        ``pieces``: large actions that follow the request's own (:mod:`~dmrpc_gym.protocol.bulk`).
+        ``pieces``: large actions that follow the request's own (:mod:`~dmrpc_gym.protocol.large_tensors`).
         """
         field = _FIELDS.get(type(request))
         if field is None:
@@ -156,7 +157,7 @@ class Connection(ConnectRetries):
         """Send a ``google.protobuf.Any`` in the envelope's ``extension`` slot."""
         self._write(_EXTENSION, payload.SerializeToString())
 
-    def _write(self, field: str, body: bytes, pieces: bulk.Pieces | None = None, parts: Any = None) -> None:
+    def _write(self, field: str, body: bytes, pieces: large_tensors.Pieces | None = None, parts: Any = None) -> None:
         """Send one request (``parts``: its message already framed, as recorded for a resend)."""
         self._check_usable()
         transport = self._transport
@@ -205,11 +206,11 @@ class Connection(ConnectRetries):
         """The answer to the oldest submitted request; raises ``DmRpcError`` for an error answer."""
         return self._receive(0)[0]
 
-    def receive_step(self, steady: Callable[[bytes], Any] | None = None) -> tuple[Any, dict[int, bulk.Decoded] | None]:
+    def receive_step(self, steady: Callable[[bytes], Any] | None = None) -> tuple[Any, dict[int, large_tensors.Decoded] | None]:
         """The answer to the oldest request, a StepRequest: the response and, apart, its large
-        observations by UID (:func:`~dmrpc_gym.protocol.bulk.split`). ``steady``: a decoder of answers
+        observations by UID (:func:`~dmrpc_gym.protocol.large_tensors.split`). ``steady``: a decoder of answers
         of a known layout (:mod:`~dmrpc_gym.client.steady_step`); what it returns comes with None."""
-        return self._receive(bulk.OBSERVATIONS, steady)
+        return self._receive(large_tensors.OBSERVATIONS, steady)
 
     def _receive(self, map_field: int, steady: Callable[[bytes], Any] | None = None) -> tuple[Any, Any]:
         pending = self._pending
@@ -253,7 +254,7 @@ class Connection(ConnectRetries):
                     if result is not None:
                         return result, None
                 try:
-                    message, large = bulk.split(message, map_field)
+                    message, large = large_tensors.split(message, map_field)
                     return pb.EnvironmentResponse.FromString(message), large
                 except (DecodeError, ValueError) as err:   # the stream's order can no longer be trusted
                     self._broken = f"the server sent an answer that is no EnvironmentResponse: {err}"
@@ -273,10 +274,10 @@ class Connection(ConnectRetries):
         """Send ``request`` and return its answer (e.g. a ``pb.StepResponse``)."""
         return self._exchange(0, self.submit, request)[0]
 
-    def send_step(self, request: pb.StepRequest, pieces: bulk.Pieces | None = None,
-                  steady: Callable[[bytes], Any] | None = None) -> tuple[Any, dict[int, bulk.Decoded] | None]:
+    def send_step(self, request: pb.StepRequest, pieces: large_tensors.Pieces | None = None,
+                  steady: Callable[[bytes], Any] | None = None) -> tuple[Any, dict[int, large_tensors.Decoded] | None]:
         """Send a StepRequest and return its answer as :meth:`receive_step` does (``steady``: as there)."""
-        return self._exchange(bulk.OBSERVATIONS, self.submit, request, pieces, steady=steady)
+        return self._exchange(large_tensors.OBSERVATIONS, self.submit, request, pieces, steady=steady)
 
     def steady_write(self, link: Any, framed: tuple[bytes, int], layout: Any) -> Any:
         """A steady step (:mod:`~dmrpc_gym.client.steady_step`): ``framed`` (its DATA frame, payload size) sent

@@ -222,7 +222,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
 
     def _check_turns(self, connection: Connection, address: str) -> None:
         """``ValueError`` for a turn-based world (a PettingZoo AEC game, whose agents' steps are
-        answered in turn, :mod:`~dmrpc_gym.server.aec_world`): ``dmrpc_gym.aec_env`` reads those."""
+        answered in turn, :mod:`~dmrpc_gym.server.worlds.aec_world`): ``dmrpc_gym.aec_env`` reads those."""
         if connection.server_software is not None and "agent_selection" in Properties(connection):
             raise ValueError(f"world {self.world_name!r} at {address} is turn-based (a PettingZoo AEC game "
                              "served turn by turn): read it with dmrpc_gym.aec_env()")

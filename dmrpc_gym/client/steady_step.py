@@ -20,7 +20,7 @@ What it assumes (anything else takes the general path, which stays the reference
   general path memoizes their StepRequest; other actions are checked and encoded by the general path
   each step, then framed here; large actions (sent outside protobuf) go the general way;
 - answers: every observation a float32, float64, int8 or uint8 tensor (fixed width: a value changes
-  no length), the answer under :data:`~dmrpc_gym.protocol.walk.LARGE` bytes, state RUNNING, and the
+  no length), the answer under :data:`~dmrpc_gym.protocol.field_reader.LARGE` bytes, state RUNNING, and the
   same observations in the same order with the same shapes as the answer the layout was learned from;
   the ``info`` and exact-extras observations, where the agent asks for them, come last, each at most
   once, as the tail of the layout (:class:`~dmrpc_gym.transport.ByteLayout`): of any size, provided the
@@ -47,7 +47,7 @@ from dmrpc_gym.client.fidelity import exactly
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol.fidelity import EXACT_UID
 from dmrpc_gym.protocol.info import INFO_UID
-from dmrpc_gym.protocol.walk import LARGE, OBSERVATIONS_FIELD, Unexpected, fields, map_entry, running_step
+from dmrpc_gym.protocol.field_reader import LARGE, OBSERVATIONS_FIELD, Unexpected, fields, map_entry, running_step
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.client.states import State
 from dmrpc_gym.transport import FAST_STEP_ENV, NOT_SENT, ByteLayout, grpc_frame

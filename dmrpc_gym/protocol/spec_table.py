@@ -26,7 +26,8 @@ from typing import Any, Mapping, MutableMapping
 
 import numpy as np
 
-from dmrpc_gym.protocol import bulk, tensors
+from dmrpc_gym.protocol import tensors
+from dmrpc_gym.protocol import large_tensors
 from dmrpc_gym.protocol.specs import SpecChecker, dtype_label
 from dmrpc_gym.protocol.wire import pb
 
@@ -94,11 +95,11 @@ class SpecTable:
             raise ValueError(f"no {self.kind} has UID {uid} ({self.kind}s: {self.listing})") from None
 
     def pack(self, values: Mapping[str, Any], into: MutableMapping[int, pb.Tensor],
-             pieces: bulk.Pieces | None = None) -> None:
+             pieces: large_tensors.Pieces | None = None) -> None:
         """Check the given values (sparse: only these names) and pack them into ``into`` by UID.
 
         ``into`` is a ``map<uint64, Tensor>`` of a message (``request.actions``) or a dict;
-        with ``pieces``, large values go there instead (:mod:`~dmrpc_gym.protocol.bulk`).
+        with ``pieces``, large values go there instead (:mod:`~dmrpc_gym.protocol.large_tensors`).
         """
         for name, value in values.items():
             uid = self.uid(name)
@@ -113,13 +114,13 @@ class SpecTable:
             tensors.pack_into(tensor, array, checker.data_type)
 
     def unpack(self, tensors_by_uid: Mapping[int, pb.Tensor], *, check: bool = False,
-               large: Mapping[int, bulk.Decoded] | None = None) -> dict[str, np.ndarray]:
+               large: Mapping[int, large_tensors.Decoded] | None = None) -> dict[str, np.ndarray]:
         """UID-keyed Tensors -> named arrays; ``ValueError`` naming an unknown UID.
 
         ``check=True`` (values from a peer that must obey the spec: a server
         reading actions) also requires the spec's payload type exactly and
         checks shape and bounds per element. ``large``: tensors the message
-        carried outside protobuf (:func:`~dmrpc_gym.protocol.bulk.split`), already decoded.
+        carried outside protobuf (:func:`~dmrpc_gym.protocol.large_tensors.split`), already decoded.
         """
         out = {}
         for uid in tensors_by_uid:          # (a message's map has no C-level items())

@@ -4,7 +4,7 @@ A PettingZoo AEC env shows more than one agent's view: after any step, the
 user reads ``agent_selection``, ``agents`` and every agent's ``rewards``,
 ``_cumulative_rewards``, ``terminations``, ``truncations`` and ``infos``.
 dm_env_rpc carries one agent's view per connection, so a dmrpc_gym client of a
-turn-based world (:mod:`dmrpc_gym.server.aec_world`) also asks for one extra
+turn-based world (:mod:`dmrpc_gym.server.worlds.aec_world`) also asks for one extra
 observation, :data:`TURN_UID`, that no spec lists (as ``info`` travels,
 :mod:`dmrpc_gym.protocol.info`): the table of the game at the answered turn, as
 one string in the info format. A foreign client never asks for it.

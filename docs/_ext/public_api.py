@@ -25,7 +25,7 @@ PUBLIC_MODULES: dict[str, str] = {
     "dmrpc_gym.client.connection": "Connection, one dm_env_rpc stream",
     "dmrpc_gym.client.agent": "the world states and reward callables",
     "dmrpc_gym.client.properties": "the properties extension as a dict-like view",
-    "dmrpc_gym.integrations.flat_spaces": "FlatSpaces, the flat-spaces view SB3 and RLlib train on (also dmrpc_gym.wrappers)",
+    "dmrpc_gym.integrations.flat_spaces": "FlatSpaces, the flat-spaces view SB3 and RLlib train on",
     "dmrpc_gym.integrations.sb3": "Stable-Baselines3: FlatSpaces and a VecEnv without subprocesses",
     "dmrpc_gym.integrations.rllib": "Ray RLlib: env names, servers spread over env runners, multi-agent",
     "dmrpc_gym.integrations.godot": "Godot games that speak the GymGodot protocol",

@@ -17,7 +17,7 @@ from pettingzoo.test import api_test  # noqa: E402
 
 import dmrpc_gym  # noqa: E402
 from dmrpc_gym.server import Server  # noqa: E402
-from dmrpc_gym.server.factories import Factory  # noqa: E402
+from dmrpc_gym.server.envs.factories import Factory  # noqa: E402
 from processes import ServedProcess  # noqa: E402
 from servers import OfficialClient, tensor, uids, unpack  # noqa: E402
 

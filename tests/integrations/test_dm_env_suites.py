@@ -13,7 +13,7 @@ from gymnasium.utils.env_checker import check_env
 import dmrpc_gym
 from dmrpc_gym import DmRpcEnv
 from dmrpc_gym.protocol.errors import DmRpcError
-from dmrpc_gym.server.factories import Factory
+from dmrpc_gym.server.envs.factories import Factory
 import dm_worlds
 import servers
 from dm_env_timesteps import ServedConformance, assert_same_timesteps, run_timesteps

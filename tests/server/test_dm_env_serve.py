@@ -8,7 +8,7 @@ from dm_env_rpc.v1 import dm_env_adaptor
 from dm_env_rpc.v1 import dm_env_rpc_pb2 as dpb
 
 from dmrpc_gym.protocol.errors import DmRpcError
-from dmrpc_gym.server.factories import Factory
+from dmrpc_gym.server.envs.factories import Factory
 import dm_worlds
 import servers
 from dm_env_timesteps import ACTIONS, assert_same_timesteps, local_sequence, run_timesteps

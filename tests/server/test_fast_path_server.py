@@ -144,7 +144,7 @@ def play(address: str, script: tuple, fast: bool, monkeypatch) -> list:
 
 
 def test_the_servers_fast_path_and_general_path_send_the_same_frames(servers, monkeypatch):
-    from dmrpc_gym.server.steady_serve import SteadyServe
+    from dmrpc_gym.server.serving.steady import SteadyServe
     answered, fill, updates = [], SteadyServe.answer, []
 
     def counted(self, raw, room):

@@ -1,6 +1,6 @@
 """Lane.inline's rules on a clock of our own: when a call runs on the caller's thread, and what counts as short.
 
-The steady-state step (server/steady_serve.py) runs an env's step through ``Lane.inline`` alone, with a
+The steady-state step (server/serving/steady.py) runs an env's step through ``Lane.inline`` alone, with a
 shortcut for the common case (the same env as the last quick call, stepping alone); these pin that the
 shortcut says what the full rule (``WorkerPool._seen``) says.
 """
@@ -11,8 +11,8 @@ import types
 
 import pytest
 
-from dmrpc_gym.server import workers
-from dmrpc_gym.server.workers import ALONE_BELOW, INLINE_BELOW, NOT_NOW, WorkerPool
+from dmrpc_gym.server.running import workers
+from dmrpc_gym.server.running.workers import ALONE_BELOW, INLINE_BELOW, NOT_NOW, WorkerPool
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""A gym agent's sequence states (server/gym_world.py :class:`Sequence`): the table, and the
+"""A gym agent's sequence states (server/worlds/gym_world.py :class:`Sequence`): the table, and the
 interruption a peer sees when another connection resets the world."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import servers
 from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.protocol.states import IllegalTransition
 from dmrpc_gym.protocol.wire import pb
-from dmrpc_gym.server.gym_world import Sequence
+from dmrpc_gym.server.worlds.gym_world import Sequence
 from dmrpc_gym.worlds.catch import Catch
 
 

@@ -517,7 +517,7 @@ def test_cli_serve_takes_workers_and_processes():
 def test_closing_the_pool_runs_the_calls_already_posted_first():
     """Server.stop() closes worlds by posting env closes: they must have run when it returns
     (a Godot game, say, is a process that close() ends), unless an env is stuck."""
-    from dmrpc_gym.server.workers import WorkerPool
+    from dmrpc_gym.server.running.workers import WorkerPool
     pool = WorkerPool(2)
     lane, done = pool.lane(), []
     for i in range(3):                      # several calls queued on one lane: each hands it back

@@ -224,7 +224,7 @@ class DmFramesPlayer(DmEnvPlayer):
     def render(env: Any) -> Any:
         if isinstance(env, gym.Env):
             return env.render()
-        from dmrpc_gym.server.dm_env_gym import RENDER_SIZE
+        from dmrpc_gym.server.envs.dm_env_gym import RENDER_SIZE
         return env.physics.render(*RENDER_SIZE, camera_id=0)
 
 

@@ -24,9 +24,9 @@ from dmrpc_gym import DmRpcEnv
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.wire import METHOD, SERVICE, pb
-from dmrpc_gym.server.factories import Factory
-from dmrpc_gym.server.registry import WorldRegistry
-from dmrpc_gym.server.session import Session
+from dmrpc_gym.server.envs.factories import Factory
+from dmrpc_gym.server.worlds.registry import WorldRegistry
+from dmrpc_gym.server.serving.session import Session
 from dmrpc_gym.worlds.catch import Catch
 from hostile import BOUND, MB, resident, stepped_beside
 from fuzzing import both_paths, fuzz_settings  # noqa: F401 - both_paths: the fixture pytestmark uses

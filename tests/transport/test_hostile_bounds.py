@@ -22,7 +22,8 @@ from raw_h2 import RawClient, data, first_answer, joined, message
 
 from dmrpc_gym import DmRpcEnv
 from dmrpc_gym.client.connection import Connection
-from dmrpc_gym.protocol import bulk, tensors
+from dmrpc_gym.protocol import tensors
+from dmrpc_gym.protocol import large_tensors
 from dmrpc_gym.protocol.protowire import varint
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport import compression
@@ -202,7 +203,7 @@ def test_a_lying_observation_costs_the_client_nothing_past_its_message():
     with Peak() as peak:
         with pytest.raises(ValueError, match=r"observation UID 7: cannot unpack a FLOAT tensor: "
                                              r"a payload of 15728640 elements does not fit shape \[3, 5\]"):
-            bulk.split(received, bulk.OBSERVATIONS)
+            large_tensors.split(received, large_tensors.OBSERVATIONS)
     assert peak.grown < len(received) // 4, f"{peak.grown / MB:+.0f} MB at the peak"
 
 
@@ -263,7 +264,7 @@ def flood(kind: str) -> tuple[bytes, str]:
         return b"\x0a" + varint(len(body)) + body, "more than 1024 settings"
     if kind == "actions":                       # a Step giving action UID 1 four million times
         body = b"\x0a\x02\x08\x01" * (1 << 22)
-        return b"\x1a" + varint(len(body)) + body, f"a StepRequest of more than {bulk.MAX_WALKED} fields"
+        return b"\x1a" + varint(len(body)) + body, f"a StepRequest of more than {large_tensors.MAX_WALKED} fields"
     return b"\xa0\x06\x01" * (1 << 22), "an EnvironmentRequest of more than 64 fields"   # unknown fields
 
 

@@ -85,7 +85,7 @@ class Replies:
         return fields
 
     async def _send(self, stream: Stream, message: bytes | list) -> None:
-        """Send one message: bytes, or a list of pieces (:class:`~dmrpc_gym.protocol.bulk.Pieces`) not joined."""
+        """Send one message: bytes, or a list of pieces (:class:`~dmrpc_gym.protocol.large_tensors.Pieces`) not joined."""
         self._conduct.answered = True    # HEADERS or DATA out: the next PING is no strike (gRPC's rule)
         if stream.outbound is not Outbound.REPLIED:
             if stream.outbound is Outbound.ENDED:

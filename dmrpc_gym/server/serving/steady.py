@@ -1,0 +1,251 @@
+"""A gym agent's steady-state step on the server: a request seen before, an answer of a known layout.
+
+After the first steps, a client sends the same few step requests again and again (a Discrete action's
+request is one of ``n`` byte strings), and the answers keep one layout (the same observations, shapes and
+dtypes; only their bytes change). :class:`SteadyServe` remembers, per request bytes, the action the
+general path decoded from them and the plan of observations it asked for, and per plan the answer's
+layout learned from a general answer: the bytes between its slots (the envelope, the map entries, the
+state, the discount). :meth:`SteadyServe.answer` then steps the env inline and writes the observation's
+and reward's bytes into the slots: no protobuf parse, no spec checks, no coroutine, no generic encoder.
+:mod:`dmrpc_gym.transport.server.steady` calls it for a read that is exactly one such request.
+
+What it assumes (anything else declines before anything is done, and the general path answers):
+
+- a :class:`~dmrpc_gym.server.worlds.gym_world.GymAgent` (not a subclass: their steps differ), running, not
+  interrupted, on the interface the request was learned on, whose lane runs the step inline now (as the
+  general path would, :meth:`~dmrpc_gym.server.running.workers.Lane.inline`);
+- the request: small, read by protobuf (no large actions), seen before with an action that is an
+  immutable scalar (a Discrete's numpy integer, a Python number), no frame asked for;
+- the answer: its layout learned (a running step, observations of float32, float64, int8 or uint8 and a
+  DOUBLE reward; ``info`` and the exact extras, where asked for, last) and its size within ``room``.
+  An ``info`` is written by the general path's info encoder and goes at the end, the envelope's length
+  grown by its size.
+
+Once the env has stepped there is no declining: a step that does not fit the layout (it ended, exact
+extras to say, a reward of another type, an observation of another dtype or shape) is written by the general
+encoder, the very code the general path runs after its step. ``DMRPC_FAST_STEP=0`` turns this off
+(read per connection, :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol`).
+"""
+from __future__ import annotations
+
+import os
+import struct
+from time import perf_counter
+from typing import Any, Callable
+
+import numpy as np
+
+from dmrpc_gym.protocol.large_tensors import OBSERVATIONS, STEP_TAG, entry_bytes
+from dmrpc_gym.protocol.info import INFO_UID
+from dmrpc_gym.protocol.protowire import varint
+from dmrpc_gym.protocol.field_reader import Unexpected, running_step
+from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.transport import FAST_STEP_ENV
+from dmrpc_gym.server.worlds.gym_world import GymAgent, Sequence
+from dmrpc_gym.server.worlds.interface import KIND_DISCOUNT, KIND_ENV, KIND_EXACT, KIND_INFO, KIND_REWARD, StepAnswer
+from dmrpc_gym.server.running.workers import NOT_NOW
+
+__all__ = ["SteadyServe"]
+
+_MEMO = 256                         # request byte strings remembered per agent
+_SMALL = 1 << 12                    # requests longer than this are not remembered
+_IMMUTABLE = (np.generic, int, float, bool)
+_PACK_DOUBLE, _UNPACK_DOUBLE = struct.Struct("<d").pack, struct.Struct("<d").unpack
+_ENTRY_TAG = bytes(((OBSERVATIONS << 3) | 2,))       # an entry of the StepResponse's observations map
+_HIDDEN = (KIND_INFO, KIND_EXACT)                            # observations no spec lists: they go last
+_RUNNING = Sequence.RUNNING
+_RUNNING_STATE = pb.RUNNING
+_REWARD_SLOT = ""                   # the slot name of the reward (observation names are never empty)
+
+
+class _Layout:
+    """An answer's bytes: ``pieces`` around ``slots`` (``(name, dtype, shape)``; the reward's name is "").
+
+    Where the plan asks for ``info`` (``info``), an ``info`` entry goes last: the answer is then the
+    envelope's tag (``STEP_TAG``) and length (of ``body`` bytes and the entry's), ``first`` (the rest of ``pieces[0]``),
+    the other pieces and slots, and the entry. ``pieces[0]`` has the length of an answer without one.
+    """
+
+    __slots__ = ("pieces", "slots", "size", "whole", "info", "body", "first")
+
+    def __init__(self, pieces: list[bytes], slots: list[tuple], whole: str | None, info: bool, first: bytes,
+                 body: int):
+        self.pieces, self.slots = pieces, tuple(slots)
+        #: The observation's one array, where an ndarray observation is it as it is (ValueCodec.whole).
+        self.whole = whole
+        self.info, self.body, self.first = info, body, first
+        self.size = len(pieces[0]) - len(first) + body     # without an info entry
+
+
+class SteadyServe:
+    """The steady-state answers of one joined agent (see the module's docstring).
+
+    >>> import asyncio, gymnasium as gym
+    >>> from dmrpc_gym.server import Server
+    >>> from dmrpc_gym.client.env import DmRpcEnv
+    >>> with Server("CartPole-v1") as server, DmRpcEnv(server.address) as env:
+    ...     _ = env.reset(seed=1)
+    ...     steps = [env.step(1) for _ in range(3)]
+    >>> steps[-1][0].dtype, steps[-1][2]
+    (dtype('float32'), False)
+    """
+
+    def __init__(self, agent: GymAgent, failure: Callable[[str, Exception], bytes]):
+        self.agent, self.failure = agent, failure
+        self.interface = agent.interface
+        self.kinds = bool(len(agent.interface.scalar_kinds))   # (scalar leaves: their kinds may need saying)
+        self.requests: dict[bytes, tuple] = {}       # request bytes -> (action, plan, layout)
+        self.layouts: dict[Any, _Layout | None] = {}  # plan -> the answer's layout (None: none fits)
+
+    @classmethod
+    def of(cls, agent: Any, failure: Callable[[str, Exception], bytes]) -> SteadyServe | None:
+        """The steady path of ``agent`` (None for agents other than a GymAgent's, or with the switch off)."""
+        if type(agent) is not GymAgent or os.environ.get(FAST_STEP_ENV, "1") == "0":
+            return None
+        return cls(agent, failure)
+
+    # -- an answer ------------------------------------------------------------------------------
+    def answer(self, raw: bytes, room: int) -> bytes | None:
+        """The serialized answer to the step request ``raw``, or None (nothing done: the general path answers)."""
+        try:
+            action, plan, layout = self.requests[raw]
+        except KeyError:
+            return None
+        agent = self.agent
+        if agent.sequence is not _RUNNING or agent.interface is not self.interface or layout.size > room:
+            return None
+        lane = agent.lane
+        spent = lane.spent
+        try:
+            stepped = lane.inline(agent.env.step, action)
+            if stepped is NOT_NOW:
+                return None                      # a step for a worker thread: the general path's
+            obs, raw_reward, terminated, truncated, info = stepped
+        except Exception as exc:  # noqa: BLE001 - the env's error is the answer
+            return self.failure("step", agent.step_failed(exc))
+        try:
+            if terminated or truncated or type(raw_reward) is not float \
+                    or (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
+                message = self._general(plan, *agent.stepped(obs, raw_reward, terminated, truncated), raw_reward,
+                                        (terminated, truncated), info)
+            else:
+                reward = agent.ran(obs, raw_reward)
+                tail = b""                       # info goes last, where it is asked for
+                if info and layout.info:
+                    tail = entry_bytes(_ENTRY_TAG, INFO_UID, self.interface.info_tensor(info))
+                message = self._filled(plan, layout, obs, reward, tail) \
+                    or self._general(plan, _RUNNING_STATE, reward, 1.0, raw_reward, (False, False), info)
+        except Exception as exc:  # noqa: BLE001 - as Session.handle: a refusal or a server bug, answered
+            return self.failure("step", exc)
+        # as Session.handle (from the env call's start: the lookup before it is a few attribute reads)
+        agent.world.counts.record(perf_counter() - lane.started, lane.spent - spent)
+        return message
+
+    def _filled(self, plan: Any, layout: _Layout, obs: Any, reward: float, tail: bytes) -> bytes | None:
+        """The answer to a running step: the layout filled, with ``tail`` (the serialized ``info`` entry, or
+        nothing) at its end; None where the observation does not fit the layout (the general encoder then
+        writes the answer, or says what is wrong with it)."""
+        if layout.whole is not None and type(obs) is np.ndarray:
+            flat = {layout.whole: obs}           # what flatten gives for it (ValueCodec.whole)
+        elif plan.env:
+            try:
+                flat = self.interface.obs_codec.flatten(obs)
+            except (ValueError, TypeError):
+                return None
+        else:
+            flat = {}
+        filled = [layout.pieces[0]]
+        for (name, dtype, shape), piece in zip(layout.slots, layout.pieces[1:]):
+            if name is _REWARD_SLOT:
+                filled += (_PACK_DOUBLE(reward), piece)
+                continue
+            try:
+                array = flat[name]
+            except KeyError:
+                return None
+            if array.dtype != dtype or array.shape != shape:
+                return None
+            filled += (array.tobytes(), piece)
+        if tail:                                 # the envelope's length grows by the tail's
+            filled[0] = STEP_TAG + varint(layout.body + len(tail)) + layout.first
+            filled.append(tail)
+        return b"".join(filled)
+
+    def _general(self, plan: Any, state: int, reward: float, discount: float, raw: Any, ends: tuple,
+                 info: Any) -> bytes:
+        """The answer as the general path writes it after its step (``state``, ``reward``, ``discount``: what
+        :meth:`~dmrpc_gym.server.worlds.gym_world.GymAgent.stepped` gave)."""
+        out = StepAnswer()
+        out.state = state
+        self.agent.encode(plan, out, raw, ends, reward, discount, info)
+        return b"".join(out.message())
+
+    # -- learning -------------------------------------------------------------------------------
+    def learn(self, raw: bytes, request: pb.StepRequest, message: list) -> list:
+        """Remember ``raw`` (a step request the general path just answered with ``message``, returned as it
+        is) with its action, plan and answer layout, where the steady path can take it."""
+        agent = self.agent
+        if agent.interface is not self.interface:           # a new env, maybe new specs: start again
+            self.interface, self.requests, self.layouts = agent.interface, {}, {}
+            self.kinds = bool(len(agent.interface.scalar_kinds))
+        if raw in self.requests or len(self.requests) >= _MEMO or len(raw) > _SMALL or agent.sequence is not _RUNNING:
+            return message
+        try:
+            action = self.interface.actions(request.actions)
+            plan = self.interface.plan(request.requested_observations)
+        except Exception:  # noqa: BLE001 - the general path answered it with its refusal
+            return message
+        if not isinstance(action, _IMMUTABLE) or plan.rgb:
+            return message
+        if plan not in self.layouts:
+            self.layouts[plan] = self._layout(plan, b"".join(message))
+        layout = self.layouts[plan]
+        if layout is not None:
+            self.requests[raw] = (action, plan, layout)
+        return message
+
+    def _layout(self, plan: Any, answer: bytes) -> _Layout | None:
+        """The layout of ``answer`` (a running step of ``plan``), if it is one taken here and filling it with
+        this step's values (and its own ``info`` entry) gives the very bytes; else None."""
+        try:
+            cuts, end, body_start = self._slots(plan, answer)
+        except (Unexpected, KeyError, ValueError):
+            return None
+        pieces, at, slots, reward = [], body_start, [], 0.0
+        for a, b, slot in cuts:
+            pieces.append(answer[at:a])
+            slots.append(slot)
+            at = b
+            if slot[0] is _REWARD_SLOT:
+                reward = _UNPACK_DOUBLE(answer[a:b])[0]
+        pieces.append(answer[at:end])
+        first, body = pieces[0], end - body_start
+        pieces[0] = STEP_TAG + varint(body) + first        # the envelope of an answer without info
+        whole = self.interface.obs_codec.whole if plan.env else None
+        layout = _Layout(pieces, slots, whole if [s[0] for s in slots if s[0]] == [whole] else None,
+                         any(item[1] == KIND_INFO for item in plan.items), first, body)
+        try:
+            rebuilt = self._filled(plan, layout, self.agent.observation, reward, answer[end:])
+        except Exception:  # noqa: BLE001 - an observation this path cannot write: the general path's
+            return None
+        return layout if rebuilt == answer else None
+
+    def _slots(self, plan: Any, answer: bytes) -> tuple[list[tuple], int, int]:
+        """``(start, stop, (name, dtype, shape))`` of each value of ``answer``, where its ``info`` and exact
+        extras begin (they come last; its end without them) and where its StepResponse begins;
+        ``Unexpected`` where it has another layout."""
+        hidden = [item[1] in _HIDDEN for item in plan.items]
+        if hidden != sorted(hidden):                        # info and the extras asked for last
+            raise Unexpected
+        items = {uid: (kind, name, dt) for uid, kind, name, dt in plan.items}
+        values, tail, body_start = running_step(answer, {uid for uid, kind, *_ in plan.items if kind in _HIDDEN})
+        cuts = []
+        for uid, dtype, shape, a, b in values:
+            kind, name, dt = items[uid]
+            if kind == KIND_ENV:
+                cuts.append((a, b, (name, dtype, shape)))
+            elif kind == KIND_REWARD and dt == pb.DOUBLE:
+                cuts.append((a, b, (_REWARD_SLOT, None, None)))
+            elif kind != KIND_DISCOUNT or dt != pb.DOUBLE:
+                raise Unexpected
+        return cuts, len(answer) if tail is None else tail, body_start
