@@ -158,14 +158,14 @@ class RemoteAgent:
         else:                            # what was named, even an observation a scalar reads
             candidates = names
         chosen, bare = select(candidates, o["observations"], "observations")
-        self.observation_space, self._obs_names, self.extra_names = self._space(
+        self.observation_space, self.obs_names, self.extra_names = self._space(
             {n: obs_specs[n] for n in chosen}, bare, o["nested"], "observation")
         act_names, act_bare = select(list(self.specs.actions.specs), o["actions"], "actions")
-        self.action_space, self._act_names, _ = self._space(
+        self.action_space, self.act_names, _ = self._space(
             {n: self.specs.actions.specs[n] for n in act_names}, act_bare, o["nested"], "action")
-        self._act_codec = _spaces.ValueCodec(self.action_space, self._bare_name(self.action_space, self._act_names))
+        self._act_codec = _spaces.ValueCodec(self.action_space, self._bare_name(self.action_space, self.act_names))
         self._obs_codec = _spaces.ValueCodec(self.observation_space,
-                                             self._bare_name(self.observation_space, self._obs_names))
+                                             self._bare_name(self.observation_space, self.obs_names))
         if self._fidelity and o["observations"] is None and o["actions"] is None:
             self._use_exact_spaces()
         # What to ask for every step: everything a callable might read, else what is used.
@@ -195,11 +195,11 @@ class RemoteAgent:
 
     def _use_exact_spaces(self) -> None:
         """Take the served env's own spaces (:class:`~dmrpc_gym.client.fidelity.ExactSpaces`), when usable."""
-        self.exact = ExactSpaces.read(Properties(self.connection), self._obs_names, self._act_names)
+        self.exact = ExactSpaces.read(Properties(self.connection), self.obs_names, self.act_names)
         if self.exact is not None:
             self.observation_space, self.action_space = self.exact.observation_space, self.exact.action_space
             self._obs_codec, self._act_codec = self.exact.codecs
-            self._obs_names, self._act_names = list(self._obs_codec.names), list(self._act_codec.names)
+            self.obs_names, self.act_names = list(self._obs_codec.names), list(self._act_codec.names)
 
     def _say_frames_cost(self, name: str, spec: pb.TensorSpec) -> None:
         """Say once how a foreign server's frames come, and what they cost: every step carries one."""
@@ -233,7 +233,7 @@ class RemoteAgent:
         """Check ``action`` against the action specs and pack it; ``ValueError`` naming what is wrong."""
         if isinstance(action, Mapping) and not isinstance(self.action_space, gym.spaces.Dict):
             raise ValueError(f"got a dict action with keys {sorted(map(str, action))}, but the action space is "
-                             f"{self.action_space}, the single action {self._act_names[0]!r}: "
+                             f"{self.action_space}, the single action {self.act_names[0]!r}: "
                              "pass its value itself")
         self.specs.actions.pack(self._act_codec.flatten(action), request.actions, pieces)
 

@@ -106,7 +106,7 @@ class RemoteDmEnv(dm_env.Environment):
                             nested=True, **options)
         agent = self.env._agent
         checkers = agent.specs.observations.checkers
-        names = [*agent._obs_names, *agent.extra_names]
+        names = [*agent.obs_names, *agent.extra_names]
         specs = {n: dm_env_spec(checkers[n]) for n in names}
         # A single observation named "observation" is a bare value (how a bare spec is served);
         # any other name is a key, even alone (as DmEnvAdaptor gives it).
@@ -115,10 +115,10 @@ class RemoteDmEnv(dm_env.Environment):
         self._observation_spec = specs[names[0]] if names == ["observation"] else _nest(specs)
         self._extras = list(agent.extra_names)
         action_checkers = agent.specs.actions.checkers
-        action_specs = {n: dm_env_spec(action_checkers[n]) for n in agent._act_names}
-        self._unwrap_action = agent._act_names[0] if not isinstance(agent.action_space, gym.spaces.Dict) \
-            and agent._act_names != ["action"] else None
-        self._action_spec = action_specs["action"] if agent._act_names == ["action"] else _nest(action_specs)
+        action_specs = {n: dm_env_spec(action_checkers[n]) for n in agent.act_names}
+        self._unwrap_action = agent.act_names[0] if not isinstance(agent.action_space, gym.spaces.Dict) \
+            and agent.act_names != ["action"] else None
+        self._action_spec = action_specs["action"] if agent.act_names == ["action"] else _nest(action_specs)
         self._reward_spec = dm_env_spec(checkers[REWARD]) if REWARD in checkers else \
             dm_specs.Array((), np.float64, name=REWARD)
         self._discount_spec = dm_env_spec(checkers[DISCOUNT]) if DISCOUNT in checkers else \
