@@ -55,7 +55,7 @@ class Connection(ConnectRetries):
             (:mod:`~dmrpc_gym.client.addresses`).
         channel: an existing ``grpc.Channel`` to use instead of ``address``.
         credentials: ``grpc.ChannelCredentials`` for a secure channel to ``address`` (through grpcio).
-        tls: TLS on our own fast path: True (the system's CA store), a CA bundle path, or
+        tls: TLS on our own transport: True (the system's CA store), a CA bundle path, or
             an ``ssl.SSLContext``.
         token: a shared secret the server requires (sent as ``authorization: Bearer <token>``);
             default: the ``DMRPC_GYM_TOKEN`` environment variable when set (``""``: none).

@@ -30,7 +30,7 @@ What it assumes (anything else takes the general path, which stays the reference
 
 The layout checks itself when it is learned: the observations it reads from that answer must equal,
 in dtype, shape and value, what the general path read; else this agent keeps to the general path until
-its specs change. ``DMRPC_FAST_STEP=0`` in the environment turns the fast path off (read when an
+its specs change. ``DMRPC_STEADY_STEP=0`` in the environment turns the steady path off (read when an
 agent's specs are applied), so that the general path can be measured and tested.
 """
 from __future__ import annotations
@@ -50,9 +50,9 @@ from dmrpc_gym.protocol.info import INFO_UID
 from dmrpc_gym.protocol.field_reader import LARGE, OBSERVATIONS_FIELD, Unexpected, fields, map_entry, running_step
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.client.states import State
-from dmrpc_gym.transport import FAST_STEP_ENV, NOT_SENT, ByteLayout, grpc_frame
+from dmrpc_gym.transport import STEADY_STEP_ENV, NOT_SENT, ByteLayout, grpc_frame
 
-__all__ = ["SteadyStep", "FAST_STEP_ENV", "enabled", "steady_step"]
+__all__ = ["SteadyStep", "STEADY_STEP_ENV", "enabled", "steady_step"]
 
 _MEMO = 256                          # frames remembered per agent, as the general path's StepRequests
 _MEMO_TYPES = (int, bool, np.integer, np.bool_)
@@ -62,8 +62,8 @@ _NOTHING = (None, None)
 
 
 def enabled() -> bool:
-    """Whether steady-state steps are on (``DMRPC_FAST_STEP`` is not ``0``) on this machine."""
-    return os.environ.get(FAST_STEP_ENV, "1") != "0" and sys.byteorder == "little"
+    """Whether steady-state steps are on (``DMRPC_STEADY_STEP`` is not ``0``) on this machine."""
+    return os.environ.get(STEADY_STEP_ENV, "1") != "0" and sys.byteorder == "little"
 
 
 def steady_step(agent: Any) -> SteadyStep | None:

@@ -23,7 +23,7 @@ What it assumes (anything else declines before anything is done, and the general
 
 Once the env has stepped there is no declining: a step that does not fit the layout (it ended, exact
 extras to say, a reward of another type, an observation of another dtype or shape) is written by the general
-encoder, the very code the general path runs after its step. ``DMRPC_FAST_STEP=0`` turns this off
+encoder, the very code the general path runs after its step. ``DMRPC_STEADY_STEP=0`` turns this off
 (read per connection, :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol`).
 """
 from __future__ import annotations
@@ -40,7 +40,7 @@ from dmrpc_gym.protocol.info import INFO_UID
 from dmrpc_gym.protocol.protowire import varint
 from dmrpc_gym.protocol.field_reader import Unexpected, running_step
 from dmrpc_gym.protocol.wire import pb
-from dmrpc_gym.transport import FAST_STEP_ENV
+from dmrpc_gym.transport import STEADY_STEP_ENV
 from dmrpc_gym.server.worlds.gym_world import GymAgent, Sequence
 from dmrpc_gym.server.worlds.interface import KIND_DISCOUNT, KIND_ENV, KIND_EXACT, KIND_INFO, KIND_REWARD, StepAnswer
 from dmrpc_gym.server.running.workers import NOT_NOW
@@ -100,7 +100,7 @@ class SteadyServe:
     @classmethod
     def of(cls, agent: Any, failure: Callable[[str, Exception], bytes]) -> SteadyServe | None:
         """The steady path of ``agent`` (None for agents other than a GymAgent's, or with the switch off)."""
-        if type(agent) is not GymAgent or os.environ.get(FAST_STEP_ENV, "1") == "0":
+        if type(agent) is not GymAgent or os.environ.get(STEADY_STEP_ENV, "1") == "0":
             return None
         return cls(agent, failure)
 

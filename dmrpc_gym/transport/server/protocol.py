@@ -28,7 +28,7 @@ import hpack
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.codes import GrpcStatus
-from dmrpc_gym.transport.base import FAST_STEP_ENV
+from dmrpc_gym.transport.base import STEADY_STEP_ENV
 from dmrpc_gym.transport.server import eager
 from dmrpc_gym.transport.server.steady import Steady
 from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM,
@@ -87,7 +87,7 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
         self._max_message = max_message_size
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
-        if os.environ.get(FAST_STEP_ENV, "1") != "0":    # the steady path (transport.server.steady), per connection
+        if os.environ.get(STEADY_STEP_ENV, "1") != "0":    # the steady path (transport.server.steady), per connection
             self.data_received = self._steady_received
         self._preface = False
         self._streams: dict[int, Stream] = {}

@@ -33,7 +33,7 @@ What it assumes (anything else is left to the general path, untouched):
 
 The env call an answer makes runs inline, as the general path runs a short step (see
 :mod:`dmrpc_gym.server.running.workers`); a handler declines where the general path would hand it to a thread.
-``DMRPC_FAST_STEP=0`` turns the path off (read per connection).
+``DMRPC_STEADY_STEP=0`` turns the path off (read per connection).
 """
 from __future__ import annotations
 
