@@ -37,7 +37,7 @@ The env call an answer makes runs inline, as the general path runs a short step 
 """
 from __future__ import annotations
 
-from dmrpc_gym.transport.frames import DATA, WRITE_CHUNK, MessageTooLarge, ProtocolError, \
+from dmrpc_gym.transport.frames import DATA, IN_PLACE, MAX_WINDOW, WRITE_CHUNK, MessageTooLarge, ProtocolError, \
     grpc_frame, read_head, read_prefix
 from dmrpc_gym.transport.server import eager
 from dmrpc_gym.transport.server.stream import Inbound, Outbound, Stream
@@ -94,7 +94,8 @@ class Steady:
                 held = True
             answer = host.steady(data[at + 14:end], _ROOM)
             if answer is None:
-                flow.refund(stream, length)            # declined: the general path admits it
+                flow.refund(stream, length)            # declined: the general path admits it,
+                stream.declined = True                 # and answers it without asking again
                 if owed:
                     self._write(owed)
                 break
@@ -124,6 +125,18 @@ class Steady:
             self._flush_held()
         if at < n:
             self._frames_received(data[at:] if at else data)
+
+    def _steady_answer(self, stream: Stream, raw: bytes) -> bytes | None:
+        """The handler's steady answer to a request the general path took (it came split across reads, or
+        while the stream was busy), where no steady answer was asked for it yet: each request is asked
+        once, here or in :meth:`_steady_received`; None: the handler's ``handle`` answers it."""
+        host = stream.steady_host
+        if stream.declined:
+            stream.declined = False
+            return None
+        if host is None or host.steady is None or type(raw) is not bytes or len(raw) >= IN_PLACE:
+            return None                 # (a large request is not looked up)
+        return host.steady(raw, MAX_WINDOW)
 
     async def _send_later(self, stream: Stream, answer: bytes) -> None:
         """Send an answer too large to write at once as the general path sends it, then answer what came
