@@ -54,6 +54,8 @@ __all__ = ["GrpcConnection", "GrpcStream", "DEFAULT_MAX_MESSAGE"]
 CLOSE_WAIT = 0.5
 
 _OUR_FRAME = 2**24 - 1           # largest frame we accept
+#: Received bytes that earn the server a WINDOW_UPDATE (connection and stream): half our window, past it.
+CREDIT_AT = MAX_WINDOW // 2 + 1
 
 
 class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleConnection):
@@ -96,7 +98,7 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
         self.messages_sent = 0                    # on all streams (the idle watcher's sign of activity)
         #: The connection's flow control (:class:`~dmrpc_gym.transport.flow.Flow`): the server's settings,
         #: the windows both ways, and the credit given back once half our window is received.
-        self.flow = Flow(MAX_WINDOW)
+        self.flow = Flow(MAX_WINDOW, CREDIT_AT)
         self._goaway: str | None = None
         self._partial: tuple | None = None   # a large DATA frame being read in place
         self._request = [(":method", "POST"), (":scheme", scheme), (":path", path), (":authority", authority),
