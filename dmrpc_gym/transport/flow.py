@@ -145,7 +145,7 @@ class Flow:
     >>> flow.take(stream, 10), flow.send_window, stream.send_window
     (True, 65525, 65525)
     >>> flow.received(stream, 60).hex()    # 60 >= 50: the connection's and the stream's credit back
-    '000004080000000000000000003c000004080000000001000000003c'
+    '0000040800000000000000003c0000040800000000010000003c'
     >>> flow.recv_window, stream.recv_window, flow.credit, stream.credit
     (100, 100, 0, 0)
     >>> flow.admit(101)

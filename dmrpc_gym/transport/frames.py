@@ -16,7 +16,7 @@ from dmrpc_gym.protocol.tensors import MAX_TENSOR_BYTES
 from dmrpc_gym.transport.codes import ErrorCode, GrpcStatus
 
 __all__ = ["MessageSplitter", "MessageTooLarge", "Deflated", "StreamError", "ProtocolError", "frame", "grpc_frame",
-           "pack_head", "read_head", "read_prefix",
+           "pack_head", "read_head", "pack_prefix", "read_prefix",
            "header_frames", "settings_frame", "goaway_frame", "window_update_frame", "rst_stream_frame", "ping_frame", "MessageParts", "check_frame", "parse_settings", "header_fragment", "unpad", "grpc_status",
            "HEADER", "U32", "PREFACE", "MAX_WINDOW", "DEFAULT_MAX_MESSAGE", "IN_PLACE", "WRITE_CHUNK"]
 
@@ -114,6 +114,16 @@ def read_prefix(buf, at: int, limit: int, option: str) -> tuple[int, int]:
     return buf[at], size
 
 
+def pack_prefix(size: int, flag: bytes = b"\x00") -> bytes:
+    """The gRPC prefix of a message of ``size`` bytes: its flag (``b"\\x01"``: compressed), then the size;
+    the one encoder of the prefix that :func:`read_prefix` reads.
+
+    >>> read_prefix(pack_prefix(300), 0, 1000, CLIENT_MESSAGE_LIMIT)
+    (0, 300)
+    """
+    return flag + U32.pack(size)
+
+
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     """One HTTP/2 frame: 9-byte header, then ``payload``."""
     return pack_head(len(payload), kind, flags, stream) + payload
@@ -158,7 +168,7 @@ def ping_frame(payload: bytes, ack: bool = False) -> bytes:
 
 def grpc_frame(message: bytes, stream: int) -> bytes:
     """One gRPC message (length-prefixed, uncompressed) in one DATA frame."""
-    return pack_head(len(message) + 5, DATA, 0, stream) + b"\x00" + U32.pack(len(message)) + message
+    return pack_head(len(message) + 5, DATA, 0, stream) + pack_prefix(len(message)) + message
 
 
 class MessageParts:
@@ -174,7 +184,7 @@ class MessageParts:
     def __init__(self, parts, flag: bytes = b"\x00"):
         views = [memoryview(p).cast("B") for p in parts]
         self.left = 5 + sum(map(len, views))
-        self._parts = deque([memoryview(flag + U32.pack(self.left - 5)), *views])
+        self._parts = deque([memoryview(pack_prefix(self.left - 5, flag)), *views])
 
     def __len__(self) -> int:
         return self.left

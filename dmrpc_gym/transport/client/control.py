@@ -12,7 +12,7 @@ import struct
 from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.flow import SETTINGS_ACK, StreamReset
 from dmrpc_gym.transport.frames import (ACK, FRAME_SIZE_ERROR, PROTOCOL_ERROR, SETTINGS, U32, ProtocolError,
-                                        goaway_frame, ping_frame)
+                                        goaway_frame, ping_frame, read_head)
 
 __all__: list[str] = []          # a part of GrpcConnection, not an interface of its own
 
@@ -95,8 +95,9 @@ class ControlFrames:
             line = bytes(self._buf).split(b"\n", 1)[0].strip().decode("latin-1")[:100]
             raise ConnectionError(f"the server speaks HTTP/1.x (or another text protocol), not HTTP/2: "
                                   f"it answered {line!r}")
-        if self._buf[3] != SETTINGS:
-            raise ProtocolError(PROTOCOL_ERROR, f"the server's first frame is of type {self._buf[3]}, not SETTINGS")
+        kind = read_head(self._buf)[1]
+        if kind != SETTINGS:
+            raise ProtocolError(PROTOCOL_ERROR, f"the server's first frame is of type {kind}, not SETTINGS")
         while not self._settled:
             self._read_frame()
         self._end_call()

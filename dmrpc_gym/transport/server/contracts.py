@@ -9,7 +9,7 @@ its protocol: every name the part uses and does not define itself is in it, and 
 provides every name.
 
 >>> sorted(set(RequestsHost.__annotations__) & set(RepliesHost.__annotations__))
-['_streams']
+['_flow', '_streams']
 """
 from __future__ import annotations
 
