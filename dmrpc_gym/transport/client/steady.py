@@ -36,7 +36,7 @@ from dmrpc_gym.transport.frames import CLIENT_MESSAGE_LIMIT, MessageTooLarge, gr
 
 __all__ = ["ByteLayout", "SteadyLink", "SteadyTrips", "NOT_SENT", "SENDING", "RECEIVING", "TAKEN"]
 
-#: :meth:`SteadyLink.round_trip`'s answer when it sent nothing (the general path must send).
+#: :meth:`SteadyTrips.round_trip`'s answer when it sent nothing (the general path must send).
 NOT_SENT = False
 #: :attr:`SteadyLink.phase`: where the latest round trip got to.
 SENDING, RECEIVING, TAKEN = 0, 1, 2
