@@ -196,14 +196,12 @@ class Flow:
     # -- receiving ---------------------------------------------------------------------------------
     def admit(self, n: int, stream: FlowStream | None = None) -> None:
         """A DATA frame of ``n`` bytes (padding included) came, on ``stream`` (None: one we do not keep):
-        debited from the receive windows; past one, ``ProtocolError`` FLOW_CONTROL_ERROR."""
+        debited from the receive windows; past one, ``ProtocolError`` FLOW_CONTROL_ERROR (nothing debited)."""
+        if n > self.recv_window or (stream is not None and n > stream.recv_window):
+            raise self._past(n, stream)
         self.recv_window -= n
-        if self.recv_window < 0:
-            raise ProtocolError(FLOW_CONTROL_ERROR, "DATA past the connection's flow-control window")
         if stream is not None:
             stream.recv_window -= n
-            if stream.recv_window < 0:
-                raise ProtocolError(FLOW_CONTROL_ERROR, f"DATA past stream {stream.id}'s flow-control window")
 
     def consumed(self, n: int, stream: FlowStream | None = None) -> bytes:
         """``n`` received bytes are done with (on ``stream``; None: the connection's credit only): the
@@ -221,7 +219,7 @@ class Flow:
         """A DATA frame of ``n`` bytes on ``stream``, admitted and consumed at once: the WINDOW_UPDATE
         frames owed. Nothing changes where it would pass a receive window (``ProtocolError``)."""
         if n > self.recv_window or n > stream.recv_window:
-            return self.admit(n, stream)     # raises, naming the window
+            raise self._past(n, stream)
         self.recv_window -= n
         stream.recv_window -= n
         self.credit += n
@@ -229,6 +227,11 @@ class Flow:
         if self.credit >= self.threshold or stream.credit >= self.threshold:
             return self._owed(stream)
         return b""
+
+    def _past(self, n: int, stream: FlowStream | None) -> ProtocolError:
+        """The FLOW_CONTROL_ERROR of ``n`` bytes past a receive window (nothing was debited)."""
+        where = "the connection's" if n > self.recv_window else f"stream {stream.id}'s"
+        return ProtocolError(FLOW_CONTROL_ERROR, f"DATA past {where} flow-control window")
 
     def refund(self, stream: FlowStream, n: int) -> None:
         """Undo :meth:`received` of ``n`` bytes on ``stream`` (a steady path that declined the frame after

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 import hpack
 
 from dmrpc_gym.transport.flow import Flow
+from dmrpc_gym.transport.frames import ProtocolError
 from dmrpc_gym.transport.headers import HeaderBlock
 
 if TYPE_CHECKING:   # the stream module imports nothing of these; typing only
@@ -72,6 +73,7 @@ class LargeMessagesHost(Protocol):
     def _arm(self) -> None: ...
     def _await_peer(self) -> None: ...
     def _heard_nothing(self, silent_from: float | None) -> float: ...
+    def _fail(self, err: ProtocolError) -> None: ...
 
 
 class ClockHost(Protocol):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ssl
 
 from dmrpc_gym.transport.client import interrupts
-from dmrpc_gym.transport.frames import DATA, MessageParts, StreamError, pack_head
+from dmrpc_gym.transport.frames import DATA, MessageParts, ProtocolError, StreamError, pack_head
 from dmrpc_gym.transport.client.keepalive import RECV_CHUNK
 
 __all__: list[str] = []          # a part of GrpcConnection, not an interface of its own
@@ -124,4 +124,7 @@ class LargeMessages:
                 if guard:
                     interrupts.release()
         self._partial = None
-        stream.data_done(flags, length)
+        try:
+            stream.data_done(flags, length)      # the flow state admits it (past a window: GOAWAY)
+        except ProtocolError as err:
+            self._fail(err)
