@@ -54,7 +54,7 @@ from websockets.sync.client import connect
 
 site, shots = sys.argv[1], sys.argv[2]
 PAGES = ["index.html", "getting-started.html", "guides/gymnasium.html", "guides/serving.html",
-         "guides/lifecycle.html", "guides/security.html", "guides/performance.html", "deploying.html",
+         "guides/lifecycle.html", "guides/security.html", "guides/dashboard.html", "guides/performance.html", "deploying.html",
          "reference/api/index.html", "reference/api/dmrpc_gym.html", "reference/cli.html",
          "changelog.html"]
 

@@ -17,6 +17,7 @@ arguments and returns the exit status. Add a subcommand by appending its
 - ``bench ADDRESS``: steps/s of a world with random actions.
 - ``demo``: PPO learns Catch over dm_env_rpc; saves a learning curve.
 - ``status ADDRESS``: a running server on one screen (health, worlds, steps/s, connections), ``--watch`` live.
+- ``dashboard ADDRESS``: a local web page showing a running server live (worlds, plots, frames); prints its URL.
 
 Ctrl-C ends a client command with one line and status 130; `serve` stops quietly with status 0.
 
@@ -29,18 +30,21 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from dmrpc_gym.app.client_args import add_connection_arguments, add_world_arguments, world_kwargs, world_name_shown
+from dmrpc_gym.app.dashboard_command import add_dashboard, run_dashboard
 
 from dmrpc_gym.client.seeding import AUTO
 from dmrpc_gym.server.envs.factories import KINDS
 from dmrpc_gym._extras import install_hint
 
 __all__ = ["main", "build_parser", "COMMANDS", "SERVE_TARGETS_HELP", "add_serve", "run_serve", "add_inspect", "run_inspect", "add_check", "run_check", "add_record", "run_record",
-           "add_bench", "run_bench", "add_demo", "run_demo", "add_status", "run_status"]
+           "add_bench", "run_bench", "add_demo", "run_demo", "add_status", "run_status", "add_dashboard",
+           "run_dashboard"]
 
 
 def _fail(command: str, message: Any) -> int:
@@ -123,6 +127,13 @@ def add_serve(subparsers: Any) -> None:
                         help="how long a world whose creator left waits to be joined (default: %(default)s)")
     parser.add_argument("--max-connections", type=int, default=1024, metavar="N",
                         help="connections open at once; more are accepted and closed (default: %(default)s)")
+    parser.add_argument("--keepalive-min-time", type=float, default=300.0, metavar="SECONDS",
+                        help="while a call is open, a client's PINGs closer together than this are strikes "
+                             "(grpc-go's EnforcementPolicy.MinTime, C-core's "
+                             "grpc.http2.min_ping_interval_without_data_ms; default: %(default)s)")
+    parser.add_argument("--max-ping-strikes", type=int, default=2, metavar="N",
+                        help="strikes allowed before the connection ends with GOAWAY ENHANCE_YOUR_CALM "
+                             "too_many_pings (C-core's grpc.http2.max_ping_strikes; default: %(default)s)")
     parser.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
                         help="on SIGTERM, how long running episodes may go on before the server stops; new "
                              "worlds are refused meanwhile (default: %(default)s)")
@@ -156,7 +167,9 @@ def _run_client(command: str, job: Callable[[], None]) -> int:
     except BrokenPipeError:                  # our own stdout closed (`| head`): handled by main()
         raise
     except (ConnectionError, TimeoutError, DmRpcError, ValueError) as exc:
-        return _fail(command, exc)
+        # The client's Python names for the limits are this command's options here.
+        return _fail(command, str(exc).replace("(connect_timeout)", "(--wait)").replace(
+            "(connect_timeout=None)", "(--wait)"))
     return 0
 
 
@@ -182,7 +195,8 @@ def run_inspect(args: argparse.Namespace) -> int:
         kwargs = world_kwargs(args)
         report = inspect_world(kwargs.pop("address"), **kwargs)
         report.address = world_name_shown(args, report.address)
-        print(json.dumps(report_json(report), indent=2, allow_nan=False) if args.json else format_report(report))
+        width = shutil.get_terminal_size((120, 24)).columns     # $COLUMNS, the terminal's, else 120
+        print(json.dumps(report_json(report), indent=2, allow_nan=False) if args.json else format_report(report, width))
     return _run_client("inspect", job)
 
 
@@ -353,7 +367,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 #: The ``add_`` functions of every subcommand, in the order ``--help`` lists them.
 COMMANDS: list[Callable[[Any], None]] = [add_serve, add_inspect, add_check, add_record, add_bench, add_demo,
-                                         add_status]
+                                         add_status, add_dashboard]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,6 +12,7 @@ agent is joined in turn, so the report holds each agent's specs.
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -26,6 +27,7 @@ from dmrpc_gym.spaces import UnsupportedSpec, space_from_spec
 from dmrpc_gym.protocol.bounds import bound_values
 from dmrpc_gym.protocol.specs import dtype_label
 from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.server.serving.watching import WATCH_FRAME_PROPERTY, WATCH_PROPERTY
 
 __all__ = ["SpecRow", "PropertyRow", "AgentSpecs", "WorldReport", "inspect_world", "format_report",
            "describe_spec", "bounds_text", "one_line"]
@@ -60,6 +62,8 @@ class PropertyRow:
     description: str
     value: Any = None
     error: str | None = None
+    #: Why a readable property was not read (:data:`UNREAD`), else None.
+    unread: str | None = None
 
 
 @dataclasses.dataclass
@@ -149,9 +153,13 @@ def describe_spec(uid: int, spec: pb.TensorSpec) -> SpecRow:
 
 
 # -- properties ------------------------------------------------------------------------------
-#: Properties not read for the report: a frame is rendered when read, and the spaces' description
-#: is what our client reads for itself (:mod:`dmrpc_gym.protocol.fidelity`).
-UNREAD = (FRAME_PROPERTY, SPACES_PROPERTY)
+#: Properties not read for the report, and why: a frame is rendered when read, the spaces'
+#: description is what our client reads for itself (:mod:`dmrpc_gym.protocol.fidelity`), and a
+#: dashboard's watch is read only after it is written (reading it first is an error the server counts).
+UNREAD = {FRAME_PROPERTY: "rendered when read: env.render()",
+          SPACES_PROPERTY: "what our client reads for itself",
+          WATCH_PROPERTY: "a dashboard's watch: dmrpc-gym dashboard",
+          WATCH_FRAME_PROPERTY: "a dashboard's watch: dmrpc-gym dashboard"}
 
 
 def _properties(connection: Connection) -> list[PropertyRow]:
@@ -170,7 +178,9 @@ def _properties(connection: Connection) -> list[PropertyRow]:
             row = PropertyRow(key=name, dtype=_dtype_text(spec.dtype) if spec.dtype else "-",
                               shape=tuple(spec.shape), readable=prop.is_readable, writable=prop.is_writable,
                               listable=prop.is_listable, description=prop.description)
-            if prop.is_readable and name not in UNREAD:
+            if prop.is_readable and name in UNREAD:
+                row.unread = UNREAD[name]
+            elif prop.is_readable:
                 try:
                     row.value = props[name]
                 except (DmRpcError, KeyError, ValueError) as err:
@@ -267,8 +277,10 @@ def inspect_world(address: str, *, world_settings: Mapping[str, Any] | None = No
 
 
 # -- text ---------------------------------------------------------------------------------
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
-    """``rows`` under ``headers`` as text lines: a header, a rule, one line per row (never wrapped)."""
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ",
+           width: int | None = None, wrapped: int = 2) -> list[str]:
+    """``rows`` under ``headers`` as text lines: a header, a rule, one line per row; with ``width``, the
+    last ``wrapped`` columns wrap within their cells so that no line is wider (else none wraps)."""
     import io
 
     from rich import box
@@ -277,11 +289,13 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = 
     from rich.text import Text
 
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), header_style="")
-    for header in headers:
-        table.add_column(header, no_wrap=True, overflow="ignore")
+    for i, header in enumerate(headers):
+        wraps = width is not None and i >= len(headers) - wrapped
+        table.add_column(header, no_wrap=not wraps, overflow="fold" if wraps else "ignore")
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))   # Text: brackets in cells are not markup
-    console = Console(file=io.StringIO(), width=100_000, color_system=None, highlight=False,
+    room = 100_000 if width is None else max(width - len(indent), 40)
+    console = Console(file=io.StringIO(), width=room, color_system=None, highlight=False,
                       force_jupyter=False, force_terminal=False)   # plain text, in Jupyter too
     console.print(table)
     lines = [line.rstrip() for line in console.file.getvalue().splitlines()]
@@ -316,11 +330,12 @@ def _spec_rows(rows: list[SpecRow]) -> list[list[str]]:
 _SPEC_HEADERS = ["UID", "name", "dtype", "shape", "bounds", "gymnasium space"]
 
 
-def _spec_sections(actions: list[SpecRow], observations: list[SpecRow], of: str = "") -> list[str]:
+def _spec_sections(actions: list[SpecRow], observations: list[SpecRow], of: str = "",
+                   width: int | None = None) -> list[str]:
     lines: list[str] = []
     for title, rows in (("Actions", actions), ("Observations", observations)):
         lines += ["", f"{title}{of} ({len(rows)})"]
-        lines += _table(_SPEC_HEADERS, _spec_rows(rows)) if rows else ["  (none)"]
+        lines += _table(_SPEC_HEADERS, _spec_rows(rows), width=width) if rows else ["  (none)"]
     return lines
 
 
@@ -328,8 +343,10 @@ def _same_specs(a: AgentSpecs, b: AgentSpecs) -> bool:
     return _spec_rows(a.actions) == _spec_rows(b.actions) and _spec_rows(a.observations) == _spec_rows(b.observations)
 
 
-def format_report(report: WorldReport) -> str:
+def format_report(report: WorldReport, width: int | None = None) -> str:
     """The report as text tables: actions, observations (per agent in a multi-agent world), properties.
+    ``width``: the widest a table's line may be (their last columns wrap: bounds and spaces,
+    values and descriptions; the terminal's width from ``dmrpc-gym inspect``); None: never wrapped.
 
     >>> from dmrpc_gym.worlds.embedded import embedded_server
     >>> print(format_report(inspect_world(embedded_server("catch").address)))  # doctest: +ELLIPSIS
@@ -344,7 +361,8 @@ def format_report(report: WorldReport) -> str:
     how = "created for this report, destroyed after" if report.created else "joined, left after"
     lines = [f"World {report.world_name!r} at {report.address} ({how})"]
     if report.agents:
-        lines += ["", f"Agents ({len(report.agents)}): {', '.join(a.name for a in report.agents)}"]
+        lines += ["", *textwrap.wrap(f"Agents ({len(report.agents)}): {', '.join(a.name for a in report.agents)}",
+                                     width or 100_000, subsequent_indent="  ", break_on_hyphens=False)]
         shown: list[AgentSpecs] = []
         for agent in report.agents:
             if agent.error is not None:
@@ -355,13 +373,14 @@ def format_report(report: WorldReport) -> str:
                 lines += ["", f"Agent {agent.name!r}: the same specs as {twin.name!r}"]
                 continue
             shown.append(agent)
-            lines += _spec_sections(agent.actions, agent.observations, of=f" of {agent.name!r}")
+            lines += _spec_sections(agent.actions, agent.observations, of=f" of {agent.name!r}", width=width)
     else:
-        lines += _spec_sections(report.actions, report.observations)
+        lines += _spec_sections(report.actions, report.observations, width=width)
     special = [n for n in ("reward", "discount") if any(r.name == n for r in report.observations)]
     if special:
-        lines += [f"  ({' and '.join(map(repr, special))}: DmRpcEnv's reward/discount by default, "
-                  "not part of its observation space)"]
+        note = (f"({' and '.join(map(repr, special))}: DmRpcEnv's reward/discount by default, "
+                "not part of its observation space)")
+        lines += textwrap.wrap(note, (width or 100_000) - 2, initial_indent="  ", subsequent_indent="   ")
     lines += [""]
     if report.properties is None:
         lines += [f"Properties: none offered ({report.properties_error})"]
@@ -370,9 +389,10 @@ def format_report(report: WorldReport) -> str:
         if report.properties:
             rows = [[p.key, p.dtype, _shape_text(p.shape),
                      ("r" if p.readable else "-") + ("w" if p.writable else "-") + ("l" if p.listable else "-"),
-                     (f"error: {p.error}" if p.error else _value_text(p.value)) if p.readable else "",
+                     (f"error: {p.error}" if p.error else f"(not read: {p.unread})" if p.unread
+                      else _value_text(p.value)) if p.readable else "",
                      p.description] for p in report.properties]
-            lines += _table(["key", "dtype", "shape", "access", "value", "description"], rows)
+            lines += _table(["key", "dtype", "shape", "access", "value", "description"], rows, width=width)
         else:
             lines += ["  (none)"]
     return "\n".join(lines)

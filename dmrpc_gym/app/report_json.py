@@ -68,7 +68,8 @@ def report_json(report: WorldReport) -> dict[str, Any]:
     properties = None if report.properties is None else [
         {"key": p.key, "dtype": p.dtype, "shape": list(p.shape), "readable": p.readable,
          "writable": p.writable, "listable": p.listable, "description": p.description,
-         "value": _jsonable(p.value) if p.readable and p.error is None else None, "error": p.error}
+         "value": _jsonable(p.value) if p.readable and p.error is None else None, "error": p.error,
+         "unread": p.unread}
         for p in report.properties]
     return {
         "address": report.address, "world_name": report.world_name, "created": report.created,

@@ -19,10 +19,12 @@ from typing import Any
 __all__ = ["serve_target", "start_server", "connect_line", "serve_until_stopped"]
 
 
-def serve_target(target: str) -> str:
+def serve_target(target: str) -> Any:
     """``target`` made importable as ``python -m`` would import it, from the console script too.
 
-    A bundled world's name (``catch``, ``tag``) is its ``module:factory``.
+    A bundled world's name (``catch``, ``tag``) is its ``module:factory``; ``godot-rl:PATH`` (a Godot
+    RL Agents game: a project folder or an exported game) is its factory,
+    :class:`~dmrpc_gym.integrations.godot_rl.GodotRLWorlds`.
     ``path/to/file.py:name`` puts the file's directory first on ``sys.path`` and
     becomes ``file:name``; otherwise the current directory goes on ``sys.path``
     (``python -m`` puts it there, a console script does not), so ``myenv:Corridor``
@@ -31,6 +33,17 @@ def serve_target(target: str) -> str:
     from dmrpc_gym.worlds import SERVE_TARGETS
     if target in SERVE_TARGETS:             # `serve catch`, as `inspect catch` names it
         return SERVE_TARGETS[target]
+    _bundled_typo(target, SERVE_TARGETS)
+    if target.startswith("godot-rl:"):     # imported only for such a target: it loads pettingzoo
+        from dmrpc_gym.integrations.godot_rl import PREFIX, GodotRLWorlds
+        path = target[len(PREFIX):]
+        if not path:
+            raise ValueError(f"{target!r} names no game: expected godot-rl:PATH, PATH a Godot project folder "
+                             "or an exported game")
+        try:
+            return GodotRLWorlds(path)
+        except FileNotFoundError as exc:
+            raise ValueError(str(exc)) from None
     module, sep, name = target.rpartition(":") if ".py:" in target else target.partition(":")
     if sep and module.endswith(".py"):
         path = Path(module)
@@ -45,6 +58,23 @@ def serve_target(target: str) -> str:
     return target
 
 
+def _bundled_typo(target: str, bundled: Any) -> None:
+    """Refuse a plain name that is close to a bundled world's and is no gymnasium env id.
+
+    >>> _bundled_typo("catchh", {"catch": None, "tag": None})
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown target 'catchh': no gymnasium env id, no bundled world; did you mean the bundled world 'catch'?
+    """
+    import difflib
+
+    import gymnasium as gym
+    close = difflib.get_close_matches(target, list(bundled), n=1, cutoff=0.75)
+    if close and not any(c in target for c in ":/.") and target not in gym.registry:
+        raise ValueError(f"unknown target {target!r}: no gymnasium env id, no bundled world; "
+                         f"did you mean the bundled world {close[0]!r}?")
+
+
 def start_server(args: argparse.Namespace):
     """The started :class:`~dmrpc_gym.server.Server` that ``dmrpc-gym serve`` runs for ``args``.
 
@@ -55,6 +85,11 @@ def start_server(args: argparse.Namespace):
     from dmrpc_gym.transport import TOKEN_ENV
 
     render: bool | str = {"rgb_array": True, "none": False}.get(args.render, args.render)
+    if render != "human":
+        # The server renders offscreen (rgb_array frames; a client's "human" window is its own): SDL's
+        # dummy video driver, so that pygame envs open no display, and SDL does not print
+        # "error: XDG_RUNTIME_DIR is invalid or not set" at each render on a machine with no session.
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     if (args.tls_cert is None) != (args.tls_key is None):
         raise ValueError("--tls-cert and --tls-key go together")
     for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
@@ -66,11 +101,16 @@ def start_server(args: argparse.Namespace):
     if args.max_message_size is not None:
         options["max_message_size"] = args.max_message_size
     address = f"unix:{args.unix}" if args.unix else f"{args.host}:{args.port}"
+    for flag, value in (("--keepalive-min-time", args.keepalive_min_time), ("--max-ping-strikes", args.max_ping_strikes)):
+        if not value > 0:
+            raise ValueError(f"{flag} {value:g}: expected a number above 0")
     return Server(serve_target(args.target), kind=args.kind, address=address,
                   render=render, timeout=args.timeout, workers=args.workers,
                   processes=args.processes, inline_below=args.inline_below, max_worlds=args.max_worlds,
                   max_worlds_per_connection=args.max_worlds_per_connection, orphan_lifetime=args.orphan_lifetime,
-                  limits=ConnectionLimits(max_connections=args.max_connections),
+                  limits=ConnectionLimits(max_connections=args.max_connections,
+                                          min_ping_interval=args.keepalive_min_time,
+                                          max_ping_strikes=args.max_ping_strikes),
                   health_without_token=args.health_without_token, metrics_port=args.metrics_port,
                   metrics_host=args.metrics_host, **options).start()
 

@@ -55,30 +55,49 @@ class StatusReader:
 
     def read(self) -> dict[str, Any]:
         """The server's status document, with ``"clock"``: when it was read (``time.monotonic``)."""
-        request = props_pb.PropertyRequest(read_property=props_pb.ReadPropertyRequest(key=STATUS_PROPERTY))
+        document = self.read_json(STATUS_PROPERTY)
+        document["clock"] = time.monotonic()
+        return document
+
+    def read_json(self, key: str) -> Any:
+        """The JSON document of property ``key`` (a string property of dmrpc_gym servers)."""
+        value = self.read_value(key)
+        try:
+            return json.loads(str(value.item()))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(self._not_served(key, f"answered something that is not its JSON ({exc})")) from None
+
+    def read_value(self, key: str) -> Any:
+        """Property ``key``'s value (a numpy array); ``ValueError`` when the server does not serve it."""
+        request = props_pb.PropertyRequest(read_property=props_pb.ReadPropertyRequest(key=key))
+        response = self._ask(key, request, "read_property")
+        return tensors.unpack(response.read_property.value)
+
+    def write_value(self, key: str, value: Any) -> None:
+        """Write property ``key`` (``value``: what :func:`~dmrpc_gym.protocol.tensors.pack` takes)."""
+        request = props_pb.PropertyRequest(write_property=props_pb.WritePropertyRequest(
+            key=key, value=tensors.pack(value)))
+        self._ask(key, request, "write_property")
+
+    def _ask(self, key: str, request: Any, field: str) -> Any:
         try:
             answer = self._connection.send_extension(pack_any(request))
         except DmRpcError as err:
             if err.code_name not in _NOT_SERVED:
                 raise
-            raise ValueError(self._not_served(f"answered {err.code_name}: {err.message}")) from None
+            raise ValueError(self._not_served(key, f"answered {err.code_name}: {err.message}")) from None
         response = unpack_any(answer, props_pb.PropertyResponse)
-        if response is None or not response.HasField("read_property"):
-            raise ValueError(self._not_served(f"answered with {answer.type_url or 'an empty extension'}"))
-        try:
-            document = json.loads(str(tensors.unpack(response.read_property.value).item()))
-        except (ValueError, TypeError) as exc:
-            raise ValueError(self._not_served(f"answered something that is not its JSON ({exc})")) from None
-        document["clock"] = time.monotonic()
-        return document
+        if response is None or not response.HasField(field):
+            raise ValueError(self._not_served(key, f"answered with {answer.type_url or 'an empty extension'}"))
+        return response
 
-    def _not_served(self, what: str) -> str:
+    def _not_served(self, key: str, what: str) -> str:
         software = self._connection.server_software
         who = f"a {software} server" if software else "not a dmrpc_gym server (another dm_env_rpc server)"
-        hint = ("it is older than the status property: upgrade it" if software else
-                "`dmrpc-gym status` reads a property only dmrpc_gym servers serve; the metrics or the "
-                "logs of that server are where to look")
-        return (f"{self.address} is {who}: asked for property {STATUS_PROPERTY!r}, it {what}; {hint}")
+        hint = (f"it is older than the {key!r} property: upgrade it" if software else
+                f"`dmrpc-gym status` and `dmrpc-gym dashboard` read properties only dmrpc_gym servers serve; "
+                f"the metrics or the logs of that server are where to look")
+        return (f"{self.address} is {who}: asked for property {key!r}, it {what}; {hint}")
 
     def close(self) -> None:
         self._connection.close()

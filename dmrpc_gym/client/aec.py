@@ -38,6 +38,7 @@ from pettingzoo import AECEnv
 from dmrpc_gym.client.agent import RemoteAgent, State
 from dmrpc_gym.client.agents import AgentsArg
 from dmrpc_gym.client.connection import Connection
+from dmrpc_gym.client.env_facts import parallel_metadata
 from dmrpc_gym.client.exchanges import first_ready, named_failure
 from dmrpc_gym.client.parallel import DmRpcParallelEnv
 from dmrpc_gym.client.properties import Properties
@@ -87,7 +88,7 @@ class DmRpcAECEnv(AECEnv):
     Args:
         address: the server (or a list to fail over along); this and ``world_settings``, ``world_name``, ``agents``,
             ``reset_settings``, ``seed_setting``, ``connect_timeout``, ``step_timeout``,
-            ``metadata``, ``tls``, ``token``, ``compression``, ``max_message_size``,
+            ``grpc_metadata``, ``tls``, ``token``, ``compression``, ``max_message_size``,
             ``keepalive`` and ``share_connections`` are as for
             :class:`~dmrpc_gym.client.parallel.DmRpcParallelEnv`.
         render_mode: ``"rgb_array"``: ``render()`` returns the frame of the current state.
@@ -116,20 +117,21 @@ class DmRpcAECEnv(AECEnv):
                  world_name: str | None = None, agents: AgentsArg | None = None,
                  reset_settings: Mapping[str, Any] | None = None, seed_setting: str | None = AUTO,
                  render_mode: str | None = None, connect_timeout: float | None = 10.0,
-                 step_timeout: float | None = None, metadata: Any = None, tls: Any = None,
+                 step_timeout: float | None = None, grpc_metadata: Any = None, tls: Any = None,
                  token: str | None = None, compression: str | None = None, max_message_size: int | None = None,
                  keepalive: float | None = None, share_connections: bool = True):
         super().__init__()
         self._seats = seats = _Seats(
             address, world_settings=world_settings, world_name=world_name, agents=agents,
             reset_settings=reset_settings, seed_setting=seed_setting, render_mode=render_mode,
-            connect_timeout=connect_timeout, step_timeout=step_timeout, metadata=metadata, tls=tls, token=token,
-            compression=compression, max_message_size=max_message_size, keepalive=keepalive,
+            connect_timeout=connect_timeout, step_timeout=step_timeout, grpc_metadata=grpc_metadata, tls=tls,
+            token=token, compression=compression, max_message_size=max_message_size, keepalive=keepalive,
             share_connections=share_connections)
         self.render_mode = render_mode
         self.possible_agents = list(seats.possible_agents)
-        self.observation_spaces = {a: seats.remote[a].observation_space for a in self.possible_agents}
-        self.action_spaces = {a: seats.remote[a].action_space for a in self.possible_agents}
+        self.action_spaces = {a: seats.action_spaces[a] for a in self.possible_agents}     # shared as served
+        self.observation_spaces = {a: seats.observation_spaces[a] for a in self.possible_agents}
+        self.metadata = parallel_metadata(seats._facts() or {}, type(self).metadata)
         self.agents: list[str] = []
         self.rewards, self._cumulative_rewards, self.terminations, self.truncations, self.infos = {}, {}, {}, {}, {}
         self.agent_selection = None     # type: ignore[assignment]  (set by reset)

@@ -27,7 +27,7 @@ from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.fidelity import EXACT_UID, FIDELITY_FEATURE, FRAME_PROPERTY
 from dmrpc_gym.protocol.info import DROPPED, INFO_FEATURE, INFO_UID, dropped_keys, unpack_info, without_dropped
 from dmrpc_gym.client.connection import Connection, settings_tensors
-from dmrpc_gym.client.fidelity import ExactSpaces, exactly
+from dmrpc_gym.client.fidelity import NOTHING_SAID, ExactSpaces, exactly
 from dmrpc_gym.client.scalars import RewardFn, Scalar
 from dmrpc_gym.client.states import State
 from dmrpc_gym.client.steady_step import steady_step
@@ -317,6 +317,8 @@ class RemoteAgent:
         self.last_observations = named
         result = self.step_result(named, state, carried)
         if exact_tensor is None:
+            if self.exact is not None:
+                self.exact.said = NOTHING_SAID
             return result
         return exactly(result, exact_tensor, self.exact, self.reward.fn is None and self.reward.name == "reward")
 

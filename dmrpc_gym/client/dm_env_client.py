@@ -20,7 +20,8 @@ tokens, timeouts, compression and seeds work as there) and gives dm_env's view:
   them: the start of a sequence is FIRST (no reward, no discount), RUNNING is
   MID, TERMINATED and INTERRUPTED are LAST; reward and discount are the
   ``reward`` / ``discount`` observations as they came (dtype kept), else 0.0 and
-  1.0 (0.0 for TERMINATED). ``step()`` after a LAST step (or before any) starts
+  1.0 (0.0 for TERMINATED); from a dmrpc_gym server serving a dm_env, of the env's own
+  types (dm_control's and bsuite's Python floats), which the server says. ``step()`` after a LAST step (or before any) starts
   a new sequence, as dm_env requires.
 """
 from __future__ import annotations
@@ -34,6 +35,7 @@ from dm_env import specs as dm_specs
 
 from dmrpc_gym.client.agent import State
 from dmrpc_gym.client.env import DmRpcEnv
+from dmrpc_gym.protocol.fidelity import exact_reward as exact_scalar
 from dmrpc_gym.protocol.specs import SpecChecker
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.spaces.described import dm_spec_from_description
@@ -104,7 +106,7 @@ class RemoteDmEnv(dm_env.Environment):
                                 f"observation, nested, and reads the 'reward' / 'discount' observations")
         self.env = DmRpcEnv(address, world_settings=world_settings, join_settings=join_settings,
                             nested=True, **options)
-        agent = self.env._agent
+        agent = self._agent = self.env._agent     # the env's agent, whose latest observations a step reads
         checkers = agent.specs.observations.checkers
         names = [*agent.obs_names, *agent.extra_names]
         specs = {n: dm_env_spec(checkers[n]) for n in names}
@@ -153,12 +155,16 @@ class RemoteDmEnv(dm_env.Environment):
             return self.reset()
         if self._unwrap_action is not None and isinstance(action, Mapping):
             action = dict(_flatten(action)).get(self._unwrap_action, action)
-        obs, _, terminated, truncated, info = self.env.step(action)
-        named = self.env._agent.last_observations
+        obs, exact_reward, terminated, truncated, info = self.env.step(action)
+        named = self._agent.last_observations
         reward = named.get(REWARD)
         reward = 0.0 if reward is None else reward[()]
         discount = named.get(DISCOUNT)
         discount = (0.0 if self.env.state == State.TERMINATED else 1.0) if discount is None else discount[()]
+        if self._exact:         # the served dm_env's own types: Python floats unless the step says
+            said = self._agent.exact.said
+            reward = exact_reward
+            discount = exact_scalar(discount, said["discount"]) if "discount" in said else float(discount)
         self._fresh = terminated or truncated
         kind = dm_env.StepType.LAST if self._fresh else dm_env.StepType.MID
         return dm_env.TimeStep(kind, reward, discount, self._observation(obs, info))

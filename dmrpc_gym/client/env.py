@@ -12,11 +12,13 @@ import numpy as np
 from dmrpc_gym.client.addresses import following
 from dmrpc_gym.client.agent import RemoteAgent, RewardFn, State
 from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
+from dmrpc_gym.client.env_facts import served_metadata, with_steps
 from dmrpc_gym.protocol.errors import DmRpcError
-from dmrpc_gym.protocol.fidelity import render_header
+from dmrpc_gym.protocol.fidelity import lists_header, render_header
 from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_reconnected
 from dmrpc_gym.client.properties import server_instance
 from dmrpc_gym.client.seeding import AUTO, SeedRoute
+from dmrpc_gym.client.window import FrameWindow
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport import SharedConnections
 
@@ -118,6 +120,22 @@ def _takes_nothing(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Dict) and not space.spaces
 
 
+def _start_hint(err: ValueError, space: gym.Space) -> ValueError:
+    """``err`` with a hint where the action space starts elsewhere than 0: libraries that ignore
+    ``start`` (Stable-Baselines3 does) send ``0..n-1``, one past the top.
+
+    >>> _start_hint(ValueError("action 'paddle': value 2 is above the maximum 1"),
+    ...             gym.spaces.Discrete(3, start=-1))        # doctest: +ELLIPSIS
+    ValueError("action 'paddle': value 2 is above the maximum 1 (the action space is Discrete(3, start=-1): ...FlatSpaces...")
+    """
+    start = getattr(space, "start", None)
+    if not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) or not np.any(start):
+        return err
+    return ValueError(f"{err} (the action space is {space}: a library that ignores `start`, as Stable-Baselines3 "
+                      "does, sends 0..n-1; wrap the env in dmrpc_gym.integrations.flat_spaces.FlatSpaces, whose "
+                      "spaces start at 0)")
+
+
 class DmRpcEnv(RemoteResource, gym.Env):
     """A dm_env_rpc world as a gymnasium environment.
 
@@ -152,7 +170,8 @@ class DmRpcEnv(RemoteResource, gym.Env):
             every step, which is said once.
         connect_timeout: seconds to reach the server and join, waiting for one that is
             starting; step_timeout: seconds per step (None: no limit).
-        credentials / metadata: grpcio channel credentials and call metadata.
+        credentials / grpc_metadata: grpcio channel credentials and gRPC call metadata (``metadata`` is
+            gymnasium's: the served env's own, below).
         tls / token / compression / max_message_size: TLS (True, a CA file, or an
             ``ssl.SSLContext``), the server's shared secret (default: ``$DMRPC_GYM_TOKEN``),
             gzip/deflate requests, and the largest answer accepted; they go to the
@@ -193,7 +212,8 @@ class DmRpcEnv(RemoteResource, gym.Env):
     >>> env.close()
     """
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+    #: What any DmRpcEnv can render; an instance's ``metadata`` is the served env's own (:func:`served_metadata`).
+    metadata = {"render_modes": ["rgb_array", "human"]}
 
     def __init__(self, address: str | Sequence[str] | None = None, *, channel: grpc.Channel | None = None,
                  world_settings: Mapping[str, Any] | None = None, world_name: str | None = None,
@@ -205,17 +225,20 @@ class DmRpcEnv(RemoteResource, gym.Env):
                  seed_setting: str | None = AUTO, render_mode: str | None = None,
                  render_observation: str | None = None, connect_timeout: float | None = 10.0,
                  step_timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
-                 metadata: Sequence[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
+                 grpc_metadata: Sequence[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
                  compression: str | None = None, max_message_size: int | None = None,
                  keepalive: float | bool | None = None, reconnect: bool = False,
                  connections: SharedConnections | None = None):
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.reconnects = 0
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode={render_mode!r}; DmRpcEnv renders {self.metadata['render_modes']}; "
-                             "for a window use gymnasium.make(..., render_mode='human'), which shows "
-                             "the rgb_array frames (needs pygame)")
+            raise ValueError(f"render_mode={render_mode!r}; DmRpcEnv renders {self.metadata['render_modes']} "
+                             "('human' shows the served env's rgb_array frames in a window here, with pygame)")
         self.render_mode = render_mode
+        self._window: FrameWindow | None = None
+        self._max_episode_steps: int | None = None
+        self._spec: Any = None
+        self._reset_once = False
         self.reset_settings = dict(reset_settings or {})
         self._closed = False
         self._agent = None
@@ -238,6 +261,15 @@ class DmRpcEnv(RemoteResource, gym.Env):
         self.observation_space = self._agent.observation_space
         self.action_space = self._agent.action_space
         self._properties = None
+        facts = self._agent.exact.facts if self._agent.exact is not None else None
+        self.metadata = served_metadata(facts)
+        self._max_episode_steps = (facts or {}).get("max_episode_steps")
+        if render_mode == "human":
+            self._window = FrameWindow(self.metadata.get("render_fps"))
+
+    spec = property(lambda self: self._spec, lambda self, spec: setattr(self, "_spec", with_steps(
+        spec, self._max_episode_steps)), doc="gymnasium's ``EnvSpec`` (``gymnasium.make`` sets it), with the "
+        "served env's ``max_episode_steps`` where it gives none (:func:`~dmrpc_gym.client.env_facts.with_steps`)")
 
     def _connect(self, lost: str | None = None) -> Connection:
         """A new connection from the constructor's arguments (the address list tried from the one
@@ -245,9 +277,10 @@ class DmRpcEnv(RemoteResource, gym.Env):
         ``connect_timeout`` (CreateWorld and JoinWorld are part of connecting) until ``step_timeout``
         takes over."""
         k = self._kwargs
-        metadata = (*(k["metadata"] or ()), render_header(k["render_mode"]))
+        mode = "rgb_array" if k["render_mode"] == "human" else k["render_mode"]   # shown here: FrameWindow
+        call = (*(k["grpc_metadata"] or ()), render_header(mode), *lists_header(k["world_settings"]))
         address = k["address"] if lost is None or k["address"] is None else following(k["address"], lost)
-        return Connection(address, channel=k["channel"], credentials=k["credentials"], metadata=metadata,
+        return Connection(address, channel=k["channel"], credentials=k["credentials"], metadata=call,
                           connect_timeout=k["connect_timeout"], timeout=k["connect_timeout"],
                           **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"],
                                              k["keepalive"], k["connections"]))
@@ -314,9 +347,13 @@ class DmRpcEnv(RemoteResource, gym.Env):
         see :mod:`~dmrpc_gym.client.seeding`). With ``reconnect=True`` a lost connection is made again first.
         """
         if self._kwargs["reconnect"] and not self._closed:
-            return reset_reconnecting(lambda: self.connection.failure is not None, self.restore,
-                                      lambda: self._agent.reset(self.prepare_reset(seed, options)))
-        return self._agent.reset(self.prepare_reset(seed, options))
+            result = reset_reconnecting(lambda: self.connection.failure is not None, self.restore,
+                                        lambda: self._agent.reset(self.prepare_reset(seed, options)))
+        else:
+            result = self._agent.reset(self.prepare_reset(seed, options))
+        if self._window is not None:
+            self.render()
+        return result
 
     def prepare_reset(self, seed: int | None = None, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The client side of ``reset``: seed the client RNG, reset the world when asked,
@@ -324,6 +361,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
         super().reset(seed=seed)
         self._check_open()
         options = check_options(options)
+        self._reset_once = True
         if "world_settings" in options:
             self.connection.send(pb.ResetWorldRequest(
                 world_name=self.world_name, settings=settings_tensors(options["world_settings"])))
@@ -333,10 +371,18 @@ class DmRpcEnv(RemoteResource, gym.Env):
     def step(self, action: Any):
         """Send ``action`` (checked against the action space first) and return the 5-tuple."""
         self._check_open()
+        if not self._reset_once:        # as gymnasium's OrderEnforcing (gymnasium.make's) refuses it
+            raise gym.error.ResetNeeded("Cannot call env.step() before calling env.reset()")
         if action is None and not _takes_nothing(self.action_space):
             raise ValueError(f"step(None): expected an action of {self.action_space} "
                              "(None sends no action; only a world without actions takes it)")
-        return self._agent.step(action)
+        try:
+            result = self._agent.step(action)
+        except ValueError as err:
+            raise _start_hint(err, self.action_space) from None
+        if self._window is not None:
+            self.render()
+        return result
 
     @property
     def state(self) -> State:
@@ -357,6 +403,9 @@ class DmRpcEnv(RemoteResource, gym.Env):
                             'render_mode="rgb_array")')
             return None
         self._check_open()
+        if self._window is not None:
+            self._window.show(self._agent.current_frame("rgb_array"))
+            return None
         return self._agent.current_frame(self.render_mode)
 
     @property
@@ -377,6 +426,8 @@ class DmRpcEnv(RemoteResource, gym.Env):
             return
         self._closed = True
         try:
+            if getattr(self, "_window", None) is not None:
+                self._window.close()
             if self._agent is not None:
                 self._agent.leave()
             if getattr(self, "_created", False):

@@ -14,25 +14,31 @@ step's exact extras say.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import gymnasium as gym
 
 from dmrpc_gym.protocol.errors import DmRpcError
-from dmrpc_gym.protocol.fidelity import SPACES_PROPERTY, exact_reward
+from dmrpc_gym.protocol.fidelity import ENV_KEY, SPACES_PROPERTY, exact_reward
 from dmrpc_gym.protocol.info import unpack_info
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.spaces.codec import ValueCodec
 from dmrpc_gym.spaces.described import space_from_description
 from dmrpc_gym.spaces.scalars import ScalarKinds
 
-__all__ = ["ExactSpaces", "exactly"]
+__all__ = ["ExactSpaces", "exactly", "NOTHING_SAID"]
+
+#: What a step without exact extras says (read-only: shared by every step, nothing allocated).
+NOTHING_SAID: Mapping[str, Any] = MappingProxyType({})
 
 
 class ExactSpaces:
     """The served env's own spaces (its ``spaces`` property), their codecs under the names its tensors
-    travel by, a dm_env's own specs (``described["dm_env"]``, when it is one) and its scalars' kinds."""
+    travel by, a dm_env's own specs (``described["dm_env"]``, when it is one), its scalars' kinds, what
+    the env says of itself (``facts``, :mod:`dmrpc_gym.server.worlds.env_facts`; None from an older server)
+    and what the latest step's exact extras said (``said``)."""
 
     def __init__(self, described: dict[str, Any]):
         self.described = described
@@ -42,6 +48,8 @@ class ExactSpaces:
         self.codecs = (ValueCodec(self.observation_space, names["observation"]),
                        ValueCodec(self.action_space, names["action"]))
         self.scalar_kinds = ScalarKinds(self.observation_space)
+        self.facts: dict[str, Any] | None = described.get(ENV_KEY)
+        self.said: Mapping[str, Any] = NOTHING_SAID
 
     @classmethod
     def read(cls, properties: Any, observations: Sequence[str], actions: Sequence[str]) -> "ExactSpaces | None":
@@ -67,6 +75,8 @@ def exactly(result: tuple, tensor: pb.Tensor, exact: ExactSpaces | None, reward_
     how the observation holds its scalars."""
     obs, reward, terminated, truncated, info = result
     said = unpack_info(tensor.strings.array[0])
+    if exact is not None:
+        exact.said = said
     if "reward" in said and reward_observed:
         reward = exact_reward(reward, said["reward"])
     if "kinds" in said and exact is not None:

@@ -19,29 +19,15 @@ INTERRUPTED sets ``truncations[agent]``, and the agent leaves ``agents``.
 ...     {agent: env.action_space(agent).sample() for agent in env.agents})
 >>> env.close()
 
-Training with Stable-Baselines3 through SuperSuit: SuperSuit turns a parallel
-env into a vector env with one slot per agent, so every agent must have the
-same spaces and all agents must finish on the same step. The Tag world does
-both with ``homogeneous=True, evaders=1``. ``concat_vec_envs_v1`` copies the
-env by pickling it, which re-creates it from its constructor arguments (each
-copy gets its own connections and its own world); close the original.
-
->>> import supersuit as ss
->>> env = dmrpc_gym.tag_env(homogeneous=True, evaders=1, size=5)
->>> venv = ss.pettingzoo_env_to_vec_env_v1(env)
->>> venv = ss.concat_vec_envs_v1(venv, num_vec_envs=2, num_cpus=0, base_class="stable_baselines3")
->>> env.close()
->>> venv.num_envs                                   # 2 copies x 3 agents
-6
->>> obs = venv.reset()
->>> obs.shape
-(6, 10)
->>> venv.close()
+Training with Stable-Baselines3 through SuperSuit, whose ``concat_vec_envs_v1`` copies the env by
+pickling it (each copy re-created from the constructor's arguments, with its own connections and
+world): the PettingZoo guide (``docs/guides/pettingzoo.md``) shows it, and runs in CI.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Sequence
 
@@ -55,11 +41,12 @@ from dmrpc_gym.client.agents import AgentsArg, join_settings, per_agent, world_a
 from dmrpc_gym.client.seeding import AUTO, SeedRoute
 from dmrpc_gym.client.connection import Connection, settings_tensors, transport_options
 from dmrpc_gym.client.env import close_world, open_world
+from dmrpc_gym.client.env_facts import parallel_metadata, share_spaces
 from dmrpc_gym.client.exchanges import named_failure, receive_all, submit_all
 from dmrpc_gym.client.lifecycle import RemoteResource, reset_reconnecting, warn_reconnected
 from dmrpc_gym.client.properties import Properties, same_run, server_instance
 from dmrpc_gym.protocol.errors import DmRpcError
-from dmrpc_gym.protocol.fidelity import render_header
+from dmrpc_gym.protocol.fidelity import lists_header, render_header
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport import SharedConnections
 
@@ -91,7 +78,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
             server's is ``render_agent``'s render observation (``render_observation="RGB"``).
         connect_timeout: seconds to reach the server and to join, per agent.
         step_timeout: seconds to wait for each answer (``None``: no limit).
-        credentials / metadata: gRPC channel credentials and call metadata.
+        credentials / grpc_metadata: gRPC channel credentials and call metadata.
         tls / token / compression / max_message_size / keepalive: as for
             :class:`~dmrpc_gym.client.connection.Connection`.
         reconnect: a connection lost between episodes is made again by the next ``reset()``
@@ -115,7 +102,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
     >>> env.close()
     """
 
-    metadata = {"render_modes": ["rgb_array"], "name": "dmrpc_parallel_v0", "render_fps": 10,
+    metadata = {"render_modes": ["rgb_array"], "name": "dmrpc_parallel_v0",
                 "is_parallelizable": True}
     #: Seconds the other agents' answers are still awaited once one agent has failed.
     abandon_timeout: float = 2.0
@@ -132,7 +119,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
                  render_mode: str | None = None, render_agent: str | None = None,
                  render_observation: str | None = None, connect_timeout: float | None = 10.0,
                  step_timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
-                 metadata: Iterable[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
+                 grpc_metadata: Iterable[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
                  compression: str | None = None, max_message_size: int | None = None,
                  keepalive: float | None = None, reconnect: bool = False, share_connections: bool = True):
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -227,9 +214,18 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
             raise ValueError(f"world {self.world_name!r} at {address} is turn-based (a PettingZoo AEC game "
                              "served turn by turn): read it with dmrpc_gym.aec_env()")
 
+    def _facts(self) -> dict[str, Any] | None:
+        """What the served env says of itself (a dmrpc_gym server's, :mod:`~dmrpc_gym.server.worlds.env_facts`)."""
+        first = self.remote.get(self.possible_agents[0]) if self.possible_agents else None
+        return first.exact.facts if first is not None and first.exact is not None else None
+
     def _refresh_spaces(self) -> None:
         self.observation_spaces = {name: agent.observation_space for name, agent in self.remote.items()}
         self.action_spaces = {name: agent.action_space for name, agent in self.remote.items()}
+        facts = self._facts() or {}
+        share_spaces(facts, self.observation_spaces, self.action_spaces)    # one object, as the served env's
+        self._default_rewards = facts.get("rewards") == "defaultdict(int)"   # aec_to_parallel's container
+        self.metadata = parallel_metadata(facts, type(self).metadata)
 
     def observation_space(self, agent: str):
         """``agent``'s observation space (the same object on every call)."""
@@ -304,7 +300,8 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
         """A connection to ``address``, else to the first that serves of the list after the one lost."""
         k = self._kwargs
         return Connection(address or following(k["address"], self._lost), credentials=k["credentials"],
-                          metadata=(*(k["metadata"] or ()), render_header(k["render_mode"])),
+                          metadata=(*(k["grpc_metadata"] or ()), render_header(k["render_mode"]),
+                                    *lists_header(k["world_settings"])),
                           connect_timeout=k["connect_timeout"], timeout=k["step_timeout"],
                           **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"],
                                              k["keepalive"], self._shared))
@@ -381,7 +378,8 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
                 raise ValueError(f"agent {name!r}: {err}") from None
         answers = self._exchange("step", {name: (lambda c=self.connections[name], r=requests[name]: c.submit(*r) or True,
                                                  self.remote[name].receive_step) for name in live})
-        observations, rewards, terminations, truncations, infos = {}, {}, {}, {}, {}
+        observations, terminations, truncations, infos = {}, {}, {}, {}
+        rewards = defaultdict(int) if self._default_rewards else {}     # the served env's container
         for name in live:
             observations[name], rewards[name], terminations[name], truncations[name], infos[name] = answers[name]
         self.agents = [a for a in live if not (terminations[a] or truncations[a])]

@@ -44,7 +44,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from dmrpc_gym.client.connection import REQUEST_TAGS
-from dmrpc_gym.client.fidelity import exactly
+from dmrpc_gym.client.fidelity import NOTHING_SAID, exactly
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol.fidelity import EXACT_UID
 from dmrpc_gym.protocol.info import INFO_UID
@@ -178,6 +178,8 @@ class SteadyStep:
         carried = None if info is None else agent.read_info(info)
         result = agent.step_result(named, _RUNNING, carried)
         if extras is None:
+            if agent.exact is not None:
+                agent.exact.said = NOTHING_SAID
             return result
         return exactly(result, extras, agent.exact, agent.reward.fn is None and agent.reward.name == "reward")
 

@@ -136,7 +136,7 @@ class DmRpcVectorEnv(VectorEnv):
         **env_kwargs: :class:`~dmrpc_gym.client.env.DmRpcEnv` arguments (``world_settings``,
             ``join_settings``, ``reset_settings``, ``observations``, ``actions``, ``nested``,
             ``reward``, ``discount``, ``seed_setting``, ``render_mode``, ``render_observation``,
-            ``connect_timeout``, ``step_timeout``, ``credentials``, ``metadata``, ``channel``,
+            ``connect_timeout``, ``step_timeout``, ``credentials``, ``grpc_metadata``, ``channel``,
             ``tls``, ``token``, ``compression``, ``max_message_size``).
 
     Each sub-env creates its own world and joins it. Autoreset is ``NEXT_STEP``:

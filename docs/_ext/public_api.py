@@ -29,6 +29,7 @@ PUBLIC_MODULES: dict[str, str] = {
     "dmrpc_gym.integrations.sb3": "Stable-Baselines3: FlatSpaces and a VecEnv without subprocesses",
     "dmrpc_gym.integrations.rllib": "Ray RLlib: env names, servers spread over env runners, multi-agent",
     "dmrpc_gym.integrations.godot": "Godot games that speak the GymGodot protocol",
+    "dmrpc_gym.integrations.godot_rl": "Godot RL Agents games as gymnasium, PettingZoo and dm_env_rpc worlds",
     "dmrpc_gym.spaces": "TensorSpec <-> gymnasium space",
     "dmrpc_gym.worlds": "the bundled worlds, Catch and Tag",
     "dmrpc_gym.worlds.embedded": "the bundled worlds on in-process servers",

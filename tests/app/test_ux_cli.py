@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 from console import TREE, Served, console, console_env, start_console
 
@@ -97,7 +98,7 @@ def test_serve_a_pettingzoo_env_whose_dependency_is_missing_is_one_line(workdir)
 def test_serve_rps_without_pygame_is_one_line(workdir):
     try:
         import pygame  # noqa: F401
-        pytest.skip("pygame is installed: rps_v2 can be served")
+        pytest.skip("needs pygame to be missing (rps_v2 imports it; here it is installed, so rps_v2 serves)")
     except ImportError:
         pass
     result = console("serve", "pettingzoo.classic:rps_v2", "--port", "0", cwd=workdir)
@@ -410,3 +411,47 @@ def test_serve_help_lists_every_kind_of_target_with_an_example(workdir):
                     "dmrpc-gym serve pettingzoo.classic.tictactoe_v3:env",
                     "dmrpc-gym serve dm_control/cartpole-balance", "dmrpc-gym serve bsuite/catch/0"):
         assert example in result.stdout, example
+
+
+def test_serve_renders_offscreen_and_sdl_says_nothing_of_a_missing_session(workdir, monkeypatch):
+    """A client rendering a pygame env (CartPole) through ``serve`` on a machine with no desktop
+    session: SDL's video driver is its dummy one in the server, so SDL prints no
+    ``error: XDG_RUNTIME_DIR is invalid or not set`` (issue 42), and the frame is the env's."""
+    monkeypatch.delenv("SDL_VIDEODRIVER", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    served = Served("CartPole-v1", workdir)
+    try:
+        env = gym.make("dmrpc/Remote-v0", address=served.address, render_mode="rgb_array")
+        env.reset(seed=1)
+        frame = env.render()
+        env.close()
+    finally:
+        said = served.stop()
+    assert frame.shape == (400, 600, 3) and frame.any()
+    assert "XDG_RUNTIME_DIR" not in said, said
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_inspect_fits_its_tables_to_the_terminal(workdir, columns, monkeypatch):
+    """``inspect`` tables as wide as the terminal ($COLUMNS; issue 42: 215 characters before): the
+    last columns (bounds and spaces, values and descriptions) wrap in their cells."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    done = console("inspect", "tag", cwd=workdir)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and any("gymnasium space" in line for line in lines), done.stderr
+    assert max(map(len, lines)) <= columns, max(lines, key=len)
+
+
+def test_a_client_command_that_gives_up_names_its_option_wait(workdir):
+    """The give-up line of a client command names ``--wait`` (its option), not the Python
+    argument ``connect_timeout`` behind it (issue 42)."""
+    from processes import free_port
+    done = console("inspect", f"127.0.0.1:{free_port()}", "--wait", "0.5", cwd=workdir)
+    assert done.returncode == 1 and "(--wait)" in done.stderr and "connect_timeout" not in done.stderr, done.stderr
+
+
+def test_a_mistyped_module_target_says_it_was_tried_as_one_and_suggests(workdir):
+    done = console("serve", "pettingzoo.butterfly.pistonbal_v6", "--port", "0", cwd=workdir)
+    assert done.returncode == 1
+    assert "neither a gymnasium env id nor a module that imports" in done.stderr, done.stderr
+    assert "did you mean 'pettingzoo.butterfly.pistonball_v6'?" in done.stderr, done.stderr

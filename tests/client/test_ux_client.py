@@ -141,21 +141,32 @@ def test_the_lone_agent_check_asks_only_our_own_servers(catch):
     ours.close()
 
 
-def test_human_render_mode_through_gym_make_is_gymnasiums_human_rendering():
+def test_human_render_mode_shows_the_served_frames_in_a_window_of_the_client(monkeypatch):
+    """``render_mode="human"`` (issue 42): the client asks the server for rgb_array frames and shows each
+    in a pygame window of its own at the env's render_fps, as gymnasium's HumanRendering does; no
+    wrapper is needed, so gymnasium.make says nothing."""
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
+    import pygame
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")            # gymnasium says it applies HumanRendering
+        warnings.simplefilter("error")
         env = gym.make("dmrpc/Catch-v0", render_mode="human")
     try:
-        assert env.render_mode == "human"
-        assert type(env).__name__ == "HumanRendering"
-        assert env.unwrapped.render_mode == "rgb_array"
+        assert env.render_mode == env.unwrapped.render_mode == "human"
+        assert "HumanRendering" not in str(env) and env.metadata["render_fps"] == 10
+        env.reset(seed=1)
+        env.step(np.int8(1))
+        assert env.render() is None
+        want = env.unwrapped.agent.current_frame("rgb_array")
+        shown = np.transpose(pygame.surfarray.array3d(pygame.display.get_surface()), (1, 0, 2))
+        assert shown.shape == want.shape and (shown == want).all()
     finally:
         env.close()
+    assert not pygame.display.get_init()
 
 
-def test_human_render_mode_on_dmrpcenv_itself_says_where_it_works(catch):
-    with pytest.raises(ValueError, match=r"gymnasium.make\(\.\.\., render_mode='human'\)"):
-        DmRpcEnv(catch, render_mode="human")
+def test_an_unknown_render_mode_says_which_work(catch):
+    with pytest.raises(ValueError, match=r"render_mode='ansi'; DmRpcEnv renders \['rgb_array', 'human'\]"):
+        DmRpcEnv(catch, render_mode="ansi")
 
 
 # -- item 7: mistakes are no longer accepted silently ---------------------------------------------

@@ -445,7 +445,7 @@ def test_properties_list_read_write(catch_server):
         props = dm_properties.PropertiesExtension(conn)
         assert props["env_id"] == "dmrpc_gym.worlds.catch:Catch"
         assert set(props.specs()) == {"env_id", "worlds", "server_instance", "render_failure",
-                                      "dmrpc_gym.server_status"}
+                                      "dmrpc_gym.server_status", "dmrpc_gym.watch", "dmrpc_gym.watch_frame"}
         assert len(props["server_instance"]) == 32           # a fresh id per run of the server
         with pytest.raises(KeyError):
             props["seed"]  # world properties need a joined world
@@ -454,7 +454,7 @@ def test_properties_list_read_write(catch_server):
         conn.send(dpb.JoinWorldRequest(world_name=world))
         specs = props.specs()
         assert set(specs) == {"env_id", "worlds", "server_instance", "render_failure", "dmrpc_gym.server_status",
-                              "world_name", "seed", "episode_step", "episode_return", "spaces", "frame"}
+                              "dmrpc_gym.watch", "dmrpc_gym.watch_frame", "world_name", "seed", "episode_step", "episode_return", "spaces", "frame"}
         assert not specs["frame"].writable and specs["spaces"].readable
         assert specs["seed"].writable and specs["seed"].readable and not specs["episode_step"].writable
         assert props["seed"] == 4 and props["world_name"] == world

@@ -7,6 +7,7 @@ instead of a step on the next call: gymnasium's ``NEXT_STEP`` autoreset.
 """
 from __future__ import annotations
 
+import functools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
@@ -16,7 +17,7 @@ from gymnasium.vector.utils import batch_space
 
 from dmrpc_gym.integrations.godot.env import GodotEnv
 
-__all__ = ["GodotVectorEnv"]
+__all__ = ["GodotVectorEnv", "start_concurrently"]
 
 _STEP_KEYS = ("observation", "reward", "done")
 
@@ -46,7 +47,7 @@ class GodotVectorEnv(VectorEnv):
             raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
         if max_episode_steps is not None and max_episode_steps < 1:
             raise ValueError(f"max_episode_steps must be None or >= 1; got {max_episode_steps!r}")
-        self.envs: list[GodotEnv] = _start(make_env, kwargs, num_envs)
+        self.envs: list[GodotEnv] = start_concurrently([functools.partial(make_env, **kwargs)] * num_envs)
         first = self.envs[0]
         self.num_envs = num_envs
         self.max_episode_steps = max_episode_steps
@@ -140,18 +141,22 @@ class GodotVectorEnv(VectorEnv):
             env.close()
 
 
-def _start(make_env: Callable[..., GodotEnv], kwargs: dict, n: int) -> list[GodotEnv]:
-    """Make ``n`` envs concurrently (each waits for its own game); on any failure close them all."""
-    with ThreadPoolExecutor(max_workers=min(n, 16)) as pool:
-        futures = [pool.submit(make_env, **kwargs) for _ in range(n)]
-    envs, error = [], None
+def start_concurrently(makers: Sequence[Callable[[], Any]]) -> list:
+    """Call every maker at once (each waits for its own game to start): their results, in order.
+    On any failure the results that have a ``close`` are closed and the first error is raised."""
+    if not makers:
+        return []
+    with ThreadPoolExecutor(max_workers=min(len(makers), 16)) as pool:
+        futures = [pool.submit(make) for make in makers]
+    made, error = [], None
     for future in futures:
         try:
-            envs.append(future.result())
+            made.append(future.result())
         except Exception as exc:  # noqa: BLE001 - re-raised after cleanup
             error = error or exc
     if error is not None:
-        for env in envs:
-            env.close()
+        for item in made:
+            if callable(getattr(item, "close", None)):
+                item.close()
         raise error
-    return envs
+    return made

@@ -22,6 +22,7 @@ import warnings
 from typing import Any, Sequence
 
 import numpy as np
+from gymnasium.error import ResetNeeded
 from gymnasium.vector.utils import batch_space, iterate
 from stable_baselines3.common.vec_env import VecEnv
 
@@ -78,6 +79,7 @@ class DmRpcSB3VecEnv(VecEnv):
         self._plan: dict[int, bool] | None = None
         self._lost: dict[int, BaseException] | None = None
         self._last: list[Any] = [None] * n
+        self._was_reset = False         # step before reset() is refused, as a local env's OrderEnforcing does
         self._start = time.time()
         self._returns = np.zeros(n, dtype=np.float64)
         self._lengths = np.zeros(n, dtype=np.int64)
@@ -101,9 +103,12 @@ class DmRpcSB3VecEnv(VecEnv):
         self._returns[:] = 0.0
         self._lengths[:] = 0
         self._last = [obs for obs, _ in results]
+        self._was_reset = True
         return self._batched(self._last)
 
     def step_async(self, actions: np.ndarray) -> None:
+        if not self._was_reset:
+            raise ResetNeeded("DmRpcSB3VecEnv: call reset() before step() (as a local env's OrderEnforcing asks)")
         if self._to_env is not None:
             actions = self._to_env(np.asarray(actions))
         items = list(iterate(self._env_actions, actions))

@@ -162,7 +162,7 @@ class DmEnvGym(gym.Env):
         self.discount = discount
         last = timestep.last()
         terminated = bool(last and discount == 0)
-        reward = 0.0 if timestep.reward is None else float(timestep.reward)   # its spec's type on the wire
+        reward = 0.0 if timestep.reward is None else timestep.reward   # of its own type (protocol.fidelity)
         return timestep.observation, reward, terminated, bool(last and not terminated), {}
 
     def render(self) -> np.ndarray | None:

@@ -64,6 +64,33 @@ __all__ = ["Factory", "Rendering", "env_kind", "close_quietly", "KINDS", "RENDER
 KINDS = ("gym", "pettingzoo", "dm_env")
 
 
+def unknown_target(target: str, error: Exception) -> str:
+    """Why ``target`` names nothing: no gymnasium env id (gymnasium's ``error`` says why) and, for a
+    dotted name, no importable module either (it was tried as one), with close matches.
+
+    >>> unknown_target("CartPol-v1", Exception("No registered env with id: CartPol-v1"))
+    "unknown gymnasium env id 'CartPol-v1' (No registered env with id: CartPol-v1); did you mean 'CartPole-v1'?"
+    >>> unknown_target("pettingzoo.butterfly.pistonbal_v6", Exception())
+    "'pettingzoo.butterfly.pistonbal_v6' is neither a gymnasium env id nor a module that imports (a dotted TARGET is tried as MODULE and MODULE:factory); did you mean 'pettingzoo.butterfly.pistonball_v6'?"
+    """
+    import difflib
+    import pkgutil
+    parent = target.rpartition(".")[0] if "/" not in target and ":" not in target else ""
+    candidates = list(gym.registry)
+    if parent:
+        try:
+            package = importlib.import_module(parent)
+            candidates = [f"{parent}.{m.name}" for m in pkgutil.iter_modules(getattr(package, "__path__", []))]
+        except Exception:  # noqa: BLE001 - the parent does not import either: no module to suggest
+            candidates = []
+    close = difflib.get_close_matches(target, candidates, n=1, cutoff=0.8)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    if parent:
+        return (f"{target!r} is neither a gymnasium env id nor a module that imports (a dotted TARGET is tried "
+                f"as MODULE and MODULE:factory){hint}")
+    return f"unknown gymnasium env id {target!r} ({error}){hint}"
+
+
 @dataclass(frozen=True)
 class Rendering:
     """How envs of a world are built to render, part of the world's recipe (key :data:`RENDER_MODE`).
@@ -185,7 +212,7 @@ class Factory:
         try:
             spec = gym.spec(target)
         except gym.error.Error as exc:
-            raise ValueError(f"unknown gymnasium env id {target!r}: {exc}") from None
+            raise ValueError(unknown_target(target, exc)) from None
         self.name = self.env_id = spec.id
         self.kind = "gym"
         creator = spec.entry_point
@@ -231,7 +258,9 @@ class Factory:
     def make(self, kwargs: Mapping[str, Any], seed: int | None = None) -> tuple[Any, str]:
         """Build one env with ``kwargs`` (a recipe: settings and, under :data:`RENDER_MODE`, its
         :class:`Rendering`; without one, a foreign client's): ``(env, kind)``. A dm_env factory that
-        takes ``seed`` (bsuite's) is built with the agent's ``seed``, as its own users build it.
+        takes ``seed`` (bsuite's) is built with the agent's ``seed``, as its own users build it; so is one of
+        any kind that says its envs read the seed when built (``seeded_when_built = True``: a Godot RL
+        Agents game's).
 
         A factory that refuses the settings (``TypeError`` or ``ValueError``: an unknown,
         ill-typed or out-of-range keyword) gives ``INVALID_ARGUMENT``; any other error of the
@@ -244,7 +273,7 @@ class Factory:
         if mode is not None and self.kind != "dm_env" and not self._refuses_render_mode:
             kw[RENDER_MODE] = mode
         settings = {k: v for k, v in kwargs.items() if k != RENDER_MODE}
-        seeded = seed is not None and self.kind == "dm_env" and self._takes_seed
+        seeded = seed is not None and self._takes_seed and (self.kind == "dm_env" or self._seeded_when_built)
         if seeded:
             kw[SEED] = seed
         try:
@@ -279,6 +308,12 @@ class Factory:
                 "a gymnasium Env, a PettingZoo ParallelEnv or a dm_env.Environment"
             raise status.failed_precondition(f"{self.name} returned {got}, expected {want}")
         return env, kind
+
+    @functools.cached_property
+    def _seeded_when_built(self) -> bool:
+        """Whether the factory says its envs read their seed when built (``seeded_when_built = True``: a game
+        that takes its seed when it starts), so that a world's env is built with the world's ``seed``."""
+        return getattr(self._make, "seeded_when_built", False) is True
 
     @functools.cached_property
     def _takes_seed(self) -> bool:

@@ -36,7 +36,7 @@ import numpy as np
 
 from dmrpc_gym.protocol import large_tensors
 from dmrpc_gym.protocol.errors import DmRpcError
-from dmrpc_gym.protocol.fidelity import RENDER_METADATA
+from dmrpc_gym.protocol.fidelity import LISTS_METADATA, RENDER_METADATA, listed_settings
 from dmrpc_gym.server.worlds import properties
 from dmrpc_gym.server.serving import status
 from dmrpc_gym.server.worlds.interface import StepAnswer
@@ -81,6 +81,8 @@ class Session:
         self.registry = registry
         #: The render_mode a dmrpc_gym client named in its request headers (None: a foreign client).
         self.render_asked = (headers or {}).get(RENDER_METADATA)
+        #: The world settings a dmrpc_gym client was given as Python lists (protocol.fidelity.lists_header).
+        self.lists = listed_settings((headers or {}).get(LISTS_METADATA))
         self.agent: Any = None
         #: The steady-state answer of the joined agent (:mod:`~dmrpc_gym.server.serving.steady`), or None.
         self.steady: Any = None
@@ -156,7 +158,7 @@ class Session:
 
     async def _create_world(self, request: pb.CreateWorldRequest, response: pb.EnvironmentResponse) -> None:
         response.create_world.world_name = await self.registry.create(request.settings, creator=self,
-                                                                      asked=self.render_asked)
+                                                                      asked=self.render_asked, lists=self.lists)
 
     async def _join_world(self, request: pb.JoinWorldRequest, response: pb.EnvironmentResponse) -> None:
         if self.agent is not None:
@@ -206,6 +208,7 @@ class Session:
                      read=lambda: registry.factory.render_failure or ""),
             Property(STATUS_PROPERTY, pb.STRING, "the server's health, worlds, connections and counts, as JSON "
                      "(what `dmrpc-gym status` shows)", read=registry.stats.status_json),
+            *registry.watches.properties(self),
         ]
         if self.agent is not None:
             props.extend(self.agent.properties())
@@ -227,3 +230,4 @@ class Session:
         except Exception:  # noqa: BLE001 - a closing stream has no one to answer
             log.exception("leaving the world of a closed stream failed")
         self.registry.creator_left(self)
+        self.registry.watches.end(self)

@@ -154,6 +154,7 @@ class AECAgent(ParallelAgent):
         else:
             self._obs, reward, terminated, truncated, info, record = result
             self.episode_return += reward
+            self.last_reward = reward
             self._finished = first and (terminated or truncated)
             out.state, discount = (_RUNNING, 1.0) if first else sequence_state(terminated, truncated)
             self.running = out.state == _RUNNING

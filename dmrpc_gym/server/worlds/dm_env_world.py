@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from dmrpc_gym import spaces
+from dmrpc_gym.protocol.fidelity import exact_step
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server.serving import status
 from dmrpc_gym.server.envs.dm_env_gym import space_of
@@ -45,6 +46,11 @@ class DmEnvAgent(GymAgent):
 
     def _outcome(self, terminated: bool, truncated: bool) -> tuple[int, float]:
         return sequence_state(terminated, truncated)[0], float(self.env.discount)
+
+    def _exact(self, plan: Any, raw: Any, ends: tuple) -> dict | None:
+        """The step's exact extras, with the type of the env's own discount (a Python float unless said)."""
+        return exact_step(raw, *ends, self.interface.scalar_kinds.of(self._obs) if plan.env else None,
+                          self.env.discount) if plan.exact else None
 
 
 class DmEnvWorld(GymWorld):

@@ -16,6 +16,7 @@ import numpy as np
 
 from dmrpc_gym.protocol.fidelity import FRAME_PROPERTY, SPACES_PROPERTY
 from dmrpc_gym.protocol.wire import pb
+from dmrpc_gym.server.worlds.env_facts import env_facts
 from dmrpc_gym.server.worlds.interface import AgentInterface
 from dmrpc_gym.server.worlds.properties import Property
 from dmrpc_gym.server.worlds.rendering import rgb_render
@@ -36,10 +37,11 @@ def say_losses(factory: Any, interface: AgentInterface) -> None:
 
 def fidelity_properties(interface: AgentInterface, env: Any,
                         frame: Callable[[], Awaitable[np.ndarray]]) -> list[Property]:
-    """An agent's :data:`SPACES_PROPERTY` and, when ``env`` renders ``rgb_array``, its
+    """An agent's :data:`SPACES_PROPERTY` (with what ``env`` says of itself, :func:`env_facts`) and, when ``env`` renders ``rgb_array``, its
     :data:`FRAME_PROPERTY` (:mod:`dmrpc_gym.protocol.fidelity`)."""
     props = [Property(SPACES_PROPERTY, pb.STRING, "the exact spaces (and dm_env specs) of this agent's env, "
-                      "as dmrpc_gym describes them", read=interface.description)]
+                      "as dmrpc_gym describes them, and what the env says of itself",
+                      read=lambda: interface.description(env_facts(env)))]
     if rgb_render(env) is not None:
         props.append(Property(FRAME_PROPERTY, pb.UINT8, "the env's render() of its current state, made "
                               "when read (uint8, H x W x C)", read=frame, shape=(-1, -1, -1)))

@@ -44,7 +44,7 @@ from dmrpc_gym.server.envs.factories import RENDER_MODE, Factory, close_quietly
 from dmrpc_gym.server.worlds.fidelity import fidelity_properties, say_losses
 from dmrpc_gym.server.worlds.interface import AgentInterface, StepAnswer, sequence_state, spec_names
 from dmrpc_gym.server.worlds.rendering import current_frame, rgb_render, rgb_shape
-from dmrpc_gym.server.worlds.properties import Property
+from dmrpc_gym.server.worlds.properties import Property, env_properties
 from dmrpc_gym.server.serving.stats import WorldCounts
 from dmrpc_gym.server.running.workers import Lane, WorkerPool
 from dmrpc_gym.server.worlds.settings import (SEED, check_seed, refuse_unknown, pop_seed, same_settings, unpack_settings,
@@ -71,6 +71,8 @@ class GymWorld:
 
     kind = "gym"
     agent_class: type = None  # type: ignore[assignment]  # GymAgent, set below
+    #: While a dashboard watches: what it keeps beyond the counts (:mod:`~dmrpc_gym.server.serving.watching`).
+    watch: Any = None
 
     def __init__(self, name: str, factory: Factory, kwargs: dict[str, Any], seed: int | None, env: Any,
                  lane: Lane, pool: WorkerPool | None = None):
@@ -236,6 +238,7 @@ class GymAgent:
         self.broken = False      # the env raised: do not hand it to another agent
         self.episode_step = 0
         self.episode_return = 0.0
+        self.last_reward: float | None = None    # the reward of the latest step that stepped the env
         self._obs: Any = None
         self._info: Any = None   # what env.reset returned, sent with the first step
 
@@ -333,6 +336,9 @@ class GymAgent:
         state, discount = self._outcome(terminated, truncated)
         if state != _RUNNING:            # the sequence ended (an interruption meanwhile with it)
             self.sequence = self.sequence.to(Sequence.IDLE)
+            watch = self.world.watch
+            if watch is not None:        # a dashboard watches (dmrpc_gym.server.serving.watching)
+                watch.ended(self.episode_return, self.episode_step)
         return state, reward, discount
 
     def ran(self, obs: Any, raw: Any) -> float:
@@ -342,6 +348,7 @@ class GymAgent:
         self._obs = obs
         self.episode_step += 1
         self.episode_return += reward
+        self.last_reward = reward
         return reward
 
     def encode(self, plan: Any, out: StepAnswer, raw: Any, ends: tuple, reward: float, discount: float,
@@ -412,6 +419,7 @@ class GymAgent:
                      read=lambda: self.episode_step),
             Property("episode_return", pb.DOUBLE, "sum of the rewards of the current sequence",
                      read=lambda: self.episode_return),
+            *env_properties(self.env, self.lane),
         ]
 
 

@@ -35,7 +35,7 @@ from gymnasium.spaces import Space
 from dmrpc_gym import spaces
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol import large_tensors
-from dmrpc_gym.protocol.fidelity import EXACT_UID
+from dmrpc_gym.protocol.fidelity import ENV_KEY, EXACT_UID
 from dmrpc_gym.protocol.info import DROPPED, INFO_UID, dropped_keys, info_tensor_bytes, pack_info, unpack_info
 from dmrpc_gym.server.serving import status
 from dmrpc_gym.server.running.workers import Lane, rendered
@@ -196,14 +196,17 @@ class AgentInterface:
         self._plans: dict[tuple[int, ...], _Plan] = {}
         self._observation_table = SpecTable(specs.observations, "observation")
 
-    def description(self) -> str:
+    def description(self, facts: Mapping[str, Any] | None = None) -> str:
         """The exact spaces (and dm_env specs) as text (:mod:`dmrpc_gym.spaces.described`), with the
-        names their tensors travel under (``names``: a bare space's; ``""`` for a Dict), made once."""
+        names their tensors travel under (``names``: a bare space's; ``""`` for a Dict) and ``facts``,
+        what the env says of itself (:mod:`~dmrpc_gym.server.worlds.env_facts`), made once."""
         if self._description is None:
             described: dict[str, Any] = {"observation": describe_space(self.observation_space),
                                          "action": describe_space(self.action_space), "names": self._names}
             if self.dm_specs is not None:
                 described["dm_env"] = {k: describe_dm_spec(v) for k, v in self.dm_specs.items()}
+            if facts is not None:
+                described[ENV_KEY] = dict(facts)
             self._description = pack_info(described)
         return self._description
 

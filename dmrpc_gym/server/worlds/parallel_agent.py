@@ -68,6 +68,7 @@ class ParallelAgent:
         self.episode = 0
         self.result: tuple | None = None
         self.episode_return = 0.0
+        self.last_reward: float | None = None   # the reward of its latest step that stepped the env
         self._obs: Any = None
         self._info: Any = None   # the agent's info from env.reset, sent with its first step
         self._render = self._frame if interface.rgb_shape else None
@@ -114,6 +115,7 @@ class ParallelAgent:
                 self._obs, raw, terminated, truncated, info = result
                 reward, ends = float(raw), (terminated, truncated)
                 self.episode_return += reward
+                self.last_reward = reward
                 out.state, discount = sequence_state(terminated, truncated or self.name not in world.live)
                 self.running = out.state == _RUNNING
         exact = exact_step(raw, *ends, self.interface.scalar_kinds.of(self._obs) if plan.env else None) \

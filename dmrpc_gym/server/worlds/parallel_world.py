@@ -49,7 +49,7 @@ from dmrpc_gym.server.worlds.fidelity import say_losses
 from dmrpc_gym.server.worlds.interface import AgentInterface, spec_names
 from dmrpc_gym.server.worlds.rendering import rgb_shape
 from dmrpc_gym.server.worlds.parallel_agent import AGENT, ParallelAgent, names_text
-from dmrpc_gym.server.worlds.properties import Property
+from dmrpc_gym.server.worlds.properties import Property, env_properties
 from dmrpc_gym.server.serving.stats import WorldCounts
 from dmrpc_gym.server.running.workers import Lane
 from dmrpc_gym.server.worlds.settings import SEED, check_seed, refuse_unknown, unpack_settings, world_reset_settings
@@ -89,6 +89,8 @@ class ParallelWorld:
     """
 
     kind = "pettingzoo"
+    #: While a dashboard watches: what it keeps beyond the counts (:mod:`~dmrpc_gym.server.serving.watching`).
+    watch: Any = None
     #: The class of a joined agent, and what resets the env (on the lane): subclasses' hooks.
     agent_class = ParallelAgent
     env_reset = staticmethod(_reset)
@@ -169,6 +171,9 @@ class ParallelWorld:
         generation = self.generation
         self.resetting = True
         self.counts.resets += 1
+        watch = self.watch
+        if watch is not None and self.rounds:     # a dashboard watches: the episode before's return
+            watch.ended(sum(agent.episode_return for agent in self.agents.values() if agent is not None), self.rounds)
         try:
             obs, infos, agents = await self.lane.quick(self.env_reset, self.env, seed)
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
@@ -370,6 +375,7 @@ class ParallelWorld:
                      "the agents not joined yet: an episode starts once none is missing",
                      read=lambda: np.array([a for a in self.possible if a not in self.agents], dtype=np.str_),
                      shape=(-1,)),
+            *env_properties(self.env, self.lane),
         ]
 
     def _read_seed(self) -> int:

@@ -19,6 +19,7 @@ all; listing a property's own key gives nothing below it.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -30,7 +31,7 @@ from dmrpc_gym.protocol import tensors
 from dmrpc_gym.server.serving import status
 from dmrpc_gym.protocol.wire import PROPERTY_REQUEST_URL, pack_any, pb, props_pb, unpack_any
 
-__all__ = ["Property", "handle"]
+__all__ = ["Property", "handle", "env_properties", "ENV_PROPERTIES"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class Property:
     read: Callable[[], Any] | None = None
     write: Callable[[np.ndarray], None] | None = None
     shape: tuple[int, ...] = ()
+    #: A family of keys (``call.METHOD``): the Property for a key not in the table, or None.
+    resolve: Callable[[str], "Property | None"] | None = None
 
     def spec(self) -> props_pb.PropertySpec:
         """The ``PropertySpec`` listed for this property."""
@@ -64,6 +67,11 @@ class Property:
 
 def _lookup(table: Mapping[str, Property], key: str) -> Property:
     found = table.get(key)
+    for family in table.values():
+        if found is not None:
+            break
+        if family.resolve is not None:
+            found = family.resolve(key)
     if found is None:
         known = ", ".join(sorted(table)) or "none"
         raise status.not_found(f"no property {key!r} (properties: {known})")
@@ -117,6 +125,37 @@ def _list(table: Mapping[str, Property], key: str) -> props_pb.PropertyResponse:
     for name in sorted(table):
         listing.values.append(table[name].spec())
     return response
+
+
+#: The method by which an env offers properties of its own (a list of :class:`Property`).
+ENV_PROPERTIES = "dmrpc_properties"
+
+
+def env_properties(env: Any, lane: Any) -> list[Property]:
+    """The properties ``env`` offers (its ``dmrpc_properties()``), their reads run on the world's ``lane``
+    (where the env's calls run one at a time); none for an env that offers none.
+
+    >>> class Counter:
+    ...     def dmrpc_properties(self):
+    ...         return [Property("count", pb.INT64, "a count", read=lambda: 3)]
+    >>> class Inline:
+    ...     async def quick(self, fn, *args):
+    ...         return fn(*args)
+    >>> import asyncio
+    >>> prop, = env_properties(Counter(), Inline())
+    >>> asyncio.run(prop.read())
+    3
+    """
+    offer = getattr(getattr(env, "unwrapped", env), ENV_PROPERTIES, None)
+    return [_on_lane(prop, lane) for prop in offer()] if callable(offer) else []
+
+
+def _on_lane(prop: Property, lane: Any) -> Property:
+    read, resolve = prop.read, prop.resolve
+    return dataclasses.replace(
+        prop, read=None if read is None else (lambda: lane.quick(read)),
+        resolve=None if resolve is None else (lambda key: None if (found := resolve(key)) is None
+                                              else _on_lane(found, lane)))
 
 
 async def handle(packed: any_pb2.Any, table: Mapping[str, Property]) -> any_pb2.Any:

@@ -41,6 +41,7 @@ from dmrpc_gym.server.worlds.gym_world import GymWorld
 from dmrpc_gym.server.worlds.parallel_world import ParallelWorld
 from dmrpc_gym.server.worlds.settings import describe, pop_seed, unpack_settings
 from dmrpc_gym.server.serving.stats import ServerStats
+from dmrpc_gym.server.serving.watching import Watches
 from dmrpc_gym.server.running.workers import Lane, WorkerPool
 
 __all__ = ["WorldRegistry", "DEFAULT_WORLD"]
@@ -103,6 +104,8 @@ class WorldRegistry:
         self.draining = False
         #: Called (no arguments) whenever the worlds held, or whether one can be created, may have changed.
         self.watchers: list[Callable[[], None]] = []
+        #: The dashboards watching the worlds (:mod:`~dmrpc_gym.server.serving.watching`).
+        self.watches = Watches(self)
 
     def _changed(self) -> None:
         for watcher in self.watchers:
@@ -164,7 +167,7 @@ class WorldRegistry:
         return world
 
     async def create(self, settings: Mapping[str, pb.Tensor], creator: object = None,
-                     asked: str | None = None) -> str:
+                     asked: str | None = None, lists: Any = ()) -> str:
         """CreateWorld: build a world from the settings; returns its unique name.
 
         ``creator``: the connection asking (its worlds count toward
@@ -184,7 +187,7 @@ class WorldRegistry:
                 raise status.resource_exhausted(
                     f"this connection has made {made} worlds, the limit per connection "
                     f"(max_worlds_per_connection): destroy one with DestroyWorld first")
-        kwargs = unpack_settings(settings, "world")
+        kwargs = unpack_settings(settings, "world", lists)    # lists: those the client was given as lists
         seed = pop_seed(kwargs, "world")
         name = f"world-{next(self._numbers)}"
         self._building += 1

@@ -27,8 +27,10 @@ __all__ = ["SEED", "unpack_settings", "pop_seed", "check_seed", "same_settings",
 SEED = "seed"
 
 
-def unpack_settings(settings: Mapping[str, pb.Tensor], what: str) -> dict[str, Any]:
-    """Unpack every setting; ``INVALID_ARGUMENT`` naming the setting when a tensor is malformed."""
+def unpack_settings(settings: Mapping[str, pb.Tensor], what: str, lists: Any = ()) -> dict[str, Any]:
+    """Unpack every setting; ``INVALID_ARGUMENT`` naming the setting when a tensor is malformed.
+    ``lists``: the names of settings the client was given as Python lists, given back as lists
+    (:func:`~dmrpc_gym.protocol.fidelity.lists_header`)."""
     out: dict[str, Any] = {}
     for name, tensor in settings.items():
         try:
@@ -37,6 +39,8 @@ def unpack_settings(settings: Mapping[str, pb.Tensor], what: str) -> dict[str, A
             raise status.invalid_argument(f"{what} setting {name!r}: {exc}") from None
         if value.ndim == 0:
             value = value.item()
+        elif name in lists:
+            value = value.tolist()
         out[name] = value
     return out
 
