@@ -57,8 +57,8 @@ class _TurnAgent(RemoteAgent):
 
     def _apply_specs(self, specs: pb.ActionObservationSpecs) -> None:
         super()._apply_specs(specs)
-        if TURN_UID not in self._requested:
-            self._requested.append(TURN_UID)
+        if TURN_UID not in self.requested:
+            self.requested.append(TURN_UID)
             self._requests.clear()
 
     def _stepped(self, response: pb.StepResponse, large: dict) -> tuple:

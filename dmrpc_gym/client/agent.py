@@ -158,14 +158,14 @@ class RemoteAgent:
         else:                            # what was named, even an observation a scalar reads
             candidates = names
         chosen, bare = select(candidates, o["observations"], "observations")
-        self.observation_space, self._obs_names, self.extra_names = self._space(
+        self.observation_space, self.obs_names, self.extra_names = self._space(
             {n: obs_specs[n] for n in chosen}, bare, o["nested"], "observation")
         act_names, act_bare = select(list(self.specs.actions.specs), o["actions"], "actions")
-        self.action_space, self._act_names, _ = self._space(
+        self.action_space, self.act_names, _ = self._space(
             {n: self.specs.actions.specs[n] for n in act_names}, act_bare, o["nested"], "action")
-        self._act_codec = _spaces.ValueCodec(self.action_space, self._bare_name(self.action_space, self._act_names))
+        self._act_codec = _spaces.ValueCodec(self.action_space, self._bare_name(self.action_space, self.act_names))
         self._obs_codec = _spaces.ValueCodec(self.observation_space,
-                                             self._bare_name(self.observation_space, self._obs_names))
+                                             self._bare_name(self.observation_space, self.obs_names))
         if self._fidelity and o["observations"] is None and o["actions"] is None:
             self._use_exact_spaces()
         # What to ask for every step: everything a callable might read, else what is used.
@@ -177,11 +177,11 @@ class RemoteAgent:
                 wanted.add(render_name)
                 if first and not self._fidelity:
                     self._say_frames_cost(render_name, obs_specs[render_name])
-        self._requested = sorted(self.specs.observations.uid(n) for n in wanted)
+        self.requested = sorted(self.specs.observations.uid(n) for n in wanted)
         if self._carries_info:
-            self._requested.append(INFO_UID)
+            self.requested.append(INFO_UID)
         if self._fidelity:
-            self._requested.append(EXACT_UID)
+            self.requested.append(EXACT_UID)
         self._requests: dict[tuple, pb.StepRequest] = {}
         self._quick = {}
         for source in (self.reward, self.discount):
@@ -195,11 +195,11 @@ class RemoteAgent:
 
     def _use_exact_spaces(self) -> None:
         """Take the served env's own spaces (:class:`~dmrpc_gym.client.fidelity.ExactSpaces`), when usable."""
-        self.exact = ExactSpaces.read(Properties(self.connection), self._obs_names, self._act_names)
+        self.exact = ExactSpaces.read(Properties(self.connection), self.obs_names, self.act_names)
         if self.exact is not None:
             self.observation_space, self.action_space = self.exact.observation_space, self.exact.action_space
             self._obs_codec, self._act_codec = self.exact.codecs
-            self._obs_names, self._act_names = list(self._obs_codec.names), list(self._act_codec.names)
+            self.obs_names, self.act_names = list(self._obs_codec.names), list(self._act_codec.names)
 
     def _say_frames_cost(self, name: str, spec: pb.TensorSpec) -> None:
         """Say once how a foreign server's frames come, and what they cost: every step carries one."""
@@ -233,7 +233,7 @@ class RemoteAgent:
         """Check ``action`` against the action specs and pack it; ``ValueError`` naming what is wrong."""
         if isinstance(action, Mapping) and not isinstance(self.action_space, gym.spaces.Dict):
             raise ValueError(f"got a dict action with keys {sorted(map(str, action))}, but the action space is "
-                             f"{self.action_space}, the single action {self._act_names[0]!r}: "
+                             f"{self.action_space}, the single action {self.act_names[0]!r}: "
                              "pass its value itself")
         self.specs.actions.pack(self._act_codec.flatten(action), request.actions, pieces)
 
@@ -249,7 +249,7 @@ class RemoteAgent:
         request = self._requests.get(key) if key is not None else None
         if request is not None:
             return request, None           # Discrete actions: built once, shared (never modified)
-        request, pieces = pb.StepRequest(requested_observations=self._requested), large_tensors.Pieces(large_tensors.ACTIONS)
+        request, pieces = pb.StepRequest(requested_observations=self.requested), large_tensors.Pieces(large_tensors.ACTIONS)
         if action is not None:
             self._pack_actions(action, request, pieces)
         if key is not None and len(self._requests) < _MEMO:
@@ -273,8 +273,12 @@ class RemoteAgent:
         """Send ``action`` and return the answer, as one call (an interrupt drops its answer)."""
         steady = self._steady                # the steady-state path (dmrpc_gym.client.steady_step)
         result = steady.step(action) if steady is not None and action is not None else None
-        if result is None:
-            result = self._stepped(*self.connection.send_step(*self.step_request(action)))
+        if result is None:                   # the general path: its answer read at the offsets where it has
+            decode = steady.decode if steady is not None else None     # the learned layout, as receive_step
+            response, large = self.connection.send_step(*self.step_request(action), steady=decode)
+            if large is None:
+                return steady.wrap(response)
+            result = self._stepped(response, large)
             result = result if steady is None else steady.learn(result)
         return result
 
@@ -309,16 +313,16 @@ class RemoteAgent:
                 exact_tensor = observations[EXACT_UID]
                 del observations[EXACT_UID]
             named = self.specs.observations.unpack(observations, large=large)
-        carried = None if info_tensor is None else self._read_info(info_tensor)
+        carried = None if info_tensor is None else self.read_info(info_tensor)
         self.last_observations = named
-        result = self._result(named, state, carried)
+        result = self.step_result(named, state, carried)
         if exact_tensor is None:
             if self.exact is not None:
                 self.exact.said = NOTHING_SAID
             return result
         return exactly(result, exact_tensor, self.exact, self.reward.fn is None and self.reward.name == "reward")
 
-    def _read_info(self, tensor: pb.Tensor) -> dict[str, Any] | None:
+    def read_info(self, tensor: pb.Tensor) -> dict[str, Any] | None:
         """The served env's info from the ``info`` observation (a string tensor: never one of the
         large ones read outside protobuf); None when it cannot be read.
 
@@ -341,7 +345,7 @@ class RemoteAgent:
             self._lost_info.add(key)
             warnings.warn(message, stacklevel=5)
 
-    def _result(self, named: dict[str, np.ndarray], state: State, carried: dict[str, Any] | None = None):
+    def step_result(self, named: dict[str, np.ndarray], state: State, carried: dict[str, Any] | None = None):
         if self.render_name is not None and self.render_name in named:
             self.frame = named[self.render_name]
         info: dict[str, Any] = {**carried} if carried else {}

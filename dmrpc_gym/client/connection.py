@@ -24,8 +24,8 @@ from dmrpc_gym.protocol.wire import FEATURES_METADATA, SERVER_METADATA, pb
 from dmrpc_gym.client.addresses import address_list
 from dmrpc_gym.client.lifecycle import ConnectRetries, Patience
 from dmrpc_gym.client.pending import Answer, Pending
-from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, MIN_KEEPALIVE, TOKEN_ENV, GrpcioTransport, GrpcStatus,
-                                 H2Transport, SharedConnections, StreamEnded, Transport, parse_address, token_metadata)
+from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, MIN_KEEPALIVE, NOT_SENT, TAKEN, TOKEN_ENV, GrpcioTransport,
+                                 GrpcStatus, H2Transport, SharedConnections, StreamEnded, Transport, parse_address, token_metadata)
 
 __all__ = ["Connection", "parse_address", "settings_tensors", "transport_options"]
 
@@ -38,7 +38,7 @@ _FIELDS = {
 _EXTENSION = "extension"
 # Stream endings that mean the server went away rather than refused something.
 _GONE = (None, GrpcStatus.OK, GrpcStatus.UNAVAILABLE, GrpcStatus.CANCELLED)
-_TAGS = {name: bytes([(pb.EnvironmentRequest.DESCRIPTOR.fields_by_name[name].number << 3) | 2])
+REQUEST_TAGS = {name: bytes([(pb.EnvironmentRequest.DESCRIPTOR.fields_by_name[name].number << 3) | 2])
          for name in (*_FIELDS.values(), _EXTENSION)}
 
 
@@ -55,7 +55,7 @@ class Connection(ConnectRetries):
             (:mod:`~dmrpc_gym.client.addresses`).
         channel: an existing ``grpc.Channel`` to use instead of ``address``.
         credentials: ``grpc.ChannelCredentials`` for a secure channel to ``address`` (through grpcio).
-        tls: TLS on our own fast path: True (the system's CA store), a CA bundle path, or
+        tls: TLS on our own transport: True (the system's CA store), a CA bundle path, or
             an ``ssl.SSLContext``.
         token: a shared secret the server requires (sent as ``authorization: Bearer <token>``);
             default: the ``DMRPC_GYM_TOKEN`` environment variable when set (``""``: none).
@@ -141,8 +141,6 @@ class Connection(ConnectRetries):
         self._entries = 0                     # requests written so far (the number of the latest)
         self._broken: str | None = None
         self._closed = False
-        #: The latest answer's bytes, as read (a steady-state step learns its layout from them).
-        self.last_message: bytes | None = None
 
     # -- requests --------------------------------------------------------------
     def submit(self, request: Any, pieces: large_tensors.Pieces | None = None) -> None:
@@ -165,7 +163,7 @@ class Connection(ConnectRetries):
         transport = self._transport
         before = transport.messages_sent
         if parts is None:
-            parts = pieces.envelope(_TAGS[field], body) if pieces else (_TAGS[field] + tensors.varint(len(body)), body)
+            parts = pieces.envelope(REQUEST_TAGS[field], body) if pieces else (REQUEST_TAGS[field] + tensors.varint(len(body)), body)
         self._entries += 1
         entry = Pending(field, self._entries)
         pending = self._pending
@@ -251,8 +249,7 @@ class Connection(ConnectRetries):
         while True:
             try:
                 message = self._transport.read(self.timeout)
-                self.last_message = message      # what a steady-state step learns its layout from
-                if steady is not None:
+                if steady is not None:           # (a steady step's decoder: it also learns from them)
                     result = steady(message)
                     if result is not None:
                         return result, None
@@ -277,23 +274,52 @@ class Connection(ConnectRetries):
         """Send ``request`` and return its answer (e.g. a ``pb.StepResponse``)."""
         return self._exchange(0, self.submit, request)[0]
 
-    def send_step(self, request: pb.StepRequest, pieces: large_tensors.Pieces | None = None
-                  ) -> tuple[pb.StepResponse, dict[int, large_tensors.Decoded]]:
-        """Send a StepRequest and return its answer as :meth:`receive_step` does."""
-        return self._exchange(large_tensors.OBSERVATIONS, self.submit, request, pieces)
+    def send_step(self, request: pb.StepRequest, pieces: large_tensors.Pieces | None = None,
+                  steady: Callable[[bytes], Any] | None = None) -> tuple[Any, dict[int, large_tensors.Decoded] | None]:
+        """Send a StepRequest and return its answer as :meth:`receive_step` does (``steady``: as there)."""
+        return self._exchange(large_tensors.OBSERVATIONS, self.submit, request, pieces, steady=steady)
+
+    def steady_write(self, link: Any, framed: tuple[bytes, int], layout: Any) -> Any:
+        """A steady step (:mod:`~dmrpc_gym.client.steady_step`): ``framed`` (its DATA frame, payload size) sent
+        in one round trip of ``link``, counted and owed as :meth:`submit` does: the answer where it has ``layout``;
+        None: it comes the general way; ``NOT_SENT``: nothing sent (closed, broken, first or owed answers)."""
+        if self._closed or self._broken or self._first is not None or self._pending:
+            return NOT_SENT
+        stream, before, number = link.stream, link.stream.messages_sent, self._entries + 1
+        self._entries = number
+        try:
+            message = link.connection.round_trip(link, framed[0], framed[1], layout, self.timeout)
+        except BaseException as err:
+            if stream.messages_sent == before or link.phase == TAKEN:
+                raise                            # nothing sent, or its answer is in: nothing owed
+            if isinstance(err, OSError):
+                raise (self._read_failed(err, "step") if link.phase else self._send_failed(err)) from None
+            entry = Pending("step", number)      # as _write: its answer is dropped when it comes
+            entry.drop()
+            self._pending.append(entry)
+            raise
+        if message is None:
+            self._pending.append(Pending("step", number))
+        return message
+
+    @property
+    def steady_link(self) -> Any:
+        """The transport's :class:`~dmrpc_gym.transport.SteadyLink` (ours has one; a grpcio channel: None)."""
+        return getattr(self._transport, "steady", None)
 
     def send_extension(self, payload: Any) -> Any:
         """Send an extension ``Any`` and return the ``Any`` answered."""
         return self._exchange(0, self.submit_extension, payload)[0]
 
-    def _exchange(self, map_field: int, submit: Callable[..., None], *args: Any) -> tuple[Any, dict]:
+    def _exchange(self, map_field: int, submit: Callable[..., None], *args: Any,
+                  steady: Callable[[bytes], Any] | None = None) -> tuple[Any, dict]:
         """``submit(*args)``, then its answer, as one call: should it be interrupted anywhere,
         even between the two (Ctrl-C), its answer is dropped when it comes, never taken for the
         answer to a later request."""
         first = self._entries + 1
         try:
             submit(*args)
-            return self._receive(map_field)
+            return self._receive(map_field, steady)
         except BaseException:
             for entry in self._pending:
                 if entry.number >= first and entry.answer is Answer.OWED:

@@ -106,9 +106,9 @@ class RemoteDmEnv(dm_env.Environment):
                                 f"observation, nested, and reads the 'reward' / 'discount' observations")
         self.env = DmRpcEnv(address, world_settings=world_settings, join_settings=join_settings,
                             nested=True, **options)
-        agent = self.env._agent
+        agent = self._agent = self.env._agent     # the env's agent, whose latest observations a step reads
         checkers = agent.specs.observations.checkers
-        names = [*agent._obs_names, *agent.extra_names]
+        names = [*agent.obs_names, *agent.extra_names]
         specs = {n: dm_env_spec(checkers[n]) for n in names}
         # A single observation named "observation" is a bare value (how a bare spec is served);
         # any other name is a key, even alone (as DmEnvAdaptor gives it).
@@ -117,10 +117,10 @@ class RemoteDmEnv(dm_env.Environment):
         self._observation_spec = specs[names[0]] if names == ["observation"] else _nest(specs)
         self._extras = list(agent.extra_names)
         action_checkers = agent.specs.actions.checkers
-        action_specs = {n: dm_env_spec(action_checkers[n]) for n in agent._act_names}
-        self._unwrap_action = agent._act_names[0] if not isinstance(agent.action_space, gym.spaces.Dict) \
-            and agent._act_names != ["action"] else None
-        self._action_spec = action_specs["action"] if agent._act_names == ["action"] else _nest(action_specs)
+        action_specs = {n: dm_env_spec(action_checkers[n]) for n in agent.act_names}
+        self._unwrap_action = agent.act_names[0] if not isinstance(agent.action_space, gym.spaces.Dict) \
+            and agent.act_names != ["action"] else None
+        self._action_spec = action_specs["action"] if agent.act_names == ["action"] else _nest(action_specs)
         self._reward_spec = dm_env_spec(checkers[REWARD]) if REWARD in checkers else \
             dm_specs.Array((), np.float64, name=REWARD)
         self._discount_spec = dm_env_spec(checkers[DISCOUNT]) if DISCOUNT in checkers else \
@@ -156,13 +156,13 @@ class RemoteDmEnv(dm_env.Environment):
         if self._unwrap_action is not None and isinstance(action, Mapping):
             action = dict(_flatten(action)).get(self._unwrap_action, action)
         obs, exact_reward, terminated, truncated, info = self.env.step(action)
-        named = self.env._agent.last_observations
+        named = self._agent.last_observations
         reward = named.get(REWARD)
         reward = 0.0 if reward is None else reward[()]
         discount = named.get(DISCOUNT)
         discount = (0.0 if self.env.state == State.TERMINATED else 1.0) if discount is None else discount[()]
         if self._exact:         # the served dm_env's own types: Python floats unless the step says
-            said = self.env._agent.exact.said
+            said = self._agent.exact.said
             reward = exact_reward
             discount = exact_scalar(discount, said["discount"]) if "discount" in said else float(discount)
         self._fresh = terminated or truncated

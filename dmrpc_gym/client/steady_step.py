@@ -5,11 +5,12 @@ After the first step of an episode, a step's request and answer nearly always ha
 answer's layout from a step the general path took and then, per step: takes the request's whole DATA
 frame from a memo (built once per action value by the general encoder: the HTTP/2 frame header, the
 gRPC prefix, the envelope and the map entries), sends it and checks the answer against the layout in
-one :meth:`~dmrpc_gym.transport.client.steady.SteadyLink.round_trip`, and reads the observations at
-their known offsets straight into arrays. An answer that the general read takes (framed otherwise, or
+one :meth:`~dmrpc_gym.transport.client.steady.SteadyTrips.round_trip` (made by
+:meth:`~dmrpc_gym.client.connection.Connection.steady_write`), and reads the observations at their
+known offsets straight into arrays. An answer that the general read takes (framed otherwise, or
 a vector env's pipelined ``receive_step``) is still read at the offsets when its bytes have the layout
 (:meth:`SteadyStep.decode`, which ``Connection._read_one`` calls before protobuf would). The gym-level
-wrapping (reward, discount, the observation's space, ``info``) is the general path's own ``_result``.
+wrapping (reward, discount, the observation's space, ``info``) is the general path's own ``step_result``.
 
 What it assumes (anything else takes the general path, which stays the reference):
 
@@ -30,7 +31,7 @@ What it assumes (anything else takes the general path, which stays the reference
 
 The layout checks itself when it is learned: the observations it reads from that answer must equal,
 in dtype, shape and value, what the general path read; else this agent keeps to the general path until
-its specs change. ``DMRPC_FAST_STEP=0`` in the environment turns the fast path off (read when an
+its specs change. ``DMRPC_STEADY_STEP=0`` in the environment turns the steady path off (read when an
 agent's specs are applied), so that the general path can be measured and tested.
 """
 from __future__ import annotations
@@ -42,18 +43,17 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from dmrpc_gym.client.connection import _TAGS
+from dmrpc_gym.client.connection import REQUEST_TAGS
 from dmrpc_gym.client.fidelity import NOTHING_SAID, exactly
-from dmrpc_gym.client.pending import Pending
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol.fidelity import EXACT_UID
 from dmrpc_gym.protocol.info import INFO_UID
 from dmrpc_gym.protocol.field_reader import LARGE, OBSERVATIONS_FIELD, Unexpected, fields, map_entry, running_step
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.client.states import State
-from dmrpc_gym.transport import FAST_STEP_ENV, NOT_SENT, TAKEN, ByteLayout, grpc_frame
+from dmrpc_gym.transport import STEADY_STEP_ENV, NOT_SENT, ByteLayout, grpc_frame
 
-__all__ = ["SteadyStep", "FAST_STEP_ENV", "enabled", "steady_step"]
+__all__ = ["SteadyStep", "STEADY_STEP_ENV", "enabled", "steady_step"]
 
 _MEMO = 256                          # frames remembered per agent, as the general path's StepRequests
 _MEMO_TYPES = (int, bool, np.integer, np.bool_)
@@ -63,14 +63,14 @@ _NOTHING = (None, None)
 
 
 def enabled() -> bool:
-    """Whether steady-state steps are on (``DMRPC_FAST_STEP`` is not ``0``) on this machine."""
-    return os.environ.get(FAST_STEP_ENV, "1") != "0" and sys.byteorder == "little"
+    """Whether steady-state steps are on (``DMRPC_STEADY_STEP`` is not ``0``) on this machine."""
+    return os.environ.get(STEADY_STEP_ENV, "1") != "0" and sys.byteorder == "little"
 
 
 def steady_step(agent: Any) -> SteadyStep | None:
     """A :class:`SteadyStep` for ``agent`` where its connection's transport has a steady link (ours
     does, a grpcio channel does not) and :func:`enabled`; else None."""
-    link = getattr(agent.connection._transport, "steady", None)
+    link = agent.connection.steady_link
     return SteadyStep(agent, link) if link is not None and enabled() else None
 
 
@@ -99,44 +99,25 @@ class SteadyStep:
         self.slots: tuple[tuple[str, int, int, np.dtype, tuple, int], ...] = ()   # (name, start, stop, dtype, shape, uid)
         #: The info and exact-extras observations of the answer just read (see :meth:`_tail`).
         self.hidden: tuple[pb.Tensor | None, pb.Tensor | None] = _NOTHING
-        self.asked = {uid for uid in (INFO_UID, EXACT_UID) if uid in agent._requested}
+        self.asked = {uid for uid in (INFO_UID, EXACT_UID) if uid in agent.requested}
         self.given_up = False
         self.size, self.pieces = 0, []        # the message's size and fixed pieces (start, stop, bytes)
+        #: The latest answer :meth:`decode` saw while no layout was learned (what :meth:`learn` learns from).
+        self.seen: bytes | None = None
 
     # -- a step ----------------------------------------------------------------------------------
     def step(self, action: Any) -> tuple | None:
         """``(obs, reward, terminated, truncated, info)`` for ``action``; None when nothing was sent."""
-        agent = self.agent
-        conn = agent.connection
-        if conn._closed or conn._broken or conn._first is not None or conn._pending:
-            return None
         kind = type(action)
         framed = self.frames.get((kind, action)) if kind in self.memo_types else None
         if framed is None:
             framed = self._frame(action)
             if framed is None:
                 return None
-        link = self.link
-        stream, pending = link.stream, conn._pending
         self.hidden = _NOTHING
-        before = stream.messages_sent
-        conn._entries += 1
-        entry = Pending("step", conn._entries)
-        try:
-            message = link.round_trip(framed[0], framed[1], self.layout, conn.timeout)
-            if message is None:
-                pending.append(entry)            # the answer comes the general way
-        except BaseException as err:
-            if stream.messages_sent == before or link.phase == TAKEN:
-                raise                            # nothing sent, or its answer is in: nothing owed
-            if isinstance(err, OSError):
-                raise (conn._read_failed(err, "step") if link.phase else conn._send_failed(err)) from None
-            entry.drop()                         # as Connection._write: its answer is dropped when it comes
-            if not any(e is entry for e in pending):
-                pending.append(entry)
-            raise
+        message = self.agent.connection.steady_write(self.link, framed, self.layout)
         if message is None:
-            return agent.receive_step()          # (which learns the layout, when there is none yet)
+            return self.agent.receive_step()     # (which learns the layout, when there is none yet)
         if message is NOT_SENT:
             return None
         return self.wrap(self._named(message))
@@ -147,7 +128,7 @@ class SteadyStep:
         if pieces:
             return None
         body = request.SerializeToString()
-        data = grpc_frame(_TAGS["step"] + tensors.varint(len(body)) + body, self.link.stream.id)
+        data = grpc_frame(REQUEST_TAGS["step"] + tensors.varint(len(body)) + body, self.link.stream.id)
         framed = data, len(data) - 9
         if isinstance(action, _MEMO_TYPES) and len(self.frames) < _MEMO:
             self.memo_types.add(type(action))
@@ -159,6 +140,7 @@ class SteadyStep:
         else None (the general path reads it). Only reads: :meth:`wrap` makes the step's result."""
         layout = self.layout
         if layout is None:
+            self.seen = message                  # what the layout is learned from, if this step is one
             return None
         if layout.tail is None:
             if len(message) != self.size:
@@ -187,14 +169,14 @@ class SteadyStep:
 
     def wrap(self, named: dict) -> tuple:
         """The step's ``(obs, reward, terminated, truncated, info)`` from its observations (a running step
-        of the learned layout, whose tail :meth:`_tail` read): the general path's own ``_result``, as its
+        of the learned layout, whose tail :meth:`_tail` read): the general path's own ``step_result``, as its
         ``_stepped`` calls it."""
         agent = self.agent
         agent.state = _RUNNING
         agent.last_observations = named
         info, extras = self.hidden
-        carried = None if info is None else agent._read_info(info)
-        result = agent._result(named, _RUNNING, carried)
+        carried = None if info is None else agent.read_info(info)
+        result = agent.step_result(named, _RUNNING, carried)
         if extras is None:
             if agent.exact is not None:
                 agent.exact.said = NOTHING_SAID
@@ -228,8 +210,7 @@ class SteadyStep:
         return result
 
     def _learn(self) -> None:
-        agent, conn = self.agent, self.agent.connection
-        raw = conn.last_message
+        agent, raw, self.seen = self.agent, self.seen, None
         if self.layout is not None or self.given_up or raw is None or agent.state != _RUNNING or len(raw) >= LARGE:
             return
         raw = bytes(raw)

@@ -66,6 +66,10 @@ class ScalarKinds:
         elif isinstance(space, gs.Box) and space.shape == ():
             self._leaves[name] = (path, "array")
 
+    def __len__(self) -> int:
+        """How many scalar leaves the space has (none: no value needs its kinds said)."""
+        return len(self._leaves)
+
     def of(self, value: Any) -> dict[str, str] | None:
         """The leaves of ``value`` not held as the codec holds them: ``{name: kind}`` (None: all are)."""
         if not self._leaves:

@@ -14,7 +14,7 @@ The two halves share only the core and never import each other (``tests/test_lay
 """
 from __future__ import annotations
 
-from dmrpc_gym.transport.base import FAST_STEP_ENV, StreamEnded, Transport, Unreachable, check_address, parse_address
+from dmrpc_gym.transport.base import STEADY_STEP_ENV, StreamEnded, Transport, Unreachable, check_address, parse_address
 from dmrpc_gym.transport.client.grpcio_transport import GrpcioTransport
 from dmrpc_gym.transport.client.h2_transport import H2Transport
 from dmrpc_gym.transport.client.pool import SharedConnections
@@ -28,7 +28,7 @@ from dmrpc_gym.transport.server.protocol import GrpcProtocol
 from dmrpc_gym.transport.server.traffic import Traffic
 from dmrpc_gym.transport.unix import listen_unix, remove_socket_file, unix_address, unix_path
 
-__all__ = ["FAST_STEP_ENV", "Transport", "StreamEnded", "Unreachable", "check_address", "parse_address",
+__all__ = ["STEADY_STEP_ENV", "Transport", "StreamEnded", "Unreachable", "check_address", "parse_address",
            "H2Transport", "GrpcioTransport", "SharedConnections", "ByteLayout", "NOT_SENT", "TAKEN",
            "GrpcProtocol", "Method", "StreamError", "Traffic", "ConnectionLimits",
            "DEFAULT_MAX_MESSAGE", "grpc_frame", "MIN_KEEPALIVE", "ErrorCode", "GrpcStatus",

@@ -3,7 +3,7 @@
 A :class:`Transport` carries one gRPC bidirectional stream: whole request
 messages out, whole answer messages in, in order. Two implement it:
 :class:`~dmrpc_gym.transport.client.h2_transport.H2Transport` (our own HTTP/2 client on
-one socket, the fast path) and
+one socket, the steady path) and
 :class:`~dmrpc_gym.transport.client.grpcio_transport.GrpcioTransport` (grpcio's stream,
 for a caller's ``grpc.Channel``). The dm_env_rpc envelope is the caller's business.
 """
@@ -15,12 +15,12 @@ from typing import Protocol, runtime_checkable
 
 from dmrpc_gym.transport.unix import unix_path
 
-__all__ = ["FAST_STEP_ENV", "Transport", "StreamEnded", "Unreachable", "parse_address", "check_address", "ADDRESS_FORMS"]
+__all__ = ["STEADY_STEP_ENV", "Transport", "StreamEnded", "Unreachable", "parse_address", "check_address", "ADDRESS_FORMS"]
 
 #: The environment variable that, set to ``0``, turns the steady-state step path off (issue 32: client
 #: steps, :mod:`dmrpc_gym.client.steady_step`; server answers, :mod:`dmrpc_gym.transport.server.steady`),
 #: so that the general path, the reference, can be measured and tested alone.
-FAST_STEP_ENV = "DMRPC_FAST_STEP"
+STEADY_STEP_ENV = "DMRPC_STEADY_STEP"
 
 #: The address forms our client takes, as a refusal lists them.
 ADDRESS_FORMS = "host:port, [IPv6]:port, unix:PATH or unix:///ABSOLUTE/PATH"

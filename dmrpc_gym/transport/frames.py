@@ -16,6 +16,7 @@ from dmrpc_gym.protocol.tensors import MAX_TENSOR_BYTES
 from dmrpc_gym.transport.codes import ErrorCode, GrpcStatus
 
 __all__ = ["MessageSplitter", "MessageTooLarge", "Deflated", "StreamError", "ProtocolError", "frame", "grpc_frame",
+           "pack_head", "read_head", "pack_prefix", "read_prefix",
            "header_frames", "settings_frame", "goaway_frame", "window_update_frame", "rst_stream_frame", "ping_frame", "MessageParts", "check_frame", "parse_settings", "header_fragment", "unpad", "grpc_status",
            "HEADER", "U32", "PREFACE", "MAX_WINDOW", "DEFAULT_MAX_MESSAGE", "IN_PLACE", "WRITE_CHUNK"]
 
@@ -78,10 +79,54 @@ class MessageTooLarge(StreamError):
         self.size, self.limit = size, limit
 
 
+def pack_head(length: int, kind: int, flags: int, stream: int) -> bytes:
+    """The 9-byte header of a frame of ``length`` payload bytes: the one encoder of frame headers
+    (every frame either end writes, DATA frames of any size included).
+
+    >>> pack_head(7, DATA, 0, 1).hex()
+    '000007000000000001'
+    """
+    return HEADER.pack(length >> 16, length & 0xFFFF, kind, flags, stream)
+
+
+def read_head(buf, at: int = 0) -> tuple[int, int, int, int]:
+    """``(length, kind, flags, stream)`` of the frame header at ``buf[at:at + 9]``: the one decoder of
+    frame headers (both ends' frame readers and steady paths). The stream id's reserved bit is dropped.
+
+    >>> read_head(pack_head(70000, DATA, END_STREAM, 3) + b"...")
+    (70000, 0, 1, 3)
+    """
+    return ((buf[at] << 16) | (buf[at + 1] << 8) | buf[at + 2], buf[at + 3], buf[at + 4],
+            ((buf[at + 5] & 0x7F) << 24) | (buf[at + 6] << 16) | (buf[at + 7] << 8) | buf[at + 8])
+
+
+def read_prefix(buf, at: int, limit: int, option: str) -> tuple[int, int]:
+    """``(flag, size)`` of the gRPC message prefix at ``buf[at:at + 5]``: the one parser of the prefix,
+    and the one place the receiver's message-size ``limit`` (set by ``option``) is held to:
+    :class:`MessageTooLarge` for a size past it, before a byte of the message is kept.
+
+    >>> read_prefix(grpc_frame(b"hi", 1), 9, 100, CLIENT_MESSAGE_LIMIT)
+    (0, 2)
+    """
+    size = (buf[at + 1] << 24) | (buf[at + 2] << 16) | (buf[at + 3] << 8) | buf[at + 4]
+    if size > limit:
+        raise MessageTooLarge(size, limit, option)
+    return buf[at], size
+
+
+def pack_prefix(size: int, flag: bytes = b"\x00") -> bytes:
+    """The gRPC prefix of a message of ``size`` bytes: its flag (``b"\\x01"``: compressed), then the size;
+    the one encoder of the prefix that :func:`read_prefix` reads.
+
+    >>> read_prefix(pack_prefix(300), 0, 1000, CLIENT_MESSAGE_LIMIT)
+    (0, 300)
+    """
+    return flag + U32.pack(size)
+
+
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     """One HTTP/2 frame: 9-byte header, then ``payload``."""
-    n = len(payload)
-    return HEADER.pack(n >> 16, n & 0xFFFF, kind, flags, stream) + payload
+    return pack_head(len(payload), kind, flags, stream) + payload
 
 
 def settings_frame(settings: "tuple[tuple[int, int], ...]") -> bytes:
@@ -123,9 +168,7 @@ def ping_frame(payload: bytes, ack: bool = False) -> bytes:
 
 def grpc_frame(message: bytes, stream: int) -> bytes:
     """One gRPC message (length-prefixed, uncompressed) in one DATA frame."""
-    n = len(message) + 5
-    return (HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream)
-            + b"\x00" + U32.pack(len(message)) + message)
+    return pack_head(len(message) + 5, DATA, 0, stream) + pack_prefix(len(message)) + message
 
 
 class MessageParts:
@@ -141,7 +184,7 @@ class MessageParts:
     def __init__(self, parts, flag: bytes = b"\x00"):
         views = [memoryview(p).cast("B") for p in parts]
         self.left = 5 + sum(map(len, views))
-        self._parts = deque([memoryview(flag + U32.pack(self.left - 5)), *views])
+        self._parts = deque([memoryview(pack_prefix(self.left - 5, flag)), *views])
 
     def __len__(self) -> int:
         return self.left
@@ -288,58 +331,58 @@ class MessageSplitter:
     flagged compressed; without it such a message is a :class:`StreamError`.
     """
 
-    __slots__ = ("_data", "limit", "option", "decompress", "_big", "_size", "_filled", "_flag")
+    __slots__ = ("buffered", "limit", "option", "decompress", "large", "_size", "_filled", "_flag")
 
     def __init__(self, limit: int = MAX_WINDOW, decompress=None, option: str = CLIENT_MESSAGE_LIMIT):
-        self._data = bytearray()
+        self.buffered = bytearray()
         self.limit, self.option = limit, option
         self.decompress = decompress
-        self._big: bytearray | None = None   # a large message being filled in place (one copy)
+        self.large: bytearray | None = None   # a large message being filled in place (one copy)
         self._size = 0                        # its declared size (len(_big) grows toward it)
         self._filled = 0
         self._flag = 0
 
     def feed(self, payload, out: "deque[bytes] | list[bytes]") -> None:
         """Append ``payload`` (bytes-like); every message it completes goes to ``out``."""
-        if self._big is not None:
+        if self.large is not None:
             payload = memoryview(payload)
             n = min(len(payload), self._size - self._filled)
             self._grow(self._filled + n)
-            self._big[self._filled:self._filled + n] = payload[:n]
+            self.large[self._filled:self._filled + n] = payload[:n]
             self.advance(n, out)
             payload = payload[n:]
             if not payload:
                 return
-        data = self._data
+        data = self.buffered
         data += payload
         while len(data) >= 5:
-            size = U32.unpack_from(data, 1)[0]
-            if size > self.limit:
+            try:
+                flag, size = read_prefix(data, 0, self.limit, self.option)
+            except MessageTooLarge:
                 del data[:]
-                raise MessageTooLarge(size, self.limit, self.option)
+                raise
             if len(data) < 5 + size:
                 if size >= IN_PLACE:                  # fill it in place from now on
                     self._filled = len(data) - 5
-                    self._big, self._size, self._flag = bytearray(data[5:]), size, data[0]
+                    self.large, self._size, self._flag = bytearray(data[5:]), size, flag
                     self._grow(min(size, self._filled + IN_PLACE))
                     del data[:]
                 break
-            flag = data[0]
             message = bytes(memoryview(data)[5:5 + size]) if size >= IN_PLACE else bytes(data[5:5 + size])
             del data[:5 + size]
             out.append(self._decode(flag, message) if flag else message)
 
     def room(self) -> memoryview | None:
         """Where the large message being filled wants its next bytes (None: no large message)."""
-        if self._big is None:
+        if self.large is None:
             return None
-        if self._filled == len(self._big):       # full so far: twice the room (no view is held now)
-            self._grow(min(self._size, 2 * len(self._big)))
-        return memoryview(self._big)[self._filled:]
+        if self._filled == len(self.large):       # full so far: twice the room (no view is held now)
+            self._grow(min(self._size, 2 * len(self.large)))
+        return memoryview(self.large)[self._filled:]
 
     def _grow(self, capacity: int) -> None:
         """Make the large message's buffer at least ``capacity`` bytes (never past its size)."""
-        big = self._big
+        big = self.large
         while len(big) < capacity:
             big += _ZEROS[:min(len(_ZEROS), capacity - len(big))]
 
@@ -347,7 +390,7 @@ class MessageSplitter:
         """``n`` bytes were written into :meth:`room`; a completed message goes to ``out``."""
         self._filled += n
         if self._filled == self._size:
-            message, self._big = self._big, None
+            message, self.large = self.large, None
             out.append(self._decode(self._flag, message) if self._flag else message)
 
     def _decode(self, flag: int, message):

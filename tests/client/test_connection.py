@@ -226,10 +226,10 @@ def test_an_interrupted_exchange_never_hands_its_answer_to_the_next_request(serv
     with Connection(server.address) as conn:
         real = conn._receive
 
-        def interrupted(map_field):
+        def interrupted(map_field, *steady):
             monkeypatch.setattr(conn, "_receive", real)        # once
             if where == "after its answer was read":
-                real(map_field)
+                real(map_field, *steady)
             raise _Interrupt()
 
         monkeypatch.setattr(conn, "_receive", interrupted)

@@ -16,10 +16,10 @@ def fuzz_settings(examples: int):
                     suppress_health_check=list(HealthCheck))
 
 
-@pytest.fixture(params=["general", "fast"])
+@pytest.fixture(params=["general", "steady"])
 def both_paths(request, monkeypatch):
-    """The steady-state step path off, then on (issue 32: ``DMRPC_FAST_STEP``, read by each client agent
+    """The steady-state step path off, then on (issue 32: ``DMRPC_STEADY_STEP``, read by each client agent
     and by each server connection as it starts); a module takes it for every test with
     ``pytestmark = pytest.mark.usefixtures("both_paths")``."""
-    monkeypatch.setenv("DMRPC_FAST_STEP", "1" if request.param == "fast" else "0")
+    monkeypatch.setenv("DMRPC_STEADY_STEP", "1" if request.param == "steady" else "0")
     return request.param

@@ -16,27 +16,31 @@ from typing import Protocol
 import pytest
 
 from dmrpc_gym.transport.client import contracts as client_contracts
-from dmrpc_gym.transport.client.clock import _Clock
+from dmrpc_gym.transport.client.clock import CallClock
 from dmrpc_gym.transport.client.connection import GrpcConnection
-from dmrpc_gym.transport.client.control import _Control
-from dmrpc_gym.transport.client.keepalive import _Idle
-from dmrpc_gym.transport.client.large_messages import _LargeMessages
+from dmrpc_gym.transport.client.control import ControlFrames
+from dmrpc_gym.transport.client.keepalive import IdleConnection
+from dmrpc_gym.transport.client.large_messages import LargeMessages
+from dmrpc_gym.transport.client.steady import SteadyTrips
 from dmrpc_gym.transport.server import contracts as server_contracts
 from dmrpc_gym.transport.server.conduct import Watching
 from dmrpc_gym.transport.server.answering import Answering
 from dmrpc_gym.transport.server.protocol import GrpcProtocol
 from dmrpc_gym.transport.server.replies import Replies
 from dmrpc_gym.transport.server.requests import Requests
+from dmrpc_gym.transport.server.steady import Steady
 
 PARTS = {
-    _Control: (GrpcConnection, client_contracts.ControlHost),
-    _LargeMessages: (GrpcConnection, client_contracts.LargeMessagesHost),
-    _Clock: (GrpcConnection, client_contracts.ClockHost),
-    _Idle: (GrpcConnection, client_contracts.IdleHost),
+    ControlFrames: (GrpcConnection, client_contracts.ControlHost),
+    LargeMessages: (GrpcConnection, client_contracts.LargeMessagesHost),
+    CallClock: (GrpcConnection, client_contracts.ClockHost),
+    IdleConnection: (GrpcConnection, client_contracts.IdleHost),
+    SteadyTrips: (GrpcConnection, client_contracts.SteadyHost),
     Requests: (GrpcProtocol, server_contracts.RequestsHost),
     Replies: (GrpcProtocol, server_contracts.RepliesHost),
     Answering: (GrpcProtocol, server_contracts.AnsweringHost),
     Watching: (GrpcProtocol, server_contracts.WatchingHost),
+    Steady: (GrpcProtocol, server_contracts.SteadyHost),
 }
 
 

@@ -12,7 +12,7 @@ from raw_h2 import RawClient, data, message
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport.client.h2_transport import H2Transport
 from dmrpc_gym.transport.codes import ErrorCode
-from dmrpc_gym.transport.flow import PeerSettings, StreamReset, credited
+from dmrpc_gym.transport.flow import Flow, PeerSettings, StreamReset, credited
 from dmrpc_gym.transport.frames import (DATA, GOAWAY, HEADER, MAX_WINDOW, RST_STREAM, SETTINGS, U32, WINDOW_UPDATE,
                                         ProtocolError, frame)
 from dmrpc_gym.worlds.catch import Catch
@@ -59,6 +59,50 @@ def test_settings_values_rfc_9113_forbids_are_connection_errors(key, value, code
     with pytest.raises(ProtocolError) as err:
         PeerSettings().apply(struct.pack(">HL", key, value), [])
     assert err.value.code == code
+
+
+class _Both:
+    def __init__(self, sid: int = 1, window: int = 1000):
+        self.id, self.send_window, self.recv_window, self.credit = sid, 65535, window, 0
+
+    def state(self) -> tuple:
+        return self.send_window, self.recv_window, self.credit
+
+
+def _state(flow: Flow, stream: _Both) -> tuple:
+    return flow.send_window, flow.recv_window, flow.credit, stream.state()
+
+
+def test_data_past_a_receive_window_is_a_flow_control_error_that_changes_nothing():
+    for flow, stream, where in [(Flow(100, 50), _Both(window=1000), "the connection's"),
+                                (Flow(1000, 50), _Both(3, window=100), "stream 3's")]:
+        before = _state(flow, stream)
+        with pytest.raises(ProtocolError) as err:
+            flow.received(stream, 101)
+        assert err.value.code == ErrorCode.FLOW_CONTROL_ERROR and where in str(err.value)
+        assert _state(flow, stream) == before
+
+
+@pytest.mark.parametrize("n", [10, 60, 200])
+def test_a_declined_steady_frame_refunded_leaves_the_state_the_general_path_makes(n):
+    """The steady path admits and consumes a frame at once, then refunds it when its handler declines: the
+    general path then admits it, and consumes it when the request is taken. The windows, the credit and the
+    WINDOW_UPDATEs owed in all are those of the general path alone."""
+    general, g_stream = Flow(1000, 100), _Both(window=1000)
+    owed_general = general.consumed(30, g_stream)
+    general.admit(n, g_stream)
+    owed_general += general.consumed(n, g_stream)
+    steady, s_stream = Flow(1000, 100), _Both(window=1000)
+    owed_steady = steady.consumed(30, s_stream)
+    owed_steady += steady.received(s_stream, n)
+    steady.refund(s_stream, n)
+    steady.admit(n, s_stream)
+    owed_steady += steady.consumed(n, s_stream)
+    granted = lambda owed: sum(U32.unpack_from(owed, i + 9)[0] for i in range(0, len(owed), 13))
+    assert granted(owed_steady) == granted(owed_general)
+    # what each side lets the peer send: the windows plus what was granted and not yet counted there
+    assert (steady.recv_window + steady.credit, s_stream.recv_window + s_stream.credit) == \
+           (general.recv_window + general.credit, g_stream.recv_window + g_stream.credit)
 
 
 def test_settings_remembered_by_name():

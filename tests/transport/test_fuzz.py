@@ -157,7 +157,7 @@ SERVER_INPUTS = st.builds(lambda joined, rest: [_JOIN] * joined + rest, st.boole
 # -- the server's decode path --------------------------------------------------------------------
 
 @pytest.fixture
-def registry():        # (one per run: the general path's worlds must not fill the fast path's registry)
+def registry():        # (one per run: the general path's worlds must not fill the steady path's registry)
     registry = WorldRegistry(Factory(Catch), max_worlds=64)
     yield registry
     registry.close()

@@ -286,7 +286,7 @@ def certificate(tmp_path_factory):
     return self_signed(tmp_path_factory.mktemp("tls"))
 
 
-def test_tls_on_our_fast_path(certificate):
+def test_tls_on_our_own_transport(certificate):
     cert, key = certificate
     with Server(Catch, tls=(cert, key)) as server:
         env = DmRpcEnv(server.address, tls=cert)

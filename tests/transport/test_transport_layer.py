@@ -166,15 +166,15 @@ class _BigFrame(gym.Env):
 
 def test_a_large_answer_is_read_straight_into_its_message(monkeypatch):
     """A large DATA frame takes the direct path (read into the message, not buffered first)."""
-    from dmrpc_gym.transport.client.large_messages import _LargeMessages
+    from dmrpc_gym.transport.client.large_messages import LargeMessages
     calls = []
-    original = _LargeMessages._read_data_direct
+    original = LargeMessages._read_data_direct
 
     def spy(self, *args):
         calls.append(args)
         return original(self, *args)
 
-    monkeypatch.setattr(_LargeMessages, "_read_data_direct", spy)
+    monkeypatch.setattr(LargeMessages, "_read_data_direct", spy)
     with Server(_BigFrame) as server:
         transport = open_h2(server.address)
         try:

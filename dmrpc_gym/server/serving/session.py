@@ -52,7 +52,6 @@ __all__ = ["Session"]
 log = logging.getLogger("dmrpc_gym.server")
 
 _parse = pb.EnvironmentRequest.FromString
-_ANY_SIZE = 1 << 62           # an answer here goes out as every answer does (awaiting the windows)
 #: The requests that start new sequences, refused while the server drains.
 _STARTS = ("reset", "reset_world")
 
@@ -102,12 +101,7 @@ class Session:
         unjoined (:class:`~dmrpc_gym.server.worlds.interface.StepAnswer`); large actions
         are read in place (:func:`~dmrpc_gym.protocol.large_tensors.split`).
         """
-        steady = self.steady                # a step request seen before (dmrpc_gym.server.serving.steady);
-        if steady is not None and type(raw) is bytes and len(raw) < large_tensors.LARGE:   # (a large one is not hashed)
-            answer = steady(raw, _ANY_SIZE)
-            if answer is not None:
-                return answer
-        try:
+        try:                                # (a steady answer was asked for once by the transport: none came)
             large = None
             if len(raw) >= large_tensors.LARGE:
                 raw, large = large_tensors.split(raw, large_tensors.ACTIONS, large_tensors.NO_SPECS if self.agent is None else self.agent.specs)

@@ -23,7 +23,7 @@ What it assumes (anything else declines before anything is done, and the general
 
 Once the env has stepped there is no declining: a step that does not fit the layout (it ended, exact
 extras to say, a reward of another type, an observation of another dtype or shape) is written by the general
-encoder, the very code the general path runs after its step. ``DMRPC_FAST_STEP=0`` turns this off
+encoder, the very code the general path runs after its step. ``DMRPC_STEADY_STEP=0`` turns this off
 (read per connection, :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol`).
 """
 from __future__ import annotations
@@ -40,9 +40,9 @@ from dmrpc_gym.protocol.info import INFO_UID
 from dmrpc_gym.protocol.protowire import varint
 from dmrpc_gym.protocol.field_reader import Unexpected, running_step
 from dmrpc_gym.protocol.wire import pb
-from dmrpc_gym.transport import FAST_STEP_ENV
+from dmrpc_gym.transport import STEADY_STEP_ENV
 from dmrpc_gym.server.worlds.gym_world import GymAgent, Sequence
-from dmrpc_gym.server.worlds.interface import _DISCOUNT, _ENV, _EXACT, _INFO, _REWARD, StepAnswer
+from dmrpc_gym.server.worlds.interface import KIND_DISCOUNT, KIND_ENV, KIND_EXACT, KIND_INFO, KIND_REWARD, StepAnswer
 from dmrpc_gym.server.running.workers import NOT_NOW
 
 __all__ = ["SteadyServe"]
@@ -52,7 +52,7 @@ _SMALL = 1 << 12                    # requests longer than this are not remember
 _IMMUTABLE = (np.generic, int, float, bool)
 _PACK_DOUBLE, _UNPACK_DOUBLE = struct.Struct("<d").pack, struct.Struct("<d").unpack
 _ENTRY_TAG = bytes(((OBSERVATIONS << 3) | 2,))       # an entry of the StepResponse's observations map
-_HIDDEN = (_INFO, _EXACT)                            # observations no spec lists: they go last
+_HIDDEN = (KIND_INFO, KIND_EXACT)                            # observations no spec lists: they go last
 _RUNNING = Sequence.RUNNING
 _RUNNING_STATE = pb.RUNNING
 _REWARD_SLOT = ""                   # the slot name of the reward (observation names are never empty)
@@ -93,14 +93,14 @@ class SteadyServe:
     def __init__(self, agent: GymAgent, failure: Callable[[str, Exception], bytes]):
         self.agent, self.failure = agent, failure
         self.interface = agent.interface
-        self.kinds = bool(agent.interface.scalar_kinds._leaves)   # (scalar leaves: their kinds may need saying)
+        self.kinds = bool(len(agent.interface.scalar_kinds))   # (scalar leaves: their kinds may need saying)
         self.requests: dict[bytes, tuple] = {}       # request bytes -> (action, plan, layout)
         self.layouts: dict[Any, _Layout | None] = {}  # plan -> the answer's layout (None: none fits)
 
     @classmethod
     def of(cls, agent: Any, failure: Callable[[str, Exception], bytes]) -> SteadyServe | None:
         """The steady path of ``agent`` (None for agents other than a GymAgent's, or with the switch off)."""
-        if type(agent) is not GymAgent or os.environ.get(FAST_STEP_ENV, "1") == "0":
+        if type(agent) is not GymAgent or os.environ.get(STEADY_STEP_ENV, "1") == "0":
             return None
         return cls(agent, failure)
 
@@ -149,7 +149,7 @@ class SteadyServe:
             flat = {layout.whole: obs}           # what flatten gives for it (ValueCodec.whole)
         elif plan.env:
             try:
-                flat = self.interface._obs_codec.flatten(obs)
+                flat = self.interface.obs_codec.flatten(obs)
             except (ValueError, TypeError):
                 return None
         else:
@@ -187,7 +187,7 @@ class SteadyServe:
         agent = self.agent
         if agent.interface is not self.interface:           # a new env, maybe new specs: start again
             self.interface, self.requests, self.layouts = agent.interface, {}, {}
-            self.kinds = bool(agent.interface.scalar_kinds._leaves)
+            self.kinds = bool(len(agent.interface.scalar_kinds))
         if raw in self.requests or len(self.requests) >= _MEMO or len(raw) > _SMALL or agent.sequence is not _RUNNING:
             return message
         try:
@@ -221,11 +221,11 @@ class SteadyServe:
         pieces.append(answer[at:end])
         first, body = pieces[0], end - body_start
         pieces[0] = STEP_TAG + varint(body) + first        # the envelope of an answer without info
-        whole = self.interface._obs_codec.whole if plan.env else None
+        whole = self.interface.obs_codec.whole if plan.env else None
         layout = _Layout(pieces, slots, whole if [s[0] for s in slots if s[0]] == [whole] else None,
-                         any(item[1] == _INFO for item in plan.items), first, body)
+                         any(item[1] == KIND_INFO for item in plan.items), first, body)
         try:
-            rebuilt = self._filled(plan, layout, self.agent._obs, reward, answer[end:])
+            rebuilt = self._filled(plan, layout, self.agent.observation, reward, answer[end:])
         except Exception:  # noqa: BLE001 - an observation this path cannot write: the general path's
             return None
         return layout if rebuilt == answer else None
@@ -242,10 +242,10 @@ class SteadyServe:
         cuts = []
         for uid, dtype, shape, a, b in values:
             kind, name, dt = items[uid]
-            if kind == _ENV:
+            if kind == KIND_ENV:
                 cuts.append((a, b, (name, dtype, shape)))
-            elif kind == _REWARD and dt == pb.DOUBLE:
+            elif kind == KIND_REWARD and dt == pb.DOUBLE:
                 cuts.append((a, b, (_REWARD_SLOT, None, None)))
-            elif kind != _DISCOUNT or dt != pb.DOUBLE:
+            elif kind != KIND_DISCOUNT or dt != pb.DOUBLE:
                 raise Unexpected
         return cuts, len(answer) if tail is None else tail, body_start

@@ -246,6 +246,11 @@ class GymAgent:
     def specs(self) -> pb.ActionObservationSpecs:
         return self.interface.specs
 
+    @property
+    def observation(self) -> Any:
+        """The env's latest observation, as it gave it (what the latest answer carried)."""
+        return self._obs
+
     def _recipe(self) -> dict[str, Any]:
         return {**self.world.kwargs, **self.overrides}
 

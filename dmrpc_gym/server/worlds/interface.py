@@ -48,14 +48,15 @@ from dmrpc_gym.protocol.wire import pb
 log = logging.getLogger("dmrpc_gym.server")
 
 __all__ = ["sequence_state", "AgentInterface", "StepAnswer", "spec_names", "OBSERVATION", "ACTION", "REWARD",
-           "DISCOUNT", "RGB"]
+           "DISCOUNT", "RGB", "KIND_ENV", "KIND_REWARD", "KIND_DISCOUNT", "KIND_RGB", "KIND_INFO", "KIND_EXACT"]
 
 #: Spec name of a bare (non-Dict) observation space, and of a bare action space.
 OBSERVATION, ACTION = "observation", "action"
 #: Names of the observations the server adds.
 REWARD, DISCOUNT, RGB = "reward", "discount", "RGB"
 
-_ENV, _REWARD, _DISCOUNT, _RGB, _INFO, _EXACT = range(6)
+#: The kind of each item of an observation plan (what the general and the steady answers write for it).
+KIND_ENV, KIND_REWARD, KIND_DISCOUNT, KIND_RGB, KIND_INFO, KIND_EXACT = range(6)
 _PLAN_CACHE = 64
 
 
@@ -116,7 +117,7 @@ class _Plan:
     def __init__(self, items: tuple, env: bool, rgb: bool):
         self.items, self.env, self.rgb = items, env, rgb
         #: The step's exact extras are asked for (only our clients ask): worth working out.
-        self.exact = any(item[1] == _EXACT for item in items)
+        self.exact = any(item[1] == KIND_EXACT for item in items)
 
 
 class AgentInterface:
@@ -160,7 +161,7 @@ class AgentInterface:
             names = names or {}
             self._names = {OBSERVATION: _prefix(observation_space, names.get(OBSERVATION, OBSERVATION)),
                            ACTION: _prefix(action_space, names.get(ACTION, ACTION))}
-            self._obs_codec = spaces.ValueCodec(observation_space, self._names[OBSERVATION])
+            self.obs_codec = spaces.ValueCodec(observation_space, self._names[OBSERVATION])
             self._act_codec = spaces.ValueCodec(action_space, self._names[ACTION])
         except (TypeError, ValueError) as exc:
             raise status.failed_precondition(f"{who} cannot be served: {exc}") from None
@@ -170,7 +171,7 @@ class AgentInterface:
         self._actions = SpecTable(specs.actions, "action")
         self._defaults = {c.name: _default(c) for c in self._actions.by_uid.values()}
         self._observations: dict[int, tuple[int, int, str, int]] = {}
-        env_specs = self._obs_codec.specs
+        env_specs = self.obs_codec.specs
         extra = {REWARD: pb.TensorSpec(name=REWARD, dtype=pb.DOUBLE),
                  DISCOUNT: pb.TensorSpec(name=DISCOUNT, dtype=pb.DOUBLE)}
         extra[DISCOUNT].min.doubles.array.append(0.0)
@@ -183,14 +184,14 @@ class AgentInterface:
             raise status.failed_precondition(
                 f"{who} cannot be served: its observation {clash[0]!r} has the name of an "
                 f"observation the server adds ({', '.join(extra)})")
-        kinds = {REWARD: _REWARD, DISCOUNT: _DISCOUNT, RGB: _RGB}
+        kinds = {REWARD: KIND_REWARD, DISCOUNT: KIND_DISCOUNT, RGB: KIND_RGB}
         for uid, (name, spec) in enumerate([*env_specs.items(), *extra.items()], 1):
             specs.observations[uid].CopyFrom(spec)
-            self._observations[uid] = (uid, kinds.get(name, _ENV), name, spec.dtype)
+            self._observations[uid] = (uid, kinds.get(name, KIND_ENV), name, spec.dtype)
         self.specs = specs
         # info: asked for only by our clients, listed in no spec (see dmrpc_gym.protocol.info).
-        self._observations[INFO_UID] = (INFO_UID, _INFO, "info", pb.STRING)
-        self._observations[EXACT_UID] = (EXACT_UID, _EXACT, "exact", pb.STRING)   # protocol.fidelity
+        self._observations[INFO_UID] = (INFO_UID, KIND_INFO, "info", pb.STRING)
+        self._observations[EXACT_UID] = (EXACT_UID, KIND_EXACT, "exact", pb.STRING)   # protocol.fidelity
         self._who, self._dropped = who, set()
         self._plans: dict[tuple[int, ...], _Plan] = {}
         self._observation_table = SpecTable(specs.observations, "observation")
@@ -256,7 +257,7 @@ class AgentInterface:
                 raise status.invalid_argument(
                     f"no observation has UID {uid} (observations: {self._observation_table.listing})")
             items.append(entry)
-        plan = _Plan(tuple(items), any(e[1] == _ENV for e in items), any(e[1] == _RGB for e in items))
+        plan = _Plan(tuple(items), any(e[1] == KIND_ENV for e in items), any(e[1] == KIND_RGB for e in items))
         if len(key) <= len(self._observations):      # kept: at most _PLAN_CACHE keys this long
             if len(self._plans) >= _PLAN_CACHE:
                 self._plans.clear()
@@ -272,25 +273,25 @@ class AgentInterface:
         flat = None
         if plan.env:
             try:
-                flat = self._obs_codec.flatten(observation)
+                flat = self.obs_codec.flatten(observation)
             except (ValueError, TypeError) as exc:
                 raise status.internal(f"the env's observation does not fit its space: {exc}") from None
         for uid, kind, name, dt in plan.items:
-            if kind == _ENV:
+            if kind == KIND_ENV:
                 try:
                     out.add(uid, flat[name], dt)
                 except KeyError:
                     raise status.internal(f"the env's observation has no value for {name!r}") from None
                 except (ValueError, TypeError) as exc:
                     raise status.internal(f"the env's observation {name!r} does not fit its spec: {exc}") from None
-            elif kind == _REWARD:
+            elif kind == KIND_REWARD:
                 out.add_double(uid, reward) if dt == pb.DOUBLE else out.add(uid, reward, dt)
-            elif kind == _DISCOUNT:
+            elif kind == KIND_DISCOUNT:
                 out.add_double(uid, discount) if dt == pb.DOUBLE else out.add(uid, discount, dt)
-            elif kind == _INFO:
+            elif kind == KIND_INFO:
                 if info:
                     out.add_bytes(uid, self.info_tensor(info))
-            elif kind == _EXACT:
+            elif kind == KIND_EXACT:
                 if exact:
                     out.add_bytes(uid, info_tensor_bytes(pack_info(exact)))
             else:

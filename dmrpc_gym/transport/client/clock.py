@@ -9,7 +9,7 @@ at no cost per call.
 
 >>> import socket
 >>> a, b = socket.socketpair()
->>> clock = _Clock()
+>>> clock = CallClock()
 >>> clock._sock, clock._timeout, clock._per_call = a, None, 0.05
 >>> clock._begin(); clock._arm(); a.gettimeout() <= 0.05
 True
@@ -27,7 +27,7 @@ from typing import Callable
 __all__: list[str] = []
 
 
-class _Clock:
+class CallClock:
     """Deadlines of the running call (the connection's ``lock`` is held throughout).
 
     What it needs of its host: :class:`~dmrpc_gym.transport.client.contracts.ClockHost`.

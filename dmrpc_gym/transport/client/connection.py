@@ -32,17 +32,19 @@ import hpack
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.client import interrupts
-from dmrpc_gym.transport.flow import PeerSettings
+from dmrpc_gym.transport.flow import Flow
 from dmrpc_gym.transport.frames import (CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM,
-                                        GATHER_SECONDS, GOAWAY, HEADER, HEADERS, IN_PLACE, MAX_WINDOW, PADDED, PING,
+                                        GATHER_SECONDS, GOAWAY, HEADERS, IN_PLACE, MAX_WINDOW, PADDED, PING,
                                         PREFACE, PROTOCOL_ERROR, PUSH_PROMISE, RST_STREAM, SETTINGS, SETTING_FRAME,
                                         SETTING_PUSH, SETTING_WINDOW, U32, WINDOW_UPDATE, ProtocolError, check_frame,
-                                        frame, grpc_frame, header_frames, settings_frame, window_update_frame)
+                                        frame, grpc_frame, header_frames, read_head, settings_frame,
+                                        window_update_frame)
 from dmrpc_gym.transport.headers import HeaderBlock
-from dmrpc_gym.transport.client.clock import _Clock
-from dmrpc_gym.transport.client.control import _Control
-from dmrpc_gym.transport.client.keepalive import RECV_CHUNK, _Idle
-from dmrpc_gym.transport.client.large_messages import _LargeMessages
+from dmrpc_gym.transport.client.clock import CallClock
+from dmrpc_gym.transport.client.control import ControlFrames
+from dmrpc_gym.transport.client.keepalive import RECV_CHUNK, IdleConnection
+from dmrpc_gym.transport.client.large_messages import LargeMessages
+from dmrpc_gym.transport.client.steady import SteadyTrips
 from dmrpc_gym.transport.client.stream import GrpcStream
 from dmrpc_gym.transport.client.idle_watcher import IdleWatcher
 
@@ -52,9 +54,11 @@ __all__ = ["GrpcConnection", "GrpcStream", "DEFAULT_MAX_MESSAGE"]
 CLOSE_WAIT = 0.5
 
 _OUR_FRAME = 2**24 - 1           # largest frame we accept
+#: Received bytes that earn the server a WINDOW_UPDATE (connection and stream): half our window, past it.
+CREDIT_AT = MAX_WINDOW // 2 + 1
 
 
-class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
+class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleConnection):
     """A client's HTTP/2 connection: :meth:`open_stream` gives the gRPC streams it carries.
 
     Args:
@@ -92,9 +96,9 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
         self._per_call = self._timeout           # seconds a whole call may take (see clock)
         self._watcher: IdleWatcher | None = None
         self.messages_sent = 0                    # on all streams (the idle watcher's sign of activity)
-        self._send_conn = DEFAULT_WINDOW         # what we may still send on the connection
-        self._peer = PeerSettings()
-        self.received = 0               # bytes received since our last connection WINDOW_UPDATE
+        #: The connection's flow control (:class:`~dmrpc_gym.transport.flow.Flow`): the server's settings,
+        #: the windows both ways, and the credit given back once half our window is received.
+        self.flow = Flow(MAX_WINDOW, CREDIT_AT)
         self._goaway: str | None = None
         self._partial: tuple | None = None   # a large DATA frame being read in place
         self._request = [(":method", "POST"), (":scheme", scheme), (":path", path), (":authority", authority),
@@ -120,10 +124,10 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
                 headers.append(("grpc-encoding", compression))
             headers += [(k.lower(), v) for k, v in metadata]
             self._check_header_list(headers)
-            stream = GrpcStream(self, self._next_id, compression, max_message_size, self._peer.initial_window)
+            stream = GrpcStream(self, self._next_id, compression, max_message_size, self.flow.peer.initial_window)
             self._next_id += 2
             try:     # before the server's SETTINGS arrive its frame limit is the default 16384
-                self.send(header_frames(stream.id, 0, self._encoder.encode(headers), self._peer.max_frame))
+                self.send(header_frames(stream.id, 0, self._encoder.encode(headers), self.flow.peer.max_frame))
             except OSError as err:
                 self._dead = err
                 raise ConnectionError(f"the connection was lost as a stream opened: {err}") from None
@@ -134,7 +138,7 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
     def usable(self) -> bool:
         """Whether another stream may be opened here: open, alive, not going away, under the peer's limit."""
         return (not self.closed and self._dead is None and self._goaway is None
-                and (self._peer.max_streams is None or len(self.streams) < self._peer.max_streams))
+                and (self.flow.peer.max_streams is None or len(self.streams) < self.flow.peer.max_streams))
 
     def keepalive(self, ping_every: float | None = None) -> None:
         """Answer the server's PINGs (and other control frames) while no call is running; with
@@ -165,9 +169,7 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
             if stream.ended is not None or self._dead is not None:
                 raise stream.ended or self._dead
             n = sum(map(len, parts)) + 5 if len(parts) > 1 else len(parts[0]) + 5
-            if n <= stream.send_window and n <= self._send_conn and n <= self._peer.max_frame and not stream.compress:
-                stream.send_window -= n
-                self._send_conn -= n
+            if not stream.compress and self.flow.take(stream, n):
                 self.send(grpc_frame(parts[0] if len(parts) == 1 else b"".join(parts), stream.id), stream)
                 return
             self._begin()
@@ -361,10 +363,8 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
         buf = self._buf
         if len(buf) < 9:
             self._fill(9)
-        hi, lo, kind, flags, sid = HEADER.unpack_from(buf)
-        length = (hi << 16) | lo
+        length, kind, flags, sid = read_head(buf)
         end = 9 + length
-        sid &= 0x7FFFFFFF
         if kind == DATA and length >= IN_PLACE and not flags & PADDED and len(buf) < end \
                 and not self._headers_in.open and sid in self.streams:
             return self._read_data_direct(self.streams[sid], flags, length)   # read into the message
@@ -387,7 +387,10 @@ class GrpcConnection(_Control, _LargeMessages, _Clock, _Idle):
                     return stream.on_data(flags, payload)
                 if not sid:
                     raise ProtocolError(PROTOCOL_ERROR, "a DATA frame on stream 0")
-                self.received += length          # a stream we closed: its bytes still count
+                self.flow.admit(length)          # a stream we closed: its bytes still count
+                owed = self.flow.consumed(length)
+                if owed:
+                    self.send(owed)
                 return
             check_frame(kind, flags, sid, length)
             if self._headers_in.open and (kind != CONTINUATION or sid != self._headers_in.stream):

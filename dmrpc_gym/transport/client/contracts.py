@@ -1,8 +1,9 @@
 """What each part of the client connection needs of the connection it is mixed into.
 
 :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` is assembled from parts, each a
-mixin in a module of its own: the control frames (``_Control``), large messages
-(``_LargeMessages``), the clock (``_Clock``) and the connection between calls (``_Idle``). A part
+mixin in a module of its own: the control frames (``ControlFrames``), large messages
+(``LargeMessages``), the clock (``CallClock``), the connection between calls (``IdleConnection``) and the
+steady path (``SteadyTrips``). A part
 uses state that the connection's ``__init__`` sets and methods that other parts define; the
 protocols here write that down, one per part, so that a part can be read (and changed) without
 reading the whole. ``tests/transport/test_contracts.py`` holds each part to its protocol: every
@@ -19,16 +20,18 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import hpack
 
-from dmrpc_gym.transport.flow import PeerSettings
+from dmrpc_gym.transport.flow import Flow
+from dmrpc_gym.transport.frames import ProtocolError
+from dmrpc_gym.transport.headers import HeaderBlock
 
 if TYPE_CHECKING:   # the stream module imports nothing of these; typing only
     from dmrpc_gym.transport.client.stream import GrpcStream
 
-__all__ = ["ControlHost", "LargeMessagesHost", "ClockHost", "IdleHost"]
+__all__ = ["ControlHost", "LargeMessagesHost", "ClockHost", "IdleHost", "SteadyHost"]
 
 
 class ControlHost(Protocol):
-    """What ``_Control`` (SETTINGS, WINDOW_UPDATE, GOAWAY, PING; the handshake) needs."""
+    """What ``ControlFrames`` (SETTINGS, WINDOW_UPDATE, GOAWAY, PING; the handshake) needs."""
 
     streams: dict[int, GrpcStream]
     _sock: socket.socket
@@ -36,9 +39,8 @@ class ControlHost(Protocol):
     _dead: Exception | None
     _encoder: hpack.Encoder
     _goaway: str | None
-    _peer: PeerSettings
+    flow: Flow
     _ping_every: float | None
-    _send_conn: int
     _settled: bool
     _unsent: bytes
 
@@ -51,7 +53,7 @@ class ControlHost(Protocol):
 
 
 class LargeMessagesHost(Protocol):
-    """What ``_LargeMessages`` (messages past one DATA frame, both ways) needs."""
+    """What ``LargeMessages`` (messages past one DATA frame, both ways) needs."""
 
     _sock: socket.socket
     _buf: bytearray
@@ -59,9 +61,8 @@ class LargeMessagesHost(Protocol):
     _deadline: float | None
     _kernel: bool
     _partial: tuple | None
-    _peer: PeerSettings
+    flow: Flow
     _ping_every: float | None
-    _send_conn: int
     _timeout: float | None
     _timeout_by_select: bool
     _unsent: bytes
@@ -72,10 +73,11 @@ class LargeMessagesHost(Protocol):
     def _arm(self) -> None: ...
     def _await_peer(self) -> None: ...
     def _heard_nothing(self, silent_from: float | None) -> float: ...
+    def _fail(self, err: ProtocolError) -> None: ...
 
 
 class ClockHost(Protocol):
-    """What ``_Clock`` (a call's deadline over all its socket operations) needs."""
+    """What ``CallClock`` (a call's deadline over all its socket operations) needs."""
 
     _sock: socket.socket
     _timeout: float | None
@@ -83,7 +85,7 @@ class ClockHost(Protocol):
 
 
 class IdleHost(Protocol):
-    """What ``_Idle`` (the idle watcher's reads, keepalive PINGs, non-blocking looks) needs."""
+    """What ``IdleConnection`` (the idle watcher's reads, keepalive PINGs, non-blocking looks) needs."""
 
     lock: threading.Lock
     streams: dict[int, GrpcStream]
@@ -102,3 +104,36 @@ class IdleHost(Protocol):
     def _read_frame(self) -> None: ...
     def _at_once(self, call: Callable[[int], int]) -> int | None: ...
     def _set_timeout(self, seconds: float | None) -> None: ...
+
+
+class SteadyHost(Protocol):
+    """What ``SteadyTrips`` (the steady path: one frame out, one answer of a known layout in) needs.
+
+    Of the connection's state it reads, before it sends, only what says the general ``write`` would
+    send the frame at once (alive, nothing unsent or corked, no Jupyter kernel, the flow state's
+    ``take``), and before it receives, only what says the general ``read`` would read the answer from
+    a fresh ``recv`` (no timeout, nothing buffered or part way, no header block open). It moves that
+    state only as the general path does: ``flow.take`` and ``flow.received``
+    (:class:`~dmrpc_gym.transport.flow.Flow`), ``send`` for the WINDOW_UPDATEs owed, the counters
+    ``messages_sent``, and ``_buf`` for an answer it hands over.
+    ``tests/transport/test_steady_state.py`` holds the two paths to the same state after N steps.
+    """
+
+    lock: threading.Lock
+    flow: Flow
+    messages_sent: int
+    _sock: socket.socket
+    _buf: bytearray
+    _rbuf: bytearray
+    _rview: memoryview
+    _dead: Exception | None
+    _unsent: bytes
+    _corked: float
+    _kernel: bool
+    _per_call: float | None
+    _timeout: float | None
+    _timeout_by_select: bool
+    _partial: tuple | None
+    _headers_in: HeaderBlock
+
+    def send(self, data: bytes, stream: GrpcStream | None = None) -> None: ...

@@ -10,14 +10,14 @@ from __future__ import annotations
 import struct
 
 from dmrpc_gym.transport.codes import GrpcStatus
-from dmrpc_gym.transport.flow import SETTINGS_ACK, StreamReset, credited
+from dmrpc_gym.transport.flow import SETTINGS_ACK, StreamReset
 from dmrpc_gym.transport.frames import (ACK, FRAME_SIZE_ERROR, PROTOCOL_ERROR, SETTINGS, U32, ProtocolError,
-                                        goaway_frame, ping_frame)
+                                        goaway_frame, ping_frame, read_head)
 
 __all__: list[str] = []          # a part of GrpcConnection, not an interface of its own
 
 
-class _Control:
+class ControlFrames:
     """The control frames of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` (a mixin).
 
     What it needs of its host: :class:`~dmrpc_gym.transport.client.contracts.ControlHost`.
@@ -48,20 +48,16 @@ class _Control:
                 stream.end(None, f"the server is going away ({self._goaway})")
 
     def _on_window_update(self, sid: int, increment: int) -> None:
-        if sid == 0:
-            self._send_conn = credited(self._send_conn, increment, 0)
-            return
-        stream = self.streams.get(sid)
-        if stream is not None:
-            try:
-                stream.send_window = credited(stream.send_window, increment, sid)
-            except StreamReset as err:      # this stream only (RFC 9113 6.9.1)
+        stream = self.streams.get(sid) if sid else None
+        try:
+            self.flow.window_update(sid, increment, stream)
+        except StreamReset as err:          # this stream only (RFC 9113 6.9.1)
                 stream.reset(err.code, None, f"the server broke HTTP/2 flow control on this stream: {err}")
 
     def _on_settings(self, flags: int, sid: int, payload: bytes) -> None:
         if flags & ACK:
             return
-        peer = self._peer
+        peer = self.flow.peer
         peer.apply(payload, list(self.streams.values()))
         self._encoder.header_table_size = peer.header_table
         if peer.max_streams == 0:          # our streams are over the peer's limit
@@ -99,8 +95,9 @@ class _Control:
             line = bytes(self._buf).split(b"\n", 1)[0].strip().decode("latin-1")[:100]
             raise ConnectionError(f"the server speaks HTTP/1.x (or another text protocol), not HTTP/2: "
                                   f"it answered {line!r}")
-        if self._buf[3] != SETTINGS:
-            raise ProtocolError(PROTOCOL_ERROR, f"the server's first frame is of type {self._buf[3]}, not SETTINGS")
+        kind = read_head(self._buf)[1]
+        if kind != SETTINGS:
+            raise ProtocolError(PROTOCOL_ERROR, f"the server's first frame is of type {kind}, not SETTINGS")
         while not self._settled:
             self._read_frame()
         self._end_call()
@@ -108,7 +105,7 @@ class _Control:
     def _check_header_list(self, headers: list[tuple[str, str]]) -> None:
         """``ValueError`` for request headers past the server's SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 6.5.2:
         names and values plus 32 bytes each), as gRPC's clients refuse them, instead of a stream the server ends."""
-        limit = self._peer.max_header_list
+        limit = self.flow.peer.max_header_list
         if limit is not None:
             size = sum(len(k) + len(v.encode() if isinstance(v, str) else v) + 32 for k, v in headers)
             if size > limit:

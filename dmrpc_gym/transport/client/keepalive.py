@@ -3,18 +3,18 @@ looking for an answer without blocking.
 
 A mixin of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection`; every method runs
 with the stream's ``lock`` held. The idle watcher
-(:mod:`~dmrpc_gym.transport.client.idle_watcher`) calls :meth:`_Idle._pump` when the socket
+(:mod:`~dmrpc_gym.transport.client.idle_watcher`) calls :meth:`IdleConnection._pump` when the socket
 is readable and no call runs, and, with keepalive on (``ping_every`` seconds,
-off by default), :meth:`_Idle._tick` about once a second: a connection quiet
+off by default), :meth:`IdleConnection._tick` about once a second: a connection quiet
 ``ping_every`` seconds gets a PING, and one whose PING waits
 :data:`PING_TIMEOUT` seconds for its ACK is declared dead, so the next call
 fails at once, naming the cause. A call waiting for its answer does the same
-(:meth:`_Idle._await_peer`): after ``ping_every`` seconds in which nothing came,
+(:meth:`IdleConnection._await_peer`): after ``ping_every`` seconds in which nothing came,
 it PINGs, and it fails :data:`PING_TIMEOUT` seconds later if the PING is not
 answered (a frozen server), so a call never waits longer than the two for a
-server that says nothing at all. :meth:`_Idle.answer_ready` lets a caller
+server that says nothing at all. :meth:`IdleConnection.answer_ready` lets a caller
 with many streams (the vector env's async batches) wait for whichever
-answers first, on the sockets that :meth:`_Idle.fileno` gives.
+answers first, on the sockets that :meth:`IdleConnection.fileno` gives.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ _SLICE = 0.02                 # seconds a read of a shared connection waits befo
 _READ_SLICE = 1               # seconds a blocking read waits, keepalive on, before it looks at the clock
 
 
-class _Idle:
+class IdleConnection:
     """The connection between calls (see the module doc).
 
     What it needs of its host: :class:`~dmrpc_gym.transport.client.contracts.IdleHost`.

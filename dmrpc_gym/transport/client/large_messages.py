@@ -11,13 +11,13 @@ from __future__ import annotations
 import ssl
 
 from dmrpc_gym.transport.client import interrupts
-from dmrpc_gym.transport.frames import DATA, HEADER, MessageParts, StreamError
+from dmrpc_gym.transport.frames import DATA, MessageParts, ProtocolError, StreamError, pack_head
 from dmrpc_gym.transport.client.keepalive import RECV_CHUNK
 
 __all__: list[str] = []          # a part of GrpcConnection, not an interface of its own
 
 
-class _LargeMessages:
+class LargeMessages:
     """The large-message paths of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` (a mixin).
 
     What it needs of its host: :class:`~dmrpc_gym.transport.client.contracts.LargeMessagesHost`.
@@ -32,17 +32,17 @@ class _LargeMessages:
         stream.broken = True               # until the last frame of this message is committed
         stream.messages_sent += 1
         self.messages_sent += 1
+        flow = self.flow
         while message.left:
-            while min(stream.send_window, self._send_conn) <= 0:
+            while flow.room(stream, message.left) <= 0:
                 self._read_frame()
                 if stream.ended is not None:
                     raise stream.ended
-            n = min(message.left, stream.send_window, self._send_conn, self._peer.max_frame)
+            n = flow.room(stream, message.left)
             if self._deadline is not None:
                 self._arm()
-            stream.send_window -= n
-            self._send_conn -= n
-            self._send_parts([HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id), *message.take(n)])
+            flow.spend(stream, n)
+            self._send_parts([pack_head(n, DATA, 0, stream.id), *message.take(n)])
         stream.broken = False
 
     def _send_parts(self, parts: list) -> None:
@@ -124,4 +124,7 @@ class _LargeMessages:
                 if guard:
                     interrupts.release()
         self._partial = None
-        stream.data_done(flags, length)
+        try:
+            stream.data_done(flags, length)      # the flow state admits it (past a window: GOAWAY)
+        except ProtocolError as err:
+            self._fail(err)

@@ -1,8 +1,8 @@
 """A client stream's steady-state exchange: one prebuilt DATA frame out, one answer of a known layout in.
 
-The fast path of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection`'s ``write`` and ``read``
+The steady path of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection`'s ``write`` and ``read``
 for a request whose answer is expected to have the same bytes as an earlier one except in known slots
-(:class:`ByteLayout`). :meth:`SteadyLink.round_trip` holds the connection's lock once, sends the frame
+(:class:`ByteLayout`). :meth:`SteadyTrips.round_trip` (a part of the connection) holds its lock once, sends the frame
 with one ``send`` and takes the answer with one ``recv_into``, checked in place. The general ``write``
 and ``read`` stay the reference; this path hands over to them wherever it cannot be sure.
 
@@ -23,20 +23,20 @@ What it assumes (anything else is handed over, with nothing lost):
 
 Hostile input: only bytes equal to the layout's fixed parts are taken here, and the layout was learned
 from an answer the general path accepted (its size under the stream's message limit); everything else
-meets the general path's bounds. The connection's flow control and counters move as the general path moves them.
+meets the general path's bounds. The connection's flow control moves by the calls the general path makes
+(:class:`~dmrpc_gym.transport.flow.Flow`'s ``take`` and ``received``), and its counters as the general path moves them.
 """
 from __future__ import annotations
 
 import ssl
 from typing import Any, Callable
 
-from dmrpc_gym.transport.client.stream import _HALF
 from dmrpc_gym.protocol.protowire import varint
-from dmrpc_gym.transport.frames import grpc_frame
+from dmrpc_gym.transport.frames import CLIENT_MESSAGE_LIMIT, MessageTooLarge, grpc_frame, read_head, read_prefix
 
-__all__ = ["ByteLayout", "SteadyLink", "NOT_SENT", "SENDING", "RECEIVING", "TAKEN"]
+__all__ = ["ByteLayout", "SteadyLink", "SteadyTrips", "NOT_SENT", "SENDING", "RECEIVING", "TAKEN"]
 
-#: :meth:`SteadyLink.round_trip`'s answer when it sent nothing (the general path must send).
+#: :meth:`SteadyTrips.round_trip`'s answer when it sent nothing (the general path must send).
 NOT_SENT = False
 #: :attr:`SteadyLink.phase`: where the latest round trip got to.
 SENDING, RECEIVING, TAKEN = 0, 1, 2
@@ -87,8 +87,11 @@ class ByteLayout:
         if tail is None or got < tail + 14:
             return None
         n, width = got - 9, self._width
-        if ((view[0] << 16 | view[1] << 8 | view[2]) == n
-                and (view[10] << 24 | view[11] << 16 | view[12] << 8 | view[13]) == n - 5
+        try:
+            declared = read_prefix(view, 9, n - 5, CLIENT_MESSAGE_LIMIT)[1]
+        except MessageTooLarge:
+            return None
+        if (read_head(view)[0] == n and declared == n - 5
                 and view[15:15 + width] == varint(n - 6 - width)
                 and self.check_tail(view, tail + 14, got)):
             return self._tailed
@@ -116,14 +119,15 @@ def _width(message: bytes) -> int:
 
 class SteadyLink:
     """The steady-state exchange of one :class:`~dmrpc_gym.transport.client.stream.GrpcStream`
-    (see the module's docstring for what it assumes).
+    (see the module's docstring for what it assumes): the stream, its connection, whose
+    :meth:`~SteadyTrips.round_trip` makes the exchange, and how far the latest one got.
 
     >>> from dmrpc_gym.transport.client.h2_transport import open_connection
     >>> from dmrpc_gym.worlds.embedded import embedded_server
     >>> conn = open_connection(embedded_server("catch").address, 5.0)
     >>> link = SteadyLink(conn.open_stream())
-    >>> link.stream.id, link.connection is conn
-    (1, True)
+    >>> link.stream.id, link.connection is conn, link.phase == SENDING
+    (1, True, True)
     >>> link.stream.close()
     """
 
@@ -136,58 +140,63 @@ class SteadyLink:
         #: through) or :data:`TAKEN` (its answer was taken here).
         self.phase = SENDING
 
-    def round_trip(self, data: bytes, size: int, layout: ByteLayout | None, timeout: float | None):
-        """Send ``data`` (one DATA frame of ``size`` payload bytes, as ``grpc_frame`` builds it) and
-        take the answer when it has ``layout``: the message (a ``bytearray``); None when the answer is
-        left to the general read; :data:`NOT_SENT` when nothing was sent. ``timeout`` is the read's
-        (the general path's ``read(timeout)``); any but None hands the receiving over."""
-        stream, conn = self.stream, self.connection
-        self.phase = SENDING
-        with conn.lock:
-            if (stream.ended is not None or conn._dead is not None or conn._unsent or conn._corked
-                    or size > stream.send_window or size > conn._send_conn or size > conn._peer.max_frame
-                    or stream.compress or conn._kernel):
+
+class SteadyTrips:
+    """The steady path of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection` (a mixin).
+
+    What it needs of its host: :class:`~dmrpc_gym.transport.client.contracts.SteadyHost`.
+    """
+
+    def round_trip(self, link: SteadyLink, data: bytes, size: int, layout: ByteLayout | None,
+                   timeout: float | None):
+        """Send ``data`` (one DATA frame of ``size`` payload bytes, as ``grpc_frame`` builds it) on
+        ``link``'s stream and take the answer when it has ``layout``: the message (a ``bytearray``);
+        None when the answer is left to the general read; :data:`NOT_SENT` when nothing was sent.
+        ``timeout`` is the read's (the general path's ``read(timeout)``); any but None hands the
+        receiving over. The windows move by the flow state's ``take`` and ``received``, as the
+        general ``write`` and ``read`` move them."""
+        stream, flow = link.stream, self.flow
+        link.phase = SENDING
+        with self.lock:
+            if (stream.ended is not None or self._dead is not None or self._unsent or self._corked
+                    or stream.compress or self._kernel or not flow.take(stream, size)):
                 return NOT_SENT
-            # As GrpcConnection.write and send: the windows, then the message committed before a byte goes.
-            stream.send_window -= size
-            conn._send_conn -= size
-            conn._unsent, stream.messages_sent, conn.messages_sent = (
-                data, stream.messages_sent + 1, conn.messages_sent + 1)
-            sock, end, sent = conn._sock, size + 9, 0
+            # As write and send: the windows (taken above), then the message committed before a byte goes.
+            self._unsent, stream.messages_sent, self.messages_sent = (
+                data, stream.messages_sent + 1, self.messages_sent + 1)
+            sock, end, sent = self._sock, size + 9, 0
             try:
                 while sent < end:
                     sent += sock.send(data[sent:] if sent else data)
             finally:
-                conn._unsent = data[sent:] if sent < end else b""
-            self.phase = RECEIVING
-            conn._per_call = timeout
+                self._unsent = data[sent:] if sent < end else b""
+            link.phase = RECEIVING
+            self._per_call = timeout
             splitter = stream.splitter
-            if (layout is None or timeout is not None or conn._timeout is not None or conn._buf
-                    or conn._partial or stream.messages or conn._headers_in.data is not None
-                    or splitter._data or splitter._big is not None or conn._timeout_by_select):
+            if (layout is None or timeout is not None or self._timeout is not None or self._buf
+                    or self._partial or stream.messages or self._headers_in.data is not None
+                    or splitter.buffered or splitter.large is not None or self._timeout_by_select):
                 return None
             try:
-                got = sock.recv_into(conn._rbuf)
+                got = sock.recv_into(self._rbuf)
             except _WOULD_BLOCK:                 # keepalive's read slice passed: the general read goes on
                 return None
             except OSError as err:               # the general read raises it (and says so) the same way
-                conn._dead = err
+                self._dead = err
                 return None
-            view = conn._rview
+            view = self._rview
             checks = layout.checks if got == layout.total else layout.fitting(view, got)
             if checks is not None:
                 for a, b, piece in checks:
                     if view[a:b] != piece:
                         break
                 else:
-                    message = conn._rbuf[14:got]
+                    message = self._rbuf[14:got]
                     stream.messages_read += 1
-                    n = got - 9                  # as GrpcStream.on_data: the windows earned back
-                    stream.received += n
-                    conn.received += n
-                    self.phase = TAKEN
-                    if stream.received > _HALF or conn.received > _HALF:
-                        stream.data_done(0, 0)
+                    link.phase = TAKEN
+                    owed = flow.received(stream, got - 9)   # as GrpcStream.on_data: the windows earned back
+                    if owed:
+                        self.send(owed)
                     return message
-            conn._buf += view[:got]
+            self._buf += view[:got]
             return None

@@ -17,11 +17,9 @@ from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.base import StreamEnded
 from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.frames import (CANCEL, END_STREAM, MAX_WINDOW, PADDED, MessageSplitter, StreamError,
-                                        grpc_status, rst_stream_frame, unpad, window_update_frame)
+                                        grpc_status, rst_stream_frame, unpad)
 
 __all__ = ["GrpcStream"]
-
-_HALF = MAX_WINDOW // 2          # received bytes that earn the peer a WINDOW_UPDATE
 
 
 class GrpcStream:
@@ -57,7 +55,8 @@ class GrpcStream:
         self.initial_metadata: dict[str, str] = {}
         self.compress = compression and encodings.compressor(compression)
         self.send_window = send_window
-        self.received = 0                # bytes received since this stream's last WINDOW_UPDATE
+        self.recv_window = MAX_WINDOW    # what the server may still send on it (we advertise 2**31-1)
+        self.credit = 0                  # bytes received since this stream's last WINDOW_UPDATE
         #: Messages committed to the stream (see :meth:`GrpcConnection.write`), and answers read.
         self.messages_sent = self.messages_read = 0
         #: An interrupt fell between the frames of a message too large for one frame.
@@ -95,12 +94,7 @@ class GrpcStream:
                 self.splitter.feed(unpad(payload) if flags & PADDED else payload, self.messages)
         except StreamError as err:
             self.refuse(err)
-        n = len(payload)
-        self.received += n
-        conn = self.connection
-        conn.received += n
-        if self.received > _HALF or conn.received > _HALF or flags & END_STREAM:
-            self.data_done(flags, 0)
+        self.data_done(flags, len(payload))
 
     def feed(self, payload) -> None:
         try:
@@ -109,18 +103,12 @@ class GrpcStream:
             self.refuse(err)
 
     def data_done(self, flags: int, length: int) -> None:
-        """A DATA frame of ``length`` more bytes is through: credit the windows, end on END_STREAM."""
+        """A DATA frame of ``length`` bytes is through: admitted and credited by the connection's flow state
+        (a client gives credit back as it receives), its WINDOW_UPDATEs sent; the stream ends on END_STREAM."""
         conn = self.connection
-        self.received += length
-        conn.received += length
-        update = b""
-        if conn.received > _HALF:
-            update, conn.received = window_update_frame(0, conn.received), 0
-        if self.received > _HALF:
-            update += window_update_frame(self.id, self.received)
-            self.received = 0
-        if update:
-            conn.send(update)
+        owed = conn.flow.received(self, length)
+        if owed:
+            conn.send(owed)
         if flags & END_STREAM:
             self.end(None, "the server ended the stream without trailers")
 

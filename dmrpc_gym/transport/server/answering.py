@@ -44,8 +44,9 @@ class Answering:
                 if many:
                     async for answer in session.handle(raw):
                         await self._send(stream, answer)
-                else:
-                    await self._send(stream, await session.handle(raw))
+                else:                    # a steady answer, asked once (transport.server.steady), or handle's
+                    answer = self._steady_answer(stream, raw)
+                    await self._send(stream, answer if answer is not None else await session.handle(raw))
             else:
                 over = False             # more requests may come
         except BaseException as exc:  # noqa: BLE001 - see _failed: a status for this stream, or re-raised

@@ -28,19 +28,21 @@ import hpack
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.codes import GrpcStatus
-from dmrpc_gym.transport.base import FAST_STEP_ENV
-from dmrpc_gym.transport.server import eager, steady
+from dmrpc_gym.transport.base import STEADY_STEP_ENV
+from dmrpc_gym.transport.server import eager
+from dmrpc_gym.transport.server.steady import Steady
 from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM,
-                                        FRAME_SIZE_ERROR, GOAWAY, HEADER, HEADERS, IN_PLACE, NO_ERROR, PING, PREFACE,
+                                        FRAME_SIZE_ERROR, GOAWAY, HEADERS, IN_PLACE, NO_ERROR, PING, PREFACE,
                                         PROTOCOL_ERROR, PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTINGS,
                                         SETTING_FRAME, SETTING_HEADER_LIST, SETTING_STREAMS, SETTING_WINDOW, U32,
                                         WINDOW_UPDATE, WRITE_CHUNK, Deflated, ProtocolError,
-                                        check_frame, goaway_frame, ping_frame, rst_stream_frame, settings_frame,
-                                        window_update_frame)
-from dmrpc_gym.transport.flow import SETTINGS_ACK, PeerSettings, StreamReset, credited
+                                        check_frame, goaway_frame, ping_frame, read_head, rst_stream_frame,
+                                        settings_frame, window_update_frame)
+from dmrpc_gym.transport.flow import SETTINGS_ACK, Flow, StreamReset
 from dmrpc_gym.transport.server.stream import HEADER_LIMIT, HTTP1_ANSWER, Inbound, Stream, StreamHandler, refusal_of
 from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.server.replies import Replies
+from dmrpc_gym.transport.server import requests
 from dmrpc_gym.transport.server.requests import Requests, receive_window
 from dmrpc_gym.transport.server.conduct import Conduct, Watching
 from dmrpc_gym.transport.server.answering import Answering
@@ -57,7 +59,7 @@ _OUR_FRAME = 1 << 20             # largest frame we accept (we advertise it)
 _LINGER = 1.0                    # seconds a connection that broke the protocol is read and dropped
 
 
-class GrpcProtocol(Requests, Replies, Answering, Watching, asyncio.Protocol):
+class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Protocol):
     """One HTTP/2 connection: any number of gRPC streams, each served by its own session.
 
     ``methods``: what is served, :class:`~dmrpc_gym.transport.server.methods.Method` by ``:path``
@@ -85,19 +87,17 @@ class GrpcProtocol(Requests, Replies, Answering, Watching, asyncio.Protocol):
         self._max_message = max_message_size
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
-        self._steady = os.environ.get(FAST_STEP_ENV, "1") != "0"    # the steady-state path, per connection
+        if os.environ.get(STEADY_STEP_ENV, "1") != "0":    # the steady path (transport.server.steady), per connection
+            self.data_received = self._steady_received
         self._preface = False
         self._streams: dict[int, Stream] = {}
         self._headers_in = HeaderBlock(self._limits.max_header_list_size, HEADER_LIMIT)
         self._decoder = self._headers_in.decoder()
         self._encoder = hpack.Encoder()
-        self._send_conn = DEFAULT_WINDOW   # what we may still send on the connection
-        self._peer = PeerSettings()
-        # Inbound flow control: the client may send what the session has consumed, and one
-        # largest message more (so memory follows what the application takes, not what arrives).
+        # Flow control (transport.flow): inbound, the client may send what the session has consumed, and
+        # one largest message more (so memory follows what the application takes, not what arrives).
         self._window = receive_window(max_message_size)
-        self._recv_window = self._window   # what the client may still send on the connection
-        self._credit = 0                   # bytes consumed since our last connection WINDOW_UPDATE
+        self._flow = Flow(self._window, requests.CREDIT_AT)
         self._conduct: Conduct | None = None
         self._tick: asyncio.TimerHandle | None = None
         self._frames_done = 0              # frames and header blocks taken whole: how a stall is told
@@ -138,11 +138,9 @@ class GrpcProtocol(Requests, Replies, Answering, Watching, asyncio.Protocol):
             except OSError:
                 pass
 
-    def data_received(self, data: bytes) -> None:
-        if self._steady and not self._buf:
-            data = steady.take(self, data)   # steady-state requests answered (transport.server.steady)
-            if not data:
-                return
+    def _frames_received(self, data: bytes) -> None:
+        """The general path of ``data_received``: frames read one by one (the steady path, when on, is
+        ``data_received`` and hands over what it does not take)."""
         if self._lingering:
             return                         # after a protocol error: read and dropped (see abort)
         self._traffic.bytes_in += len(data)
@@ -154,8 +152,7 @@ class GrpcProtocol(Requests, Replies, Answering, Watching, asyncio.Protocol):
             if not self._preface and not self._check_preface(buf):
                 return
             while len(buf) >= 9:
-                hi, lo, kind, flags, stream = HEADER.unpack_from(buf)
-                length = (hi << 16) | lo
+                length, kind, flags, stream = read_head(buf)
                 if length > _OUR_FRAME:
                     raise ProtocolError(FRAME_SIZE_ERROR, f"a frame of {length} bytes exceeds our "
                                                           f"SETTINGS_MAX_FRAME_SIZE of {_OUR_FRAME}")
@@ -168,9 +165,9 @@ class GrpcProtocol(Requests, Replies, Answering, Watching, asyncio.Protocol):
                     return
                 if kind == DATA and length >= IN_PLACE and not self._headers_in.open:   # copied once, into its message
                     with memoryview(buf) as view:
-                        self._on_data(flags, stream & 0x7FFFFFFF, view[9:end])
+                        self._on_data(flags, stream, view[9:end])
                 else:
-                    self._on_frame(kind, flags, stream & 0x7FFFFFFF, bytes(buf[9:end]))
+                    self._on_frame(kind, flags, stream, bytes(buf[9:end]))
                 del buf[:end]
                 self._frames_done += 1
             if (buf or self._headers_in.open) and self._tick is None:
@@ -240,23 +237,20 @@ class GrpcProtocol(Requests, Replies, Answering, Watching, asyncio.Protocol):
     def _on_settings(self, flags: int, sid: int, payload: bytes) -> None:
         if flags & ACK:
             return
-        self._peer.apply(payload, self._streams.values())
-        self._encoder.header_table_size = self._peer.header_table
+        self._flow.peer.apply(payload, self._streams.values())
+        self._encoder.header_table_size = self._flow.peer.header_table
         self._write(SETTINGS_ACK)
         self._window_open.set()
 
     def _on_window_update(self, flags: int, sid: int, payload: bytes) -> None:
         increment = U32.unpack(payload)[0] & 0x7FFFFFFF
-        if sid == 0:
-            self._send_conn = credited(self._send_conn, increment, 0)
-        elif sid in self._streams:
-            stream = self._streams[sid]
-            try:
-                stream.send_window = credited(stream.send_window, increment, sid)
-            except StreamReset as err:
-                self._reset(stream, err.code)
-        elif sid > self._last_stream:
+        stream = self._streams.get(sid)
+        if sid and stream is None and sid > self._last_stream:
             raise ProtocolError(PROTOCOL_ERROR, f"WINDOW_UPDATE on idle stream {sid}")
+        try:
+            self._flow.window_update(sid, increment, stream)
+        except StreamReset as err:
+            self._reset(stream, err.code)
         self._window_open.set()
 
     def _on_continuation(self, flags: int, sid: int, payload: bytes) -> None:
@@ -302,7 +296,7 @@ class GrpcProtocol(Requests, Replies, Answering, Watching, asyncio.Protocol):
                 self._traffic.refuse("max_streams")
             self._write(rst_stream_frame(sid, REFUSED_STREAM))
             return
-        stream = Stream(sid, self._peer.initial_window, self._max_message, self._window)
+        stream = Stream(sid, self._flow.peer.initial_window, self._max_message, self._window)
         refusal = refusal_of(headers, self._token, self._headers_in.size, self._limits.max_header_list_size,
                              self._methods)
         if refusal is not None:
@@ -407,3 +401,4 @@ _HANDLERS = tuple({
     SETTINGS: GrpcProtocol._on_settings, PING: GrpcProtocol._on_ping, WINDOW_UPDATE: GrpcProtocol._on_window_update,
     RST_STREAM: GrpcProtocol._on_reset, GOAWAY: GrpcProtocol._on_goaway, PUSH_PROMISE: GrpcProtocol._on_push,
 }.get(kind) for kind in range(CONTINUATION + 1))
+GrpcProtocol.data_received = GrpcProtocol._frames_received   # the general path (the steady one: per connection)

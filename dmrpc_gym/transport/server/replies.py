@@ -13,7 +13,7 @@ import urllib.parse
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport import frames
-from dmrpc_gym.transport.frames import (DATA, END_STREAM, GATHER_SECONDS, HEADER, NO_ERROR, WRITE_CHUNK,
+from dmrpc_gym.transport.frames import (DATA, END_STREAM, GATHER_SECONDS, NO_ERROR, WRITE_CHUNK,
                                         MessageTooLarge, StreamError, rst_stream_frame)
 from dmrpc_gym.transport.server.stream import Inbound, Outbound, Stream
 
@@ -91,17 +91,15 @@ class Replies:
             if stream.outbound is Outbound.ENDED:
                 raise asyncio.CancelledError()    # trailers or a reset went: no more answers on it
             self._write(frames.header_frames(stream.id, 0, self._encoder.encode(self._headers(stream)),
-                                         self._peer.max_frame))
+                                         self._flow.peer.max_frame))
         if type(message) is list:
             n = sum(map(len, message)) + 5
             if n <= WRITE_CHUNK or stream.compress is not None:
                 message = b"".join(message)
         else:
             n = len(message) + 5
-        if (n <= WRITE_CHUNK and n <= stream.send_window and n <= self._send_conn and n <= self._peer.max_frame
-                and stream.compress is None and self._writable):
-            stream.send_window -= n
-            self._send_conn -= n
+        flow = self._flow
+        if n <= WRITE_CHUNK and stream.compress is None and self._writable and flow.take(stream, n):
             self._write(frames.grpc_frame(message, stream.id))
             return
         if stream.compress is not None:
@@ -114,7 +112,7 @@ class Replies:
         while parts.left:
             if self._closed or self._transport is None or self._transport.is_closing():
                 raise asyncio.CancelledError()    # the peer is gone: the rest of the answer is not sent
-            while min(stream.send_window, self._send_conn) <= 0 or not self._writable:
+            while flow.room(stream, WRITE_CHUNK) <= 0 or not self._writable:
                 if self._closed or stream.outbound is Outbound.ENDED:
                     raise asyncio.CancelledError()
                 if self._writable:
@@ -122,14 +120,13 @@ class Replies:
                     await self._window_open.wait()
                 else:
                     await self._can_write.wait()
-            n = min(parts.left, stream.send_window, self._send_conn, self._peer.max_frame, WRITE_CHUNK)
-            stream.send_window -= n
-            self._send_conn -= n
+            n = flow.room(stream, min(parts.left, WRITE_CHUNK))
+            flow.spend(stream, n)
             self._conduct.answered = True
             # Joined into bytes: asyncio may keep what it could not send yet (Python 3.12+ keeps
             # memoryviews as they are), and the pieces may be an env's own array, which its next
             # step is free to change.
-            self._write(b"".join([HEADER.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id), *parts.take(n)]))
+            self._write(b"".join([frames.pack_head(n, DATA, 0, stream.id), *parts.take(n)]))
 
     def _trailers(self, stream: Stream, code: int, message: str, extra: tuple = ()) -> None:
         if stream.outbound is Outbound.ENDED or self._closed:
@@ -146,7 +143,7 @@ class Replies:
             fields.append(("grpc-message", urllib.parse.quote(message, safe=" !#$&'()*+,/:;=?@[]~")))
         fields.extend(extra)
         block = self._encoder.encode(fields, huffman=len(message) < 256)
-        self._write(frames.header_frames(stream.id, END_STREAM, block, self._peer.max_frame))
+        self._write(frames.header_frames(stream.id, END_STREAM, block, self._flow.peer.max_frame))
 
     def _refuse(self, stream: Stream, err: StreamError, client_done: bool) -> None:
         """End one stream with ``err``'s status; the client need send no more (RST_STREAM NO_ERROR)."""

@@ -25,9 +25,8 @@ import weakref
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport import frames
-from dmrpc_gym.transport.frames import (END_STREAM, FLOW_CONTROL_ERROR, MAX_WINDOW, PADDED, PROTOCOL_ERROR,
-                                        SERVER_MESSAGE_LIMIT, STREAM_CLOSED, ProtocolError, StreamError,
-                                        window_update_frame)
+from dmrpc_gym.transport.frames import (END_STREAM, MAX_WINDOW, PADDED, PROTOCOL_ERROR, SERVER_MESSAGE_LIMIT,
+                                        STREAM_CLOSED, ProtocolError, StreamError)
 from dmrpc_gym.transport.server.stream import Inbound, Outbound, Stream
 
 __all__ = ["Requests", "receive_window", "inflation_turn", "CREDIT_AT"]
@@ -54,18 +53,13 @@ class Requests:
 
     def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
         n = len(payload)
-        self._recv_window -= n
-        if self._recv_window < 0:
-            raise ProtocolError(FLOW_CONTROL_ERROR, "DATA past the connection's flow-control window")
         stream = self._streams.get(sid)
+        self._flow.admit(n, stream)      # both receive windows (transport.flow)
         if stream is None:
             if sid > self._last_stream or not sid:
                 raise ProtocolError(PROTOCOL_ERROR, f"DATA on idle stream {sid}")
             self._credit_connection(n)   # a stream we already ended: dropped, and so consumed
             return
-        stream.recv_window -= n
-        if stream.recv_window < 0:
-            raise ProtocolError(FLOW_CONTROL_ERROR, f"DATA past stream {sid}'s flow-control window")
         if stream.inbound is Inbound.DONE:
             self._credit_connection(n)
             self._reset(stream, STREAM_CLOSED)     # DATA after the client's END_STREAM
@@ -92,20 +86,16 @@ class Requests:
     def _consumed(self, stream: Stream, n: int) -> None:
         """The session took ``n`` bytes of the stream's requests: the client may send as many more."""
         stream.held -= n
-        self._credit_connection(n)
-        if stream.inbound is Inbound.OPEN and stream.outbound is not Outbound.ENDED:
-            stream.credit += n
-            if stream.credit >= CREDIT_AT:
-                self._write(window_update_frame(stream.id, stream.credit))
-                stream.recv_window += stream.credit
-                stream.credit = 0
+        open_in = stream.inbound is Inbound.OPEN and stream.outbound is not Outbound.ENDED
+        owed = self._flow.consumed(n, stream if open_in else None)   # the credit policy (transport.flow)
+        if owed:
+            self._write(owed)
 
     def _credit_connection(self, n: int) -> None:
-        self._credit += n
-        if self._credit >= CREDIT_AT:
-            self._write(window_update_frame(0, self._credit))
-            self._recv_window += self._credit
-            self._credit = 0
+        """``n`` bytes of no open stream are done with: the connection's credit only."""
+        owed = self._flow.consumed(n)
+        if owed:
+            self._write(owed)
 
     def _client_done(self, stream: Stream) -> None:
         if stream.inbound is Inbound.DONE:       # trailers after END_STREAM (RFC 9113 5.1)

@@ -90,7 +90,7 @@ class Stream:
     """
 
     __slots__ = ("id", "send_window", "recv_window", "held", "credit", "splitter", "inbox", "session", "busy", "task",
-                 "inbound", "outbound", "compress", "encoding", "many", "steady_host")
+                 "inbound", "outbound", "compress", "encoding", "many", "steady_host", "declined")
 
     def __init__(self, stream_id: int, window: int, limit: int, recv_window: int = DEFAULT_WINDOW):
         self.id = stream_id
@@ -109,6 +109,7 @@ class Stream:
         self.encoding = None
         self.many = False                # its method answers a request with many messages (set at HEADERS)
         self.steady_host = None          # the session, where it has a ``steady`` answer (set at HEADERS)
+        self.declined = False            # its next request was asked for a steady answer already: no
 
     def end(self) -> None:
         """Our half is over (trailers or a reset sent, or the connection lost); again: nothing more."""

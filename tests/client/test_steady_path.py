@@ -5,7 +5,7 @@ a Box action), a run of actions (some invalid) and the server's answer to each s
 new values, or another state, an error, another shape, an observation missing or added, another order, an
 ``info``, or flipped bytes; each answer framed as drawn (its DATA payload cut into frames, padded or not,
 PINGs, WINDOW_UPDATEs and SETTINGS between them, the bytes cut into separate writes). The same script runs
-against a client with the fast path off (``DMRPC_FAST_STEP=0``) and on; both must send the very same bytes
+against a client with the steady path off (``DMRPC_STEADY_STEP=0``) and on; both must send the very same bytes
 and return the same values, dtypes and types, or raise the same errors.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from scripted_h2 import ScriptedServer, ping
 from fuzzing import fuzz_settings
 
 from dmrpc_gym import DmRpcEnv
-from dmrpc_gym.client.steady_step import FAST_STEP_ENV
+from dmrpc_gym.client.steady_step import STEADY_STEP_ENV
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol.info import INFO_UID, info_tensor_bytes, pack_info
 from dmrpc_gym.protocol.protowire import varint
@@ -31,7 +31,7 @@ from dmrpc_gym.spaces.codec import specs_from_space
 from dmrpc_gym.transport.client import interrupts
 from dmrpc_gym.transport.frames import SETTINGS, U32, WINDOW_UPDATE
 
-_FIXED = [np.float32, np.float64, np.int8, np.uint8]           # what the fast path reads
+_FIXED = [np.float32, np.float64, np.int8, np.uint8]           # what the steady path reads
 _DTYPES = _FIXED * 3 + [np.int32, np.int64, np.bool_]
 _SHAPES = [(), (3,), (2, 2)]
 _KINDS = ["same"] * 6 + ["terminated", "interrupted", "error", "shape", "missing", "extra", "order", "info", "flip"]
@@ -149,12 +149,12 @@ def scripts(draw):
     return specs, info, [answer for _, answer in steps], draw(st.lists(pick, min_size=n, max_size=n))
 
 
-def run(script, fast: bool):
-    """The client's frames and what each call returned or raised, with the fast path ``fast``."""
+def run(script, steady: bool):
+    """The client's frames and what each call returned or raised, with the steady path ``steady``."""
     specs, info, steps, actions = script
     server = ScriptedServer(specs, steps, info)
     outcomes = []
-    os.environ[FAST_STEP_ENV] = "1" if fast else "0"
+    os.environ[STEADY_STEP_ENV] = "1" if steady else "0"
     try:
         with DmRpcEnv(server.address, connect_timeout=5) as env:
             for call in [None, *actions]:
@@ -164,7 +164,7 @@ def run(script, fast: bool):
                     outcomes.append((type(err), str(err).replace(server.address, "ADDRESS")))
             used = env._agent._steady is not None and env._agent._steady.layout is not None
     finally:
-        os.environ.pop(FAST_STEP_ENV, None)
+        os.environ.pop(STEADY_STEP_ENV, None)
     server.join(15)
     assert not server.is_alive()
     return server.received, outcomes, used
@@ -186,12 +186,12 @@ def same(a, b) -> bool:
     return a == b
 
 
-def test_the_fast_path_and_the_general_path_agree(monkeypatch):
+def test_the_steady_path_and_the_general_path_agree(monkeypatch):
     from dmrpc_gym.client.steady_step import SteadyStep
-    fast_used, finished, named = [], [], SteadyStep._named
+    steady_used, finished, named = [], [], SteadyStep._named
 
     def counted(self, message):
-        finished.append(self.hidden[0] is not None)        # (an answer taken fast: with an info?)
+        finished.append(self.hidden[0] is not None)        # (an answer taken on the steady path: with an info?)
         return named(self, message)
 
     monkeypatch.setattr(SteadyStep, "_named", counted)
@@ -199,23 +199,23 @@ def test_the_fast_path_and_the_general_path_agree(monkeypatch):
     @fuzz_settings(60)
     @given(scripts())
     def check(script):
-        general_bytes, general_out, _ = run(script, fast=False)
-        fast_bytes, fast_out, used = run(script, fast=True)
-        fast_used.append(used)
-        assert fast_bytes == general_bytes
-        assert len(fast_out) == len(general_out)
-        for got, want in zip(fast_out, general_out):
+        general_bytes, general_out, _ = run(script, steady=False)
+        steady_bytes, steady_out, used = run(script, steady=True)
+        steady_used.append(used)
+        assert steady_bytes == general_bytes
+        assert len(steady_out) == len(general_out)
+        for got, want in zip(steady_out, general_out):
             assert same(got, want), (got, want)
 
     check()
-    print(f"{sum(fast_used)} of {len(fast_used)} examples learned a layout; {len(finished)} answers taken fast, "
+    print(f"{sum(steady_used)} of {len(steady_used)} examples learned a layout; {len(finished)} answers taken on the steady path, "
           f"{sum(finished)} of them with an info")
-    assert any(fast_used) and finished, "no example took the fast path"
+    assert any(steady_used) and finished, "no example took the steady path"
 
 
-def test_answers_whose_info_changes_size_take_the_fast_path_while_their_envelope_keeps_its_width(monkeypatch):
+def test_answers_whose_info_changes_size_take_the_steady_path_while_their_envelope_keeps_its_width(monkeypatch):
     """Every answer with an info of another size (none, small, and past what a one-byte length holds):
-    the fast path takes those whose lengths keep their width, the general path the others, alike."""
+    the steady path takes those whose lengths keep their width, the general path the others, alike."""
     from dmrpc_gym.client.steady_step import SteadyStep
     specs = pb.ActionObservationSpecs()
     specs.observations[1].CopyFrom(specs_from_space(gym.spaces.Box(-1, 1, (3,), np.float32), "o")["o"])
@@ -236,37 +236,37 @@ def test_answers_whose_info_changes_size_take_the_fast_path_while_their_envelope
 
     monkeypatch.setattr(SteadyStep, "_named", counted)
     script = (specs, True, steps, [np.int64(i % 3) for i in range(len(steps) - 1)])
-    general_bytes, general_out, _ = run(script, fast=False)
-    fast_bytes, fast_out, used = run(script, fast=True)
-    assert used and fast_bytes == general_bytes and same(fast_out, general_out)
-    assert fast_out[5][4] == {"i": 5, "s": "x" * 40}          # (the reset answered the first)
+    general_bytes, general_out, _ = run(script, steady=False)
+    steady_bytes, steady_out, used = run(script, steady=True)
+    assert used and steady_bytes == general_bytes and same(steady_out, general_out)
+    assert steady_out[5][4] == {"i": 5, "s": "x" * 40}          # (the reset answered the first)
     # learned from the reset's answer; of the 12 steps, the two whose info takes the length past 127 bytes
-    # go the general way, the other 10 (8 with an info) the fast way
+    # go the general way, the other 10 (8 with an info) the steady way
     assert taken == [True, True, False, True, True, True, False, True, True, True], taken
 
 
-def test_a_steady_catch_episode_takes_the_fast_path_and_matches_the_general_one():
+def test_a_steady_catch_episode_takes_the_steady_path_and_matches_the_general_one():
     from dmrpc_gym.server import Server
     from dmrpc_gym.worlds.catch import Catch
     results = {}
-    for fast in (False, True):
-        os.environ[FAST_STEP_ENV] = "1" if fast else "0"
+    for steady in (False, True):
+        os.environ[STEADY_STEP_ENV] = "1" if steady else "0"
         try:
             with Server(Catch) as server, DmRpcEnv(server.address) as env:
                 out = [env.reset(seed=3)]
                 out += [env.step(np.int8(a)) for a in [0, 1, -1, 1, 0, 0, 1, -1, 0, 1, 1, 0]]
-                results[fast] = out, env._agent._steady
+                results[steady] = out, env._agent._steady
         finally:
-            os.environ.pop(FAST_STEP_ENV, None)
+            os.environ.pop(STEADY_STEP_ENV, None)
     assert results[False][1] is None and results[True][1].layout is not None
     assert same(results[True][0], results[False][0])
 
 
 def test_the_switch_is_read_from_the_environment(monkeypatch):
     from dmrpc_gym.client.steady_step import enabled
-    monkeypatch.setenv(FAST_STEP_ENV, "0")
+    monkeypatch.setenv(STEADY_STEP_ENV, "0")
     assert not enabled()
-    monkeypatch.setenv(FAST_STEP_ENV, "1")
+    monkeypatch.setenv(STEADY_STEP_ENV, "1")
     assert enabled() is (struct.pack("=H", 1) == b"\x01\x00")
 
 
@@ -278,21 +278,21 @@ def test_a_vector_env_reads_steady_answers_and_matches_the_general_path():
     from dmrpc_gym.worlds.catch import Catch
     results, learned = {}, {}
     actions = np.random.default_rng(0).integers(-1, 2, (40, 3)).astype(np.int8)
-    for fast in (False, True):
-        os.environ[FAST_STEP_ENV] = "1" if fast else "0"
+    for steady in (False, True):
+        os.environ[STEADY_STEP_ENV] = "1" if steady else "0"
         try:
             with Server(Catch) as server:
                 env = gym.make_vec("dmrpc/Remote-v0", num_envs=3, vectorization_mode="vector_entry_point",
                                    address=server.address)
                 try:
                     out = [env.reset(seed=5)] + [env.step(a) for a in actions]
-                    learned[fast] = [e.agent._steady is not None and e.agent._steady.layout is not None
+                    learned[steady] = [e.agent._steady is not None and e.agent._steady.layout is not None
                                      for e in env.unwrapped.envs]
                 finally:
                     env.close()
-            results[fast] = out
+            results[steady] = out
         finally:
-            os.environ.pop(FAST_STEP_ENV, None)
+            os.environ.pop(STEADY_STEP_ENV, None)
     assert learned == {False: [False] * 3, True: [True] * 3}
     assert same(results[True], results[False])
 

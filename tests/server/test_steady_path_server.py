@@ -5,7 +5,7 @@ several types; episodes that end; ``info`` now and then; an env that raises), an
 steps with valid and invalid actions, asking for every observation or some (with ``info`` and the exact
 extras, as our client asks, or without), resets, PINGs, WINDOW_UPDATEs and SETTINGS, each request
 whole in one write or cut into frames and writes, or two requests in one write. The same script runs
-against a server connection with the fast path off (``DMRPC_FAST_STEP=0``) and on: every frame the server
+against a server connection with the steady path off (``DMRPC_STEADY_STEP=0``) and on: every frame the server
 sends must be the same, byte for byte.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dmrpc_gym.protocol.fidelity import EXACT_UID
 from dmrpc_gym.protocol.info import INFO_UID
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import Server
-from dmrpc_gym.transport import FAST_STEP_ENV
+from dmrpc_gym.transport import STEADY_STEP_ENV
 from dmrpc_gym.transport.frames import DATA, END_STREAM, HEADERS, PADDED, PING, SETTINGS, U32, WINDOW_UPDATE, frame
 from dmrpc_gym.transport.server import requests, steady
 
@@ -98,10 +98,10 @@ def _answers(raw: RawClient, n: int, out: list) -> None:
         n -= got[0] == 0
 
 
-def play(address: str, script: tuple, fast: bool, monkeypatch) -> list:
-    """Every frame the server sent for ``script``, with the fast path ``fast``."""
+def play(address: str, script: tuple, steady: bool, monkeypatch) -> list:
+    """Every frame the server sent for ``script``, with the steady path ``steady``."""
     asks, cuts, ops = script
-    monkeypatch.setenv(FAST_STEP_ENV, "1" if fast else "0")
+    monkeypatch.setenv(STEADY_STEP_ENV, "1" if steady else "0")
     raw, out = RawClient(address), []
     try:
         raw.send(raw.request_headers(1))
@@ -143,7 +143,7 @@ def play(address: str, script: tuple, fast: bool, monkeypatch) -> list:
     return out
 
 
-def test_the_servers_fast_path_and_general_path_send_the_same_frames(servers, monkeypatch):
+def test_the_servers_steady_path_and_general_path_send_the_same_frames(servers, monkeypatch):
     from dmrpc_gym.server.serving.steady import SteadyServe
     answered, fill, updates = [], SteadyServe.answer, []
 
@@ -155,7 +155,6 @@ def test_the_servers_fast_path_and_general_path_send_the_same_frames(servers, mo
     monkeypatch.setattr(SteadyServe, "answer", counted)
     # consumed request bytes given back after 200 (not 512 KiB): the scripts' WINDOW_UPDATEs, each path's
     monkeypatch.setattr(requests, "CREDIT_AT", 200)
-    monkeypatch.setattr(steady, "CREDIT_AT", 200)
 
     @fuzz_settings(40)
     @given(st.sampled_from(sorted(servers)), st.tuples(st.integers(0, 4), st.booleans()),
@@ -163,9 +162,9 @@ def test_the_servers_fast_path_and_general_path_send_the_same_frames(servers, mo
     def check(server, asks, cuts, ops):
         address = servers[server].address
         general = play(address, (asks, cuts, ops), False, monkeypatch)
-        fast = play(address, (asks, cuts, ops), True, monkeypatch)
-        assert fast == general
-        updates.extend(got for got in fast if got[0] == WINDOW_UPDATE)
+        steady = play(address, (asks, cuts, ops), True, monkeypatch)
+        assert steady == general
+        updates.extend(got for got in steady if got[0] == WINDOW_UPDATE)
 
     check()
     print(f"{sum(answered)} of {len(answered)} steady answers given")

@@ -1,0 +1,104 @@
+"""The steady path is a drop-in for the general path: after the same steps, each end's connection
+state is the same, whichever path took them (issue 39, item 4).
+
+The byte-for-byte tests (``tests/client/test_steady_path.py``, ``tests/server/test_steady_path_server.py``)
+compare what goes on the wire; this one compares what each end keeps: the flow state
+(:class:`~dmrpc_gym.transport.flow.Flow`: the send and receive windows, the credit owed, the peer's
+settings), every stream's windows, credit and states, and the counters (frames and header blocks
+taken, bytes in and out, messages sent and read). The credit thresholds are lowered at both ends so
+that WINDOW_UPDATEs go both ways many times within the steps.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from dmrpc_gym.client.env import DmRpcEnv
+from dmrpc_gym.server import Server
+from dmrpc_gym.transport import STEADY_STEP_ENV
+from dmrpc_gym.transport.client import connection as client_connection
+from dmrpc_gym.transport.server import requests
+from dmrpc_gym.worlds.catch import Catch
+
+STEPS = 300
+
+
+def _flow(flow) -> tuple:
+    peer = flow.peer
+    return (flow.send_window, flow.recv_window, flow.credit, flow.threshold,
+            peer.initial_window, peer.max_frame, peer.max_streams, peer.max_header_list, peer.header_table)
+
+
+def server_state(protocol) -> dict:
+    """What the server keeps of one connection (a GrpcProtocol)."""
+    streams = {sid: (s.send_window, s.recv_window, s.credit, s.held, s.inbound.name, s.outbound.name, s.busy,
+                     len(s.inbox), bool(s.splitter.buffered), s.splitter.large is None, s.declined)
+               for sid, s in protocol._streams.items()}
+    return {"flow": _flow(protocol._flow), "streams": streams, "frames": protocol._frames_done,
+            "blocks": protocol._blocks_done, "bytes": (protocol._traffic.bytes_in, protocol._traffic.bytes_out)}
+
+
+def client_state(conn) -> dict:
+    """What the client keeps of its connection (a GrpcConnection)."""
+    streams = {sid: (s.send_window, s.recv_window, s.credit, s.messages_sent, s.messages_read, len(s.messages),
+                     s.ended is None, bool(s.splitter.buffered), s.splitter.large is None)
+               for sid, s in conn.streams.items()}
+    return {"flow": _flow(conn.flow), "streams": streams, "sent": conn.messages_sent}
+
+
+def run(steady: bool, monkeypatch) -> tuple[dict, dict, list, int]:
+    """Both ends' states after :data:`STEPS` steps of a seeded Catch, with the steady path ``steady``."""
+    monkeypatch.setenv(STEADY_STEP_ENV, "1" if steady else "0")
+    monkeypatch.setattr(requests, "CREDIT_AT", 300)          # the server's credit back every few requests
+    monkeypatch.setattr(client_connection, "CREDIT_AT", 700)  # the client's every few answers
+    with Server(Catch, workers=0) as server, DmRpcEnv(server.address) as env:
+        rewards, taken = [], 0
+        env.reset(seed=7)
+        agent = env._agent
+        for i in range(STEPS):
+            obs, reward, terminated, truncated, _ = env.step(np.int64(i % 3 - 1))
+            rewards.append(reward)
+            if terminated or truncated:
+                env.reset()
+            taken += agent._steady is not None and agent._steady.layout is not None
+        conn = agent.connection._transport._stream.connection
+        return settled(server), client_state(conn), rewards, taken
+
+
+def settled(server) -> dict:
+    """The server's state of its one connection, read on its event loop once it holds still (the client's
+    last frames, a WINDOW_UPDATE say, may still be on their way when the client's step returns)."""
+    async def read() -> dict:
+        (protocol,) = server._connections
+        return server_state(protocol)
+
+    before = None
+    for _ in range(100):
+        state = asyncio.run_coroutine_threadsafe(read(), server._loop).result(5)
+        if state == before:
+            return state
+        before = state
+        time.sleep(0.05)
+    raise AssertionError("the server's connection state never settled")
+
+
+def test_each_end_keeps_the_same_connection_state_on_either_path(monkeypatch):
+    general_server, general_client, general_rewards, none = run(False, monkeypatch)
+    steady_server, steady_client, steady_rewards, taken = run(True, monkeypatch)
+    assert none == 0 and taken > STEPS // 2, "the steady path was not taken (or was, with it off)"
+    assert steady_rewards == general_rewards
+    assert steady_client == general_client
+    assert steady_server == general_server
+    # the credit went back many times both ways (past the thresholds above, 10 times at least)
+    bytes_in, bytes_out = general_server["bytes"]
+    assert bytes_in > 10 * 300 and bytes_out > 10 * 700
+
+
+@pytest.mark.parametrize("which", ["server", "client"])
+def test_the_comparison_sees_a_window_moved_by_one_byte(monkeypatch, which):
+    state = run(True, monkeypatch)[0 if which == "server" else 1]
+    moved = {**state, "flow": (state["flow"][0] - 1, *state["flow"][1:])}
+    assert moved != state
