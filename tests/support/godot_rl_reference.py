@@ -19,7 +19,6 @@ import sys
 import time
 
 import numpy as np
-from godot_rl.core.godot_env import GodotEnv
 
 
 #: The answer is the line starting with this (the game, started by godot-rl, prints on the same stdout).
@@ -45,6 +44,8 @@ def plain(value):
 
 
 def main() -> None:
+    # Imported here: pytest's doctest pass imports this module in the main venv, which has no godot-rl.
+    from godot_rl.core.godot_env import GodotEnv
     request = json.load(sys.stdin)
     with contextlib.redirect_stdout(sys.stderr):          # godot-rl prints; stdout carries the answer
         game_args = {arg[2:].split("=", 1)[0]: arg.split("=", 1)[1] for arg in request.get("game_args", [])}
