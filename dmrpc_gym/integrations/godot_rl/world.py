@@ -1,8 +1,9 @@
 """What ``dmrpc-gym serve godot-rl:PATH`` serves: a factory that starts one game per world.
 
-A world's settings are the game's: ``seed`` (``--env_seed``), ``action_repeat`` and
-``speedup``, and ``paced`` (see :class:`~dmrpc_gym.integrations.godot_rl.game.GodotRLGame`;
-the factory's ``paced`` when a world does not say). The factory returns a :class:`~dmrpc_gym.integrations.godot_rl.envs.GodotRLEnv`
+A world's settings are the game's: ``seed`` (``--env_seed``), ``action_repeat``, ``speedup``
+and ``paced`` (see :class:`~dmrpc_gym.integrations.godot_rl.game.GodotRLGame`; the factory's
+``paced`` when a world does not say). The factory returns a
+:class:`~dmrpc_gym.integrations.godot_rl.envs.GodotRLEnv`
 (a gymnasium world) for a one-agent game, else a
 :class:`~dmrpc_gym.integrations.godot_rl.envs.GodotRLParallelEnv` (a PettingZoo world); either
 offers the read-only property ``call.METHOD``. Destroying the world closes the game.
