@@ -6,6 +6,10 @@ The bundled two-agent Walkers game under the headless engine (``godot3-server``)
 (move 0.5, walk), at ``action_repeat`` 8 and 1; then the same game spending 250 us of CPU on each
 physics frame (``--frame_cost_usec=250``, :mod:`godot_rl_heavy`), standing for a larger game's physics:
 Walkers' own frames cost next to nothing, so there the fixed cost of a served step shows at its largest.
+These run unpaced (``--fixed-fps 60``: each physics frame as soon as the last is done). Then Walkers
+paced at ``speedup`` 8 and 32, as Godot RL Agents runs a game (no ``--fixed-fps``: the game sets
+``60 * speedup`` physics frames a second of wall time; ``paced=True``, the world setting ``paced``,
+and a launcher without ``--fixed-fps`` for godot-rl, which passes ``--speedup``).
 
     served      dmrpc_gym.parallel_env against ``dmrpc-gym serve godot-rl:WALKERS`` (a subprocess)
     direct      dmrpc_gym.integrations.godot_rl.GodotRLParallelEnv, the same game in this process
@@ -106,9 +110,14 @@ def main() -> None:
     parser.add_argument("--save", action="store_true", help="write benchmarks/godot_rl.md")
     args = parser.parse_args()
     warnings.simplefilter("ignore", GodotRLWarning)
-    launcher = Path(tempfile.mkdtemp(prefix="bench-godot-rl-")) / "walkers.x86_64"
-    launcher.write_text(f'#!/bin/sh\nexec {" ".join(find_godot())} --path "{WALKERS_PROJECT}" --fixed-fps 60 "$@"\n')
-    launcher.chmod(0o755)
+    folder = Path(tempfile.mkdtemp(prefix="bench-godot-rl-"))
+    launchers = {}
+    for paced, flags in ((False, " --fixed-fps 60"), (True, "")):     # the issue's launcher, as godot-rl runs it
+        launchers[paced] = folder / ("paced" if paced else "unpaced") / "walkers.x86_64"
+        launchers[paced].parent.mkdir()
+        launchers[paced].write_text(
+            f'#!/bin/sh\nexec {" ".join(find_godot())} --path "{WALKERS_PROJECT}"{flags} "$@"\n')
+        launchers[paced].chmod(0o755)
     lines = [f"# Godot RL Agents: served, direct and godot-rl's GodotEnv (Walkers, 2 agents)", "",
              f"`python benchmarks/bench_godot_rl.py --runs {args.runs} --steps {args.steps}`; machine: "
              + ", ".join(f"{k} {v}" for k, v in machine().items()) + ". Median steps/s of "
@@ -117,16 +126,21 @@ def main() -> None:
              "| game | action_repeat | served | direct | godot-rl GodotEnv | served / direct | godot-rl / direct |"
              + (f" served by {args.tree} | its served / direct |" if args.tree else ""),
              "|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if args.tree else "")]
-    for title, target, extra in (("Walkers", f"godot-rl:{WALKERS_PROJECT}", []),
-                                 (f"Walkers, {FRAME_COST_USEC} us a physics frame", "godot_rl_heavy:WORLDS",
-                                  EXTRA_ARGS)):
-        servers = [serve_command(target)] + ([serve_command(target, tree=args.tree)] if args.tree else [])
+    walkers = f"godot-rl:{WALKERS_PROJECT}"
+    for title, target, extra, speedup in (
+            ("Walkers", walkers, [], None),
+            (f"Walkers, {FRAME_COST_USEC} us a physics frame", "godot_rl_heavy:WORLDS", EXTRA_ARGS, None),
+            ("Walkers paced, speedup 8", walkers, [], 8),
+            ("Walkers paced, speedup 32", walkers, [], 32)):
+        tree = args.tree if speedup is None else None         # a base tree may not know the setting paced
+        servers = [serve_command(target)] + ([serve_command(target, tree=tree)] if tree else [])
         try:
-            lines += table(title, servers, extra, launcher, args)
+            lines += table(title, servers, extra, launchers[speedup is not None], args, speedup)
         finally:
             for server, _ in servers:
                 server.kill()
                 server.wait()
+    lines += ["", f"Load average at the end {os.getloadavg()[0]:.1f}."]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.save:
@@ -134,23 +148,27 @@ def main() -> None:
 
 
 def table(title: str, servers: list[tuple[subprocess.Popen, str]], extra: list[str], launcher: Path,
-          args: argparse.Namespace) -> list[str]:
-    """The rows for one game: action_repeat 8 and 1 (``servers``: this tree's, then ``--tree``'s)."""
+          args: argparse.Namespace, speedup: float | None = None) -> list[str]:
+    """The rows for one game: action_repeat 8 and 1 (``servers``: this tree's, then ``--tree``'s), paced at
+    ``speedup`` unless it is None."""
     lines = [f"| {title} | | | | | | |" + (" | |" if args.tree else "")]
+    pacing = {} if speedup is None else {"paced": True, "speedup": speedup}
     for repeat in (8, 1):
-        settings = {"seed": 0, "action_repeat": repeat}
+        settings = {"seed": 0, "action_repeat": repeat, **pacing}
         envs, games = {}, {}
         for name, (server, address) in zip(("served", "tree"), servers):
             before = set(children(server.pid))
             envs[name] = dmrpc_gym.parallel_env(address, world_settings=settings)
             games[name] = max(set(children(server.pid)) - before)     # the game its world started
-        envs["direct"] = GodotRLParallelEnv(WALKERS_PROJECT, seed=0, action_repeat=repeat, extra_args=extra)
+        envs["direct"] = GodotRLParallelEnv(WALKERS_PROJECT, seed=0, action_repeat=repeat, extra_args=extra,
+                                            **pacing)
         games["direct"] = envs["direct"].game.process.pid
         cases = {name: (lambda env=env, name=name: only_running(games, name) or steps_per_second(env, args.steps))
                  for name, env in envs.items()}
         if args.godot_rl_python:
+            more = extra + ([f"--speedup={speedup:g}"] if speedup is not None else [])
             cases["godot-rl"] = lambda: only_running(games, "godot-rl") or godot_rl_steps_per_second(
-                args.godot_rl_python, launcher, repeat, args.steps, extra)
+                args.godot_rl_python, launcher, repeat, args.steps, more)
         rates: dict[str, list[float]] = {name: [] for name in cases}
         try:
             for run in range(args.runs):
@@ -167,7 +185,7 @@ def table(title: str, servers: list[tuple[subprocess.Popen, str]], extra: list[s
                f"| | {repeat} | {median['served']:.0f} | {median['direct']:.0f} | (no godot-rl) | ")
         row += f"{ratio['served']:.2f}x | " + (f"{ratio['godot-rl']:.2f}x |" if "godot-rl" in ratio else "- |")
         if args.tree:
-            row += f" {median['tree']:.0f} | {ratio['tree']:.2f}x |"
+            row += f" {median['tree']:.0f} | {ratio['tree']:.2f}x |" if "tree" in median else " - | - |"
         lines.append(row)
         print(row, flush=True)
     return lines

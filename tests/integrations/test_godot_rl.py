@@ -195,6 +195,42 @@ def test_a_vector_env_of_parallel_games(tmp_path):
     assert all(p.poll() is not None for p in envs.processes)
 
 
+def mean_step_seconds(env, steps):
+    """The mean wall time of ``steps`` steps of every live agent walking (a new episode when none is left)."""
+    env.reset()
+    started = time.perf_counter()
+    for _ in range(steps):
+        if not env.agents:
+            env.reset()
+        env.step({a: {"move": np.ones(1, np.float32), "run": 1} for a in env.agents})
+    return (time.perf_counter() - started) / steps
+
+
+def test_a_paced_game_runs_its_physics_frames_in_wall_time(server):
+    """Paced (as Godot RL Agents runs a game: no --fixed-fps), a step of action_repeat R at speedup S lasts
+    R / (60 * S) s: the game's own clock, so only a loose lower bound is checked, never an upper one."""
+    speedup, repeat, steps = 4, 8, 12
+    direct = GodotRLParallelEnv(WALKERS_PROJECT, seed=0, action_repeat=repeat, speedup=speedup, paced=True)
+    unpaced = GodotRLParallelEnv(WALKERS_PROJECT, seed=0, action_repeat=repeat, speedup=speedup)
+    vector = GodotRLVectorEnv(WALKERS_PROJECT, n_parallel=1, seed=0, paced=True)
+    served = dmrpc_gym.parallel_env(server.address, world_settings={"seed": 0, "action_repeat": repeat,
+                                                                    "speedup": speedup, "paced": True})
+    try:
+        assert "--fixed-fps" not in direct.game.process.args and "--fixed-fps" not in vector.processes[0].args
+        assert unpaced.game.process.args[-6:-4] == ["--fixed-fps", "60"]       # the default, for tests
+        step = repeat / (60 * speedup)
+        assert mean_step_seconds(direct, steps) > 0.5 * step
+        assert mean_step_seconds(served, steps) > 0.5 * step
+        assert Properties(served.connections["walker_0"])["call.get_time_scale"].tolist() == ["4", "4"]
+    finally:
+        for env in (direct, unpaced, vector, served):
+            env.close()
+    with pytest.raises(ValueError, match="paced must be True or False; got 'yes'"):
+        GodotRLParallelEnv(WALKERS_PROJECT, paced="yes")
+    with pytest.raises(DmRpcError, match="paced must be true or false; got 2"):
+        dmrpc_gym.parallel_env(server.address, world_settings={"paced": 2})
+
+
 def test_destroying_a_world_and_closing_an_env_end_the_game(server):
     env = GodotRLParallelEnv(WALKERS_PROJECT)
     process = env.game.process

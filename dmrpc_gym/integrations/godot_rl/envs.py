@@ -32,8 +32,9 @@ __all__ = ["GodotRLParallelEnv", "GodotRLEnv", "start_game", "seeded_reset"]
 def start_game(game: GodotRLGame | str | os.PathLike, options: dict) -> GodotRLGame:
     """``game`` if it is a started game, else the game at that path started with ``options``."""
     if isinstance(game, GodotRLGame):
-        if any(value is not None for key, value in options.items() if key in ("seed", "action_repeat", "speedup")):
-            raise ValueError("seed, action_repeat and speedup are the started game's; pass a path to set them")
+        if (any(options.get(key) is not None for key in ("seed", "action_repeat", "speedup"))
+                or options.get("paced", False) is not False):
+            raise ValueError("seed, action_repeat, speedup and paced are the started game's; pass a path to set them")
         return game
     return GodotRLGame(game, **options)
 
@@ -68,12 +69,12 @@ class _GameEnv:
     ``call.METHOD``, and closing."""
 
     def __init__(self, game: GodotRLGame | str | os.PathLike, *, seed: int | None = None,
-                 action_repeat: int | None = None, speedup: float | None = None,
+                 action_repeat: int | None = None, speedup: float | None = None, paced: bool = False,
                  godot: str | os.PathLike | Sequence[str] | None = None, host: str = "127.0.0.1",
                  connect_timeout: float = 60.0, step_timeout: float | None = 60.0,
                  extra_args: Sequence[str] = ()) -> None:
-        self.game = start_game(game, dict(seed=seed, action_repeat=action_repeat, speedup=speedup, godot=godot,
-                                          host=host, connect_timeout=connect_timeout,
+        self.game = start_game(game, dict(seed=seed, action_repeat=action_repeat, speedup=speedup, paced=paced,
+                                          godot=godot, host=host, connect_timeout=connect_timeout,
                                           step_timeout=step_timeout, extra_args=extra_args))
         self._took()
 
@@ -101,7 +102,7 @@ class GodotRLParallelEnv(_GameEnv, ParallelEnv):
     Args:
         game: a Godot project folder or an exported game (started here), or a started
             :class:`~dmrpc_gym.integrations.godot_rl.game.GodotRLGame`.
-        seed, action_repeat, speedup, godot, host, connect_timeout, step_timeout, extra_args:
+        seed, action_repeat, speedup, paced, godot, host, connect_timeout, step_timeout, extra_args:
             as :class:`~dmrpc_gym.integrations.godot_rl.game.GodotRLGame` takes them.
 
     Agents are named ``f"{policy}_{i}"`` (``agent_{i}`` when the game sends no policy names);

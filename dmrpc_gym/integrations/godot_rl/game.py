@@ -52,11 +52,23 @@ def _say_losses(name: str) -> None:
     warnings.warn(f"Godot RL Agents game {name}: " + "; ".join(LOSSES), GodotRLWarning, stacklevel=4)
 
 
-def game_command(path: str | os.PathLike, godot: str | os.PathLike | Sequence[str] | None = None) -> list[str]:
+def game_command(path: str | os.PathLike, godot: str | os.PathLike | Sequence[str] | None = None,
+                 paced: bool = False) -> list[str]:
     """The command that runs the game at ``path``: a Godot project folder (holding ``project.godot``)
-    run by the Godot executable (see :func:`~dmrpc_gym.integrations.godot.launch.find_godot`) with
-    ``--fixed-fps 60``, or an exported game (an executable file) with ``--headless --disable-render-loop``.
+    run by the Godot executable (see :func:`~dmrpc_gym.integrations.godot.launch.find_godot`), with
+    ``--fixed-fps 60`` unless ``paced``; or an exported game (an executable file) with ``--headless
+    --disable-render-loop``, as godot-rl starts one (never ``--fixed-fps``: paced, whatever ``paced`` says).
     ``FileNotFoundError`` naming what is wrong.
+
+    Unpaced (``--fixed-fps 60``), each physics frame counts 1/60 s of game time but runs as soon as the
+    last one is done; paced, the engine runs them in wall time, as the game's own settings say
+    (Godot RL Agents games: ``60 * speedup`` frames a second), as godot-rl and the plugin run a game.
+
+    >>> import sys
+    >>> from dmrpc_gym.integrations.godot_rl import WALKERS_PROJECT
+    >>> unpaced = game_command(WALKERS_PROJECT, [sys.executable])
+    >>> unpaced[-2:], unpaced[:-2] == game_command(WALKERS_PROJECT, [sys.executable], paced=True)
+    (['--fixed-fps', '60'], True)
 
     >>> game_command("/no/such/game")
     Traceback (most recent call last):
@@ -68,8 +80,8 @@ def game_command(path: str | os.PathLike, godot: str | os.PathLike | Sequence[st
         if not (where / "project.godot").is_file():
             raise FileNotFoundError(f"Godot RL Agents game folder {str(where)!r} holds no project.godot; "
                                     "expected a Godot project folder or an exported game's executable")
-        # --fixed-fps: each physics frame lasts 1/60 s of game time but runs as fast as the CPU allows.
-        return [*find_godot(godot), "--path", str(where.resolve()), "--fixed-fps", "60"]
+        command = [*find_godot(godot), "--path", str(where.resolve())]
+        return command if paced else command + ["--fixed-fps", "60"]
     if where.is_file():
         if not os.access(where, os.X_OK):
             raise FileNotFoundError(f"Godot RL Agents game {str(where)!r} is not executable (chmod +x it)")
@@ -98,6 +110,12 @@ class GodotRLGame:
         seed: the game's seed (``--env_seed``; None: the game's default).
         action_repeat: physics frames per action (``--action_repeat``; None: the game's default, 8).
         speedup: physics speed (``--speedup``; None: the game's default).
+        paced: run a project folder's physics frames in wall time, as Godot RL Agents runs a game
+            (no ``--fixed-fps``: the plugin sets ``60 * speedup`` frames a second, so a step lasts
+            ``action_repeat / (60 * speedup)`` s). Default False: ``--fixed-fps 60``, each frame as
+            soon as the last is done, the same frames and results, but tests and benchmarks of the
+            bridge do not wait on the game's clock. An exported game is always paced (started as
+            godot-rl starts it; ``extra_args=["--fixed-fps", "60"]`` unpaces it).
         godot: the Godot executable for a project folder (a path, name or command list).
         host: where to listen (``"0.0.0.0"``: every interface, for a game in another container).
         connect_timeout: seconds the game has to start and connect.
@@ -112,8 +130,9 @@ class GodotRLGame:
     """
 
     def __init__(self, path: str | os.PathLike, *, seed: int | None = None, action_repeat: int | None = None,
-                 speedup: float | None = None, godot: str | os.PathLike | Sequence[str] | None = None,
-                 host: str = "127.0.0.1", connect_timeout: float = 60.0, step_timeout: float | None = 60.0,
+                 speedup: float | None = None, paced: bool = False,
+                 godot: str | os.PathLike | Sequence[str] | None = None, host: str = "127.0.0.1",
+                 connect_timeout: float = 60.0, step_timeout: float | None = 60.0,
                  extra_args: Sequence[str] = ()) -> None:
         for name, value in (("action_repeat", action_repeat), ("speedup", speedup)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
@@ -122,8 +141,11 @@ class GodotRLGame:
             raise ValueError(f"action_repeat must be a positive int (physics frames per action); got {action_repeat!r}")
         if seed is not None and (isinstance(seed, bool) or int(seed) != seed or seed < 0):
             raise ValueError(f"seed must be a non-negative int or None; got {seed!r}")
+        if not isinstance(paced, bool):
+            raise ValueError(f"paced must be True or False; got {paced!r}")
         self.path = str(path)
-        self.command = game_command(path, godot)
+        self.paced = paced
+        self.command = game_command(path, godot, paced)
         self.seed = None if seed is None else int(seed)
         self.action_repeat, self.speedup = action_repeat, speedup
         self.host, self.connect_timeout, self.step_timeout = host, connect_timeout, step_timeout

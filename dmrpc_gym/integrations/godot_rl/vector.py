@@ -31,7 +31,7 @@ class GodotRLVectorEnv(VectorEnv):
         n_parallel: how many game instances (processes).
         seed: game ``i`` is started with ``seed + i`` (None: the games' default).
         **kwargs: more :class:`~dmrpc_gym.integrations.godot_rl.game.GodotRLGame` arguments
-            (``action_repeat``, ``speedup``, ``godot``, timeouts, ``extra_args``).
+            (``action_repeat``, ``speedup``, ``paced``, ``godot``, timeouts, ``extra_args``).
 
     Actions are a batch of the agents' ``Dict`` actions (a dict of arrays, as ``action_space``
     samples them). ``reset(seed=s)`` starts game ``i`` again with ``s + i`` (see
