@@ -120,16 +120,28 @@ def _takes_nothing(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Dict) and not space.spaces
 
 
-def _start_hint(err: ValueError, space: gym.Space) -> ValueError:
-    """``err`` with a hint where the action space starts elsewhere than 0: libraries that ignore
-    ``start`` (Stable-Baselines3 does) send ``0..n-1``, one past the top.
+def _start_hint(err: ValueError, space: gym.Space, action: Any) -> ValueError:
+    """``err`` with a hint where the action space starts elsewhere than 0 and ``action`` lies in
+    ``0..n-1``: what a library that ignores ``start`` (Stable-Baselines3 does) sends.
 
     >>> _start_hint(ValueError("action 'paddle': value 2 is above the maximum 1"),
-    ...             gym.spaces.Discrete(3, start=-1))        # doctest: +ELLIPSIS
+    ...             gym.spaces.Discrete(3, start=-1), 2)        # doctest: +ELLIPSIS
     ValueError("action 'paddle': value 2 is above the maximum 1 (the action space is Discrete(3, start=-1): ...FlatSpaces...")
+    >>> _start_hint(ValueError("value 5 is above the maximum 1"), gym.spaces.Discrete(3, start=-1), 5)
+    ValueError('value 5 is above the maximum 1')
     """
-    start = getattr(space, "start", None)
-    if not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) or not np.any(start):
+    if isinstance(space, gym.spaces.Discrete):
+        counts = space.n
+    elif isinstance(space, gym.spaces.MultiDiscrete):
+        counts = space.nvec
+    else:
+        return err
+    try:
+        values = np.asarray(action)
+        zero_based = values.shape == np.shape(counts) and bool(np.all((values >= 0) & (values < counts)))
+    except (TypeError, ValueError):
+        zero_based = False
+    if not zero_based or not np.any(space.start):
         return err
     return ValueError(f"{err} (the action space is {space}: a library that ignores `start`, as Stable-Baselines3 "
                       "does, sends 0..n-1; wrap the env in dmrpc_gym.integrations.flat_spaces.FlatSpaces, whose "
@@ -379,7 +391,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
         try:
             result = self._agent.step(action)
         except ValueError as err:
-            raise _start_hint(err, self.action_space) from None
+            raise _start_hint(err, self.action_space, action) from None
         if self._window is not None:
             self.render()
         return result

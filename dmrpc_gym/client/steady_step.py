@@ -6,7 +6,7 @@ answer's layout from a step the general path took and then, per step: takes the 
 frame from a memo (built once per action value by the general encoder: the HTTP/2 frame header, the
 gRPC prefix, the envelope and the map entries), sends it and checks the answer against the layout in
 one :meth:`~dmrpc_gym.transport.client.steady.SteadyTrips.round_trip` (made by
-:meth:`~dmrpc_gym.client.connection.Connection.steady_write`), and reads the observations at their
+:meth:`~dmrpc_gym.Connection.steady_write`), and reads the observations at their
 known offsets straight into arrays. An answer that the general read takes (framed otherwise, or
 a vector env's pipelined ``receive_step``) is still read at the offsets when its bytes have the layout
 (:meth:`SteadyStep.decode`, which ``Connection._read_one`` calls before protobuf would). The gym-level

@@ -22,13 +22,17 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def open_fds() -> set[tuple[str, str]]:
-    """This process's descriptors and what each holds (less the listing's own, which comes and goes)."""
+    """This process's descriptors of the kinds a peer's announcement can bring (memfds, sockets,
+    files), and what each holds; left out: the listing's own descriptor, and the eventfds and epolls
+    that other threads of a test run (event loops, gRPC) open and close as they please."""
     found = set()
     for fd in os.listdir("/proc/self/fd"):
         try:
-            found.add((fd, os.readlink(f"/proc/self/fd/{fd}")))
+            target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:           # the listing's descriptor, closed by now
-            pass
+            continue
+        if not target.startswith(("anon_inode:[eventfd]", "anon_inode:[eventpoll]", "anon_inode:[timerfd]")):
+            found.add((fd, target))
     return found
 
 
