@@ -131,8 +131,10 @@ class Patience:
             last = f"the last error: {self.last}"
         else:
             last = "the last error at each: " + "; ".join(f"{a}: {c}" for a, c in self.causes.items())
+        refused = "Connection refused" in last
+        hint = " (nothing listens there: is a server running, `dmrpc-gym serve ...` say?)" if refused else ""
         return ConnectionError(f"gave up on the dm_env_rpc {listing(self.addresses)} after {self.attempts} "
-                               f"attempt{plural} in {within}; {last}")
+                               f"attempt{plural} in {within}; {last}{hint}")
 
 
 class ConnectRetries:

@@ -312,11 +312,12 @@ def test_tls_with_grpcio_credentials(certificate):
 
 def test_a_token_is_required_when_the_server_has_one(catch):
     with Server(Catch, token="s3cret") as server:
-        for wrong in (None, "guess"):
+        for wrong, said in ((None, "no token was sent"), ("guess", "the token sent is not this server's")):
             with Connection(server.address, token=wrong) as conn:
                 with pytest.raises(DmRpcError, match="UNAUTHENTICATED") as err:
                     conn.send(pb.CreateWorldRequest())
                 assert err.value.code == UNAUTHENTICATED
+                assert said in str(err.value) and "DMRPC_GYM_TOKEN" in str(err.value)
         env = DmRpcEnv(server.address, token="s3cret")
         env.reset(seed=0)
         env.close()

@@ -25,7 +25,7 @@ from dmrpc_gym.protocol.wire import METHOD_PATH
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.frames import DEFAULT_WINDOW, SERVER_MESSAGE_LIMIT, MessageSplitter
-from dmrpc_gym.transport.security import token_matches
+from dmrpc_gym.transport.security import TOKEN_ENV, token_matches
 from dmrpc_gym.transport.server.methods import Method, served
 
 __all__ = ["StreamHandler", "Stream", "Inbound", "Outbound", "refusal_of", "HTTP1_ANSWER", "HEADER_LIMIT"]
@@ -135,7 +135,9 @@ def refusal_of(headers: Mapping[str, str], token: str | None, size: int = 0, lim
         return (GrpcStatus.UNIMPLEMENTED, f"unknown method {path}; this server serves "
                 f"{served(_PROCESS_ONLY if methods is None else methods)}", ())
     if token is not None and not method.without_token and not token_matches(headers, token):
-        return GrpcStatus.UNAUTHENTICATED, "this server requires a token (metadata authorization: Bearer <token>)", ()
+        said = "no token was sent" if "authorization" not in headers else "the token sent is not this server's"
+        return (GrpcStatus.UNAUTHENTICATED, f"this server requires a token and {said} (metadata authorization: "
+                f"Bearer <token>; dmrpc_gym clients: token= or {TOKEN_ENV}, dmrpc-gym commands: --token)", ())
     encoding = headers.get("grpc-encoding", "identity")
     if encoding != "identity" and encoding not in encodings.ENCODINGS:
         return (GrpcStatus.UNIMPLEMENTED, f"message encoding {encoding} is not supported; this server accepts "
