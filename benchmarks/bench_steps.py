@@ -443,6 +443,9 @@ python benchmarks/bench_served_local.py --save # served / local steps/s, one env
 python benchmarks/bench_metrics.py --tree /path/to/old/checkout  # Prometheus metrics on / off per step (metrics.md)
 python benchmarks/bench_counts.py --tree /path/to/old/checkout   # Python calls (and --callgrind: instructions) per small step (counts.md)
 python benchmarks/bench_sb3.py --tree /path/to/old/checkout      # SB3 vector envs over dm_env_rpc, checkouts side by side (sb3.md)
+python benchmarks/bench_host.py --save    # vector envs on one host: gymnasium sync/async, EnvPool, ours; steps/s and CPU (host.md, host.png)
+python benchmarks/copies.py               # the copies of a 16 MiB tensor on each end, counted (host.md)
+python benchmarks/profile_host.py          # where a vector step of 4 CartPoles goes: CPU split, profiles, sends (host.md)
 ```
 
 `servers.py` holds the trivial servers (started in subprocesses): an

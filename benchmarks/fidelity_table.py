@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import re
-import subprocess
 import sys
 import time
 
@@ -22,6 +20,9 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)        # the checkout's dmrpc_gym, as ``python -m pytest`` from the root imports it
+sys.path.insert(1, HERE)
+import sections  # noqa: E402  (benchmarks/ is a folder of scripts)
+from sections import commit  # noqa: E402,F401  (bench_render_cost and bench_served_local take it from here)
 MD = os.path.join(HERE, "fidelity.md")
 COLUMNS = ("spaces", "steps", "frames", "second_world")
 
@@ -68,14 +69,6 @@ def _status(report) -> tuple[str, str]:
     return "FAIL", (wanted or lines[-1:] or ["(no message)"])[0].removeprefix("E ").strip()
 
 
-def commit() -> str:
-    """The checkout's commit, and whether dmrpc_gym/ has changes not committed."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "dmrpc_gym")
-    return git("rev-parse", "--short", "HEAD") + (" + uncommitted changes in dmrpc_gym/" if dirty else "")
-
-
 def table(collect: Collect, seconds: float, outcome: str) -> str:
     rows, notes = [], []
     columns = [c for c in COLUMNS if any(k[1] == c for k in collect.status)]
@@ -105,15 +98,8 @@ def table(collect: Collect, seconds: float, outcome: str) -> str:
 
 
 def write_section(name: str, text: str) -> None:
-    """Put ``text`` into benchmarks/fidelity.md between the ``<!-- name -->`` markers (added at the
-    end when missing), keeping everything else."""
-    begin, end = f"<!-- {name} -->", f"<!-- /{name} -->"
-    old = open(MD).read() if os.path.exists(MD) else "# Fidelity\n"
-    if begin not in old:
-        old = old.rstrip("\n") + f"\n\n{begin}\n{end}\n"
-    new = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: f"{begin}\n{text}{end}", old, flags=re.S)
-    with open(MD, "w") as f:
-        f.write(new)
+    """Put ``text`` into benchmarks/fidelity.md between the ``<!-- name -->`` markers (:func:`sections.write_section`)."""
+    sections.write_section(MD, name, text, "Fidelity")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,7 +49,7 @@ def test_a_lane_without_its_streak_runs_nothing_inline():
 def test_short_follows_the_envs_stepping_and_the_shortcut_agrees(clock):
     pool = WorkerPool(1)
     a, b = _ready(pool.lane()), _ready(pool.lane())
-    assert _call(a, clock, 100.0, 0.001) == "stepped"     # alone: 1 ms is short (ALONE_BELOW, 2 ms)
+    assert _call(a, clock, 100.0, 0.001) == "stepped"     # alone: 1 ms is short (ALONE_BELOW, 10 ms)
     assert pool.short == ALONE_BELOW and a._fast == a._streak + 1 and a.started == 100.0
     _call(b, clock, 100.01, 0.00001)                       # a second env within 0.1 s: shared from now
     assert pool.short == INLINE_BELOW
@@ -62,9 +62,9 @@ def test_short_follows_the_envs_stepping_and_the_shortcut_agrees(clock):
     assert pool.short == ALONE_BELOW
     _call(a, clock, 100.3, 0.001)                          # the shortcut: 1 ms is still short
     assert pool.short == ALONE_BELOW and a._fast > a._streak
-    assert _call(a, clock, 100.4, 0.01) == "stepped"       # 10 ms: slow; the next call goes to a thread
+    assert _call(a, clock, 100.4, 2 * ALONE_BELOW) == "stepped"   # slow even alone: the next call goes to a thread
     assert a._fast == 0 and a.inline(print) is NOT_NOW
-    assert a.spent == pytest.approx(0.001 + 3 * 0.00001 + 0.001 + 0.01)
+    assert a.spent == pytest.approx(0.001 + 3 * 0.00001 + 0.001 + 2 * ALONE_BELOW)
     pool.close()
 
 

@@ -306,7 +306,7 @@ def test_quick_steps_run_on_the_loop_until_one_is_slow():
 
 
 def test_an_env_stepping_alone_runs_its_sub_millisecond_steps_on_the_loop():
-    # 0.3 ms steps are slow for inline_below (0.1 ms) but short for ALONE_BELOW (2 ms): alone on
+    # 0.3 ms steps are slow for inline_below (0.1 ms) but short for ALONE_BELOW (10 ms): alone on
     # its server, the env saves the hand-off to a thread; with a second env stepping beside it,
     # its steps go back to the workers (where the two overlap).
     STEPS.clear()

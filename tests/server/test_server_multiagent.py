@@ -75,8 +75,21 @@ class Relay(ParallelEnv):
 
 
 @pytest.fixture(scope="module")
-def relay_server():
+def relay_module_server():
     server = servers.start(Relay, timeout=WAIT)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["workers", "inline"])
+def relay_server(request, relay_module_server):
+    """The module's server (a world's first steps on worker threads, its round a task of its own), and one
+    whose env calls all run inline (``workers=0``): there the agent whose action completes a round runs it,
+    in its own step."""
+    if request.param == "workers":
+        yield relay_module_server
+        return
+    server = servers.start(Relay, timeout=WAIT, workers=0)
     yield server
     server.stop()
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from dmrpc_gym.integrations.godot.channel import Channel, GodotProtocolError
 from dmrpc_gym.integrations.godot.codec import action_to_json, check_space, observation_decoder
-from dmrpc_gym.integrations.godot.launch import GameProcess, find_godot, is_headless, stop_at_exit
+from dmrpc_gym.integrations.godot.launch import GameProcess, exchange_failure, find_godot, is_headless, stop_at_exit
 
 __all__ = ["GodotEnv", "scene_path"]
 
@@ -152,19 +152,14 @@ class GodotEnv(gym.Env):
 
     def _fail(self, exc: Exception, doing: str) -> Exception:
         """Stop the game after a failed exchange and return the error to raise (with its output)."""
-        game = self._game
-        if isinstance(exc, ConnectionError) and game is not None:
-            try:
-                game.process.wait(timeout=1.0)        # let a dying game report how it ended
-            except Exception:  # noqa: BLE001
-                pass
         channel, self._channel = self._channel, None
-        self._stop_game(grace=0.0)
-        if channel is not None:
-            channel.close()
-        detail = game.describe() if game is not None else "no game"
-        self._broken = f"{doing} failed earlier ({type(exc).__name__}); the game was stopped"
-        return type(exc)(f"Godot game {doing}: {exc}; {detail}")
+
+        def stop() -> None:
+            self._stop_game(grace=0.0)
+            if channel is not None:
+                channel.close()
+        error, self._broken = exchange_failure(self._game, exc, doing, "Godot game ", stop)
+        return error
 
     def _check_open(self) -> Channel:
         if self._channel is None:

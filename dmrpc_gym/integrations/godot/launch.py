@@ -25,7 +25,7 @@ import sys  # noqa: F401 - the examples use it
 import threading
 import weakref
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 __all__ = ["DEFAULT_EXECUTABLES", "DRAWING_EXECUTABLES", "find_godot", "is_headless", "GameProcess", "stop_at_exit"]
 
@@ -117,6 +117,27 @@ class _Live:
 def stop_at_exit(item: object) -> None:
     """Call ``item.close_at_exit()`` at interpreter exit if ``item`` is still alive then (held weakly)."""
     _Live.add(item)
+
+
+def exchange_failure(game: "GameProcess | None", exc: Exception, doing: str, who: str,
+                     stop: Callable[[], None]) -> tuple[Exception, str]:
+    """After an exchange with ``game`` failed with ``exc``: let a game whose connection broke end (1 s at
+    most, so that its output says how), ``stop()`` it, and return the error to raise (``f"{who}{doing}:
+    {exc}; "`` and how the game ended, with its last output lines) and what later calls say.
+
+    >>> error, later = exchange_failure(None, TimeoutError("no answer"), "step", "Godot game ", lambda: None)
+    >>> error, later
+    (TimeoutError('Godot game step: no answer; no game'), 'step failed earlier (TimeoutError); the game was stopped')
+    """
+    if isinstance(exc, ConnectionError) and game is not None:
+        try:
+            game.process.wait(timeout=1.0)          # let a dying game say how it ended
+        except Exception:  # noqa: BLE001
+            pass
+    stop()
+    detail = game.describe() if game is not None else "no game"
+    return (type(exc)(f"{who}{doing}: {exc}; {detail}"),
+            f"{doing} failed earlier ({type(exc).__name__}); the game was stopped")
 
 
 class GameProcess:

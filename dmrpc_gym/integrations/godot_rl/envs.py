@@ -62,7 +62,40 @@ def _call_property(game: GodotRLGame) -> list:
                      "each agent's return as JSON text (a per-agent list)", shape=(-1,), resolve=resolve)]
 
 
-class GodotRLParallelEnv(ParallelEnv):
+class _GameEnv:
+    """What both envs do with their game (``self.game``): start it (or take a started one), then
+    :meth:`_took` (each env's own setting up); the protocol's ``call``, the served property
+    ``call.METHOD``, and closing."""
+
+    def __init__(self, game: GodotRLGame | str | os.PathLike, *, seed: int | None = None,
+                 action_repeat: int | None = None, speedup: float | None = None,
+                 godot: str | os.PathLike | Sequence[str] | None = None, host: str = "127.0.0.1",
+                 connect_timeout: float = 60.0, step_timeout: float | None = 60.0,
+                 extra_args: Sequence[str] = ()) -> None:
+        self.game = start_game(game, dict(seed=seed, action_repeat=action_repeat, speedup=speedup, godot=godot,
+                                          host=host, connect_timeout=connect_timeout,
+                                          step_timeout=step_timeout, extra_args=extra_args))
+        self._took()
+
+    def _took(self) -> None:
+        """Set up the env for ``self.game`` (a subclass's)."""
+        raise NotImplementedError
+
+    def call(self, method: str) -> list:
+        """The protocol's ``call``: ``method`` called on every agent in the game; their returns, in agent
+        order (a one-agent game's: a one-element list)."""
+        return self.game.call(method)
+
+    def dmrpc_properties(self) -> list:
+        """Served, this env offers the read-only property ``call.METHOD`` (see :meth:`call`)."""
+        return _call_property(self.game)
+
+    def close(self) -> None:
+        """Send ``close`` and end the game's process; idempotent, always returns."""
+        self.game.close()
+
+
+class GodotRLParallelEnv(_GameEnv, ParallelEnv):
     """A Godot RL Agents game as a PettingZoo ``ParallelEnv``: one agent per ``AIController``.
 
     Args:
@@ -85,14 +118,7 @@ class GodotRLParallelEnv(ParallelEnv):
 
     metadata = {"name": "godot_rl", "render_modes": [], "is_parallelizable": True}
 
-    def __init__(self, game: GodotRLGame | str | os.PathLike, *, seed: int | None = None,
-                 action_repeat: int | None = None, speedup: float | None = None,
-                 godot: str | os.PathLike | Sequence[str] | None = None, host: str = "127.0.0.1",
-                 connect_timeout: float = 60.0, step_timeout: float | None = 60.0,
-                 extra_args: Sequence[str] = ()) -> None:
-        self.game = start_game(game, dict(seed=seed, action_repeat=action_repeat, speedup=speedup, godot=godot,
-                                          host=host, connect_timeout=connect_timeout,
-                                          step_timeout=step_timeout, extra_args=extra_args))
+    def _took(self) -> None:
         self.possible_agents = list(self.game.agents)
         self.agents: list[str] = []
         self.observation_spaces = dict(self.game.observation_spaces)
@@ -112,36 +138,27 @@ class GodotRLParallelEnv(ParallelEnv):
         return observations, {agent: {} for agent in self.agents}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
-        if not self.agents:
-            raise RuntimeError("the episode has ended (no agent is left): call reset()")
-        unknown = [agent for agent in actions if agent not in self.agents]
-        if unknown:
-            raise ValueError(f"actions for agent(s) {', '.join(map(str, unknown))} not in this episode's agents "
-                             f"({', '.join(self.agents)})")
-        missing = [agent for agent in self.agents if agent not in actions]
-        if missing:
-            raise ValueError(f"no action for agent(s) {', '.join(missing)}")
-        sent = {agent: actions[agent] if agent in actions else self._neutral[agent] for agent in self.possible_agents}
-        observations, rewards, dones, infos = self.game.step(sent)
         live = self.agents
+        if not live:
+            raise RuntimeError("the episode has ended (no agent is left): call reset()")
+        if len(actions) != len(live) or actions.keys() != set(live):
+            unknown = [agent for agent in actions if agent not in live]
+            if unknown:
+                raise ValueError(f"actions for agent(s) {', '.join(map(str, unknown))} not in this episode's "
+                                 f"agents ({', '.join(live)})")
+            raise ValueError(f"no action for agent(s) {', '.join(agent for agent in live if agent not in actions)}")
+        everyone = len(live) == len(self.possible_agents)
+        observations, rewards, dones, infos = self.game.step(
+            actions if everyone else {agent: actions[agent] if agent in actions else self._neutral[agent]
+                                      for agent in self.possible_agents})
         self.agents = [agent for agent in live if not dones[agent]]
+        if everyone:                 # the game's answer is every live agent's: no copies
+            return observations, rewards, dones, dict.fromkeys(live, False), infos
         return ({a: observations[a] for a in live}, {a: rewards[a] for a in live}, {a: dones[a] for a in live},
-                {a: False for a in live}, {a: infos[a] for a in live})
-
-    def call(self, method: str) -> list:
-        """The protocol's ``call``: ``method`` called on every agent in the game; their returns, in agent order."""
-        return self.game.call(method)
-
-    def dmrpc_properties(self) -> list:
-        """Served, this env offers the read-only property ``call.METHOD`` (see :meth:`call`)."""
-        return _call_property(self.game)
-
-    def close(self) -> None:
-        """Send ``close`` and end the game's process; idempotent, always returns."""
-        self.game.close()
+                dict.fromkeys(live, False), {a: infos[a] for a in live})
 
 
-class GodotRLEnv(gym.Env):
+class GodotRLEnv(_GameEnv, gym.Env):
     """A one-agent Godot RL Agents game as a gymnasium ``Env`` (a ``Dict`` observation and action).
 
     Takes the arguments of :class:`GodotRLParallelEnv`; a game with more agents is a ``ValueError``
@@ -159,14 +176,7 @@ class GodotRLEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, game: GodotRLGame | str | os.PathLike, *, seed: int | None = None,
-                 action_repeat: int | None = None, speedup: float | None = None,
-                 godot: str | os.PathLike | Sequence[str] | None = None, host: str = "127.0.0.1",
-                 connect_timeout: float = 60.0, step_timeout: float | None = 60.0,
-                 extra_args: Sequence[str] = ()) -> None:
-        self.game = start_game(game, dict(seed=seed, action_repeat=action_repeat, speedup=speedup, godot=godot,
-                                          host=host, connect_timeout=connect_timeout,
-                                          step_timeout=step_timeout, extra_args=extra_args))
+    def _took(self) -> None:
         if len(self.game.agents) != 1:
             self.game.close()
             raise ValueError(f"Godot RL Agents game {self.game.path!r} has {len(self.game.agents)} agents "
@@ -186,14 +196,3 @@ class GodotRLEnv(gym.Env):
         a = self.agent
         return observations[a], rewards[a], dones[a], False, infos[a]
 
-    def call(self, method: str) -> list:
-        """The protocol's ``call`` (a one-element list: the agent's return)."""
-        return self.game.call(method)
-
-    def dmrpc_properties(self) -> list:
-        """Served, this env offers the read-only property ``call.METHOD`` (see :meth:`call`)."""
-        return _call_property(self.game)
-
-    def close(self) -> None:
-        """Send ``close`` and end the game's process; idempotent, always returns."""
-        self.game.close()

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from gymnasium import spaces
 
-from dmrpc_gym.integrations.godot.launch import GameProcess, find_godot, stop_at_exit
+from dmrpc_gym.integrations.godot.launch import GameProcess, exchange_failure, find_godot, stop_at_exit
 from dmrpc_gym.integrations.godot_rl.spaces import (action_space, decode_observation, encode_action,
                                                     observation_space)
 from dmrpc_gym.integrations.godot_rl.wire import GodotRLProtocolError, Link, Listener
@@ -205,16 +205,9 @@ class GodotRLGame:
 
     def _fail(self, exc: Exception, doing: str) -> Exception:
         """End the game after a failed exchange; the error to raise, with the game's output."""
-        game = self._game
-        if isinstance(exc, ConnectionError) and game is not None:
-            try:
-                game.process.wait(timeout=1.0)          # let a dying game say how it ended
-            except Exception:  # noqa: BLE001
-                pass
-        self._stop()
-        self._broken = f"{doing} failed earlier ({type(exc).__name__}); the game was stopped"
-        detail = game.describe() if game is not None else "no game"
-        return type(exc)(f"Godot RL Agents game {self.path!r} (port {self.port}), {doing}: {exc}; {detail}")
+        error, self._broken = exchange_failure(self._game, exc, doing,
+                                               f"Godot RL Agents game {self.path!r} (port {self.port}), ", self._stop)
+        return error
 
     def _receive(self, kind: str, keys: Sequence[str]) -> dict:
         if self._link is None:

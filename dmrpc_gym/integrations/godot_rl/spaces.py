@@ -21,7 +21,8 @@ array([  0, 255], dtype=uint8)
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
@@ -112,7 +113,7 @@ def decode_observation(space: spaces.Dict, values: Any, who: str) -> dict[str, n
             if isinstance(sub, spaces.Discrete):
                 out[key] = np.int64(value)
                 continue
-            if is_image(key) and sub.dtype == np.uint8:
+            if sub.dtype == np.uint8 and is_image(key):
                 array = np.frombuffer(bytes.fromhex(value), np.uint8)
             else:
                 array = np.asarray(value, np.float32)
@@ -126,9 +127,9 @@ def decode_observation(space: spaces.Dict, values: Any, who: str) -> dict[str, n
 def encode_action(space: spaces.Dict, action: Any, who: str) -> dict[str, Any]:
     """One agent's action as the game reads it (a discrete entry an int, a continuous one a list of floats);
     ``ValueError`` naming the entry when ``action`` is not in ``space``."""
-    if not isinstance(action, Mapping):
+    if type(action) is not dict and not isinstance(action, Mapping):
         raise ValueError(f"{who}'s action must be a dict with entries {', '.join(space.spaces)}; got {action!r}")
-    if len(action) != len(space.spaces) or any(key not in space.spaces for key in action):
+    if len(action) != len(space.spaces) or action.keys() != space.spaces.keys():
         missing = [key for key in space.spaces if key not in action]
         extra = [key for key in action if key not in space.spaces]
         raise ValueError(f"{who}'s action {action!r} does not match {space}: "

@@ -18,9 +18,15 @@ that one blocked the loop for, in units of ``inline_below`` (a 10 ms stall:
 100, a 1 s stall: 4096, the most), so that what running inline saves pays
 for what the surprise cost the other worlds. An env that steps alone (no other
 env of the pool made a quick call in the last 0.1 s) has nobody to delay, so
-for it "short" means below :data:`ALONE_BELOW` (2 ms) instead: a one-world
-server saves the hand-off on every step of a 100 us - 2 ms env; once a second
+for it "short" means below :data:`ALONE_BELOW` (10 ms) instead: a one-world
+server saves the hand-off on every step of a 100 us - 10 ms env; once a second
 env steps too, the first one's next slow call sends it back to the workers.
+What it saves is more than the thread switch: a step that waits on another
+process (a Godot game over TCP, 2.2 ms a step) cost the server 0.27 ms more CPU
+on a worker than inline (the GIL and the loop's wake-up passed back and forth)
+and its client 0.12 ms more (``benchmarks/profile_godot_rl.py --cpu --heavy``);
+what it costs is a health check or another client's request waiting behind
+the one env's step, at most 10 ms, and only while that env steps alone.
 The first calls of an env, and building, ``render`` and ``close``, always go to
 a worker; ``inline_below=0`` sends every call to a worker.
 
@@ -53,7 +59,7 @@ __all__ = ["WorkerPool", "Lane", "NOT_NOW", "default_workers", "rendered", "INLI
 #: Steps shorter than this (seconds), every one of a streak, run on the event loop.
 INLINE_BELOW = 100e-6
 #: The same for an env that steps alone on its pool (never below the pool's ``inline_below``).
-ALONE_BELOW = 2e-3
+ALONE_BELOW = 10e-3
 _ALONE_AFTER = 0.1      # seconds without another env's quick call before an env steps alone
 _FIRST_STREAK, _LONGEST_STREAK = 8, 4096
 #: What :meth:`Lane.inline` returns for a call it did not make.

@@ -32,8 +32,11 @@ progress for the server's ``timeout``, default 30 s; none can hang):
   a write of the ``seed`` property seeds the next ``env.reset``.
 
 The env is one object, so its calls (``reset``, ``step``, ``render``, ``close``)
-run one at a time on the world's :class:`~dmrpc_gym.server.running.workers.Lane`, off the
-event loop; the waiting between agents stays on the loop.
+run one at a time on the world's :class:`~dmrpc_gym.server.running.workers.Lane`: off the
+event loop, or inline on it where the lane's rule allows (a short step of an env stepping
+alone); the waiting between agents stays on the loop. A round whose step runs inline is run
+by the agent whose action completed it, in its own step: the other agents' answers come one
+loop turn later, its own at once.
 """
 from __future__ import annotations
 
@@ -51,7 +54,7 @@ from dmrpc_gym.server.worlds.rendering import rgb_shape
 from dmrpc_gym.server.worlds.parallel_agent import AGENT, ParallelAgent, names_text
 from dmrpc_gym.server.worlds.properties import Property, env_properties
 from dmrpc_gym.server.serving.stats import WorldCounts
-from dmrpc_gym.server.running.workers import Lane
+from dmrpc_gym.server.running.workers import NOT_NOW, Lane
 from dmrpc_gym.server.worlds.settings import SEED, check_seed, refuse_unknown, unpack_settings, world_reset_settings
 from dmrpc_gym.protocol.wire import pb
 
@@ -61,6 +64,12 @@ log = logging.getLogger("dmrpc_gym.server")
 
 
 _RUNNING, _INTERRUPTED = pb.RUNNING, pb.INTERRUPTED
+_EXPIRED = object()     # what a waiter's future holds when its deadline passed
+
+
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(_EXPIRED)
 
 
 def _reset(env: Any, seed: int | None) -> tuple[Any, Any, list]:
@@ -116,7 +125,7 @@ class ParallelWorld:
         self.generation = 0             # counts aborts: a round or reset that outlived one is void
         self.resetting = False          # env.reset is running
         self.draining = False           # the server drains: no episode starts (start_sequence)
-        self._changed = asyncio.Event()
+        self._waiters: list[asyncio.Future] = []
         self.counts = WorldCounts(self.kind)
 
     def _describe(self, env: Any, recipe: Mapping[str, Any], seed: int | None) -> dict[str, AgentInterface]:
@@ -135,17 +144,32 @@ class ParallelWorld:
 
     def _notify(self) -> None:
         """Wake every waiter: something changed (a round, a join, a leave, an abort)."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def _wait(self, what: Callable[[], str]) -> None:
-        """Wait for the next change; DEADLINE_EXCEEDED (saying ``what()`` was awaited) after ``timeout`` s without one."""
-        changed = self._changed
+        """Wait for the next change; DEADLINE_EXCEEDED (saying ``what()`` was awaited) after ``timeout`` s without one.
+
+        A bare future per waiter, set by :meth:`_notify`: a waiter wakes one loop turn after a change (an
+        ``asyncio.wait_for`` on an ``Event`` took three, and a task a wait); the timer is only the deadline.
+        """
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        self._waiters.append(waiter)
+        timer = loop.call_later(self.timeout, _expire, waiter)
         try:
-            await asyncio.wait_for(changed.wait(), self.timeout)
-        except asyncio.TimeoutError:
+            woke = await waiter
+        except BaseException:
+            if waiter in self._waiters:      # cancelled: no notify will drop it
+                self._waiters.remove(waiter)
+            raise
+        finally:
+            timer.cancel()
+        if woke is _EXPIRED:
             raise status.deadline_exceeded(
-                f"world {self.name!r}: waited {self.timeout:g} s for {what()} with no progress") from None
+                f"world {self.name!r}: waited {self.timeout:g} s for {what()} with no progress")
 
     def _missing(self) -> str:
         missing = [a for a in self.possible if a not in self.agents]
@@ -233,7 +257,7 @@ class ParallelWorld:
         episode = self.episode
         self.pending[agent.name] = action
         agent.result = None
-        if self.live <= self.pending.keys():
+        if self.live <= self.pending.keys() and not self._round_now():
             # A task of its own: the round goes on for the others if this agent's stream ends.
             asyncio.get_running_loop().create_task(self._round())
         try:
@@ -250,24 +274,50 @@ class ParallelWorld:
         result, agent.result = agent.result, None
         return result
 
+    def _round_now(self) -> bool:
+        """The round, now, by the agent whose action completed it, where the lane runs ``env.step`` inline
+        (:meth:`~dmrpc_gym.server.running.workers.Lane.inline`): no task, no loop turn, and that agent has
+        its result at once. False (nothing done) where the step would go to a worker: :meth:`_round` then."""
+        actions = {name: self.pending[name] for name in self.live}
+        try:
+            answer = self.lane.inline(_step, self.env, actions)
+        except Exception as exc:  # noqa: BLE001 - the env's error is the answer
+            self.pending.clear()
+            self._failed(exc)
+            return True
+        if answer is NOT_NOW:
+            return False
+        self.pending.clear()
+        self._hand_out(actions, answer)
+        return True
+
     async def _round(self) -> None:
-        """Every live agent has acted: ``env.step`` and hand out the results (or the failure)."""
+        """Every live agent has acted: ``env.step`` (on a worker) and hand out the results (or the failure)."""
         actions = {name: self.pending[name] for name in self.live}
         self.pending.clear()
         generation = self.generation
         try:
-            obs, rewards, terminations, truncations, infos, agents = await self.lane.quick(
-                _step, self.env, actions)
+            answer = await self.lane.quick(_step, self.env, actions)
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
             if generation == self.generation:
-                self.failure = (self.episode, f"{self.factory.name}: step raised {type(exc).__name__}: "
-                                              f"{exc}; the episode ended")
-                self.running, self.live = False, set()
-                self._notify()
+                self._failed(exc)
             return
         if generation != self.generation:
             return  # the episode was aborted while the env stepped: nobody waits for this round
+        self._hand_out(actions, answer)
+
+    def _failed(self, exc: Exception) -> None:
+        """``env.step`` raised: every agent waiting on the round gets the error, and the episode ends."""
+        self.failure = (self.episode, f"{self.factory.name}: step raised {type(exc).__name__}: "
+                                      f"{exc}; the episode ended")
+        self.running, self.live = False, set()
+        self._notify()
+
+    def _hand_out(self, actions: dict, answer: tuple) -> None:
+        """Each acting agent's result of the round ``env.step`` answered."""
+        obs, rewards, terminations, truncations, infos, agents = answer
         self.rounds += 1
+        infos = infos or {}
         for name in actions:
             if name in obs:
                 self.obs[name] = obs[name]
@@ -275,7 +325,7 @@ class ParallelWorld:
             if joined is not None:
                 joined.result = (self.obs.get(name), rewards.get(name, 0.0),
                                  bool(terminations.get(name, False)), bool(truncations.get(name, False)),
-                                 (infos or {}).get(name))
+                                 infos.get(name))
         self.live = set(agents)
         for name in self.live:
             if name in obs:
