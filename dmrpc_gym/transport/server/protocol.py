@@ -146,8 +146,8 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
         self._traffic.bytes_in += len(data)
         buf = self._buf
         buf += data
-        if len(self._streams) > 1:    # answers of several streams made on this turn are gathered
-            self._hold()
+        if self._held is None and len(self._streams) > 1:   # answers of several streams made on this turn
+            self._hold()                                      # are gathered (with the steady path's, if held)
         try:
             if not self._preface and not self._check_preface(buf):
                 return

@@ -121,10 +121,10 @@ class Steady:
             else:                           # what _write does with a frame when nothing is held back
                 self._transport.write(head + answer)
                 self._traffic.bytes_out += size + 9
-        if held:
-            self._flush_held()
-        if at < n:
+        if at < n:             # the rest to the general path: its answers join those held (one write)
             self._frames_received(data[at:] if at else data)
+        elif held:
+            self._flush_held()
 
     def _steady_answer(self, stream: Stream, raw: bytes) -> bytes | None:
         """The handler's steady answer to a request the general path took (it came split across reads, or
