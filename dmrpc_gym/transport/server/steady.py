@@ -60,7 +60,8 @@ class Steady:
     def _steady_received(self, data: bytes) -> None:
         """``data_received`` on the steady path: the whole steady requests that begin ``data`` are
         answered here, the rest goes to the general path."""
-        if self._buf or self._lingering or not self._preface or self._headers_in.data is not None:
+        if (self._buf or self._part is not None or self._lingering or not self._preface
+                or self._headers_in.data is not None):
             return self._frames_received(data)
         flow, streams = self._flow, self._streams
         n, at, held = len(data), 0, False
