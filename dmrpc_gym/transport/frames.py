@@ -363,7 +363,8 @@ class MessageSplitter:
         if self.large is not None:
             payload = memoryview(payload)
             n = min(len(payload), self._size - self._filled)
-            self.large[self._filled:self._filled + n] = payload[:n]
+            # through a view: bytearray's own slice assignment first copies a buffer into a new bytearray
+            memoryview(self.large)[self._filled:self._filled + n] = payload[:n]
             self.advance(n, out)
             payload = payload[n:]
             if not payload:
@@ -380,7 +381,7 @@ class MessageSplitter:
                 if size >= IN_PLACE:                  # fill it in place from now on
                     self._filled = len(data) - 5
                     self.large, self._size, self._flag = unfilled(size), size, flag
-                    self.large[:self._filled] = memoryview(data)[5:]
+                    memoryview(self.large)[:self._filled] = memoryview(data)[5:]
                     del data[:]
                 break
             message = bytes(memoryview(data)[5:5 + size]) if size >= IN_PLACE else bytes(data[5:5 + size])

@@ -167,7 +167,7 @@ class Requests:
                     await asyncio.sleep(0)
                 end = filled + len(piece)
                 if end <= len(out):
-                    out[filled:end] = piece
+                    memoryview(out)[filled:end] = piece    # (bytearray's slice assignment copies twice)
                 else:
                     del out[filled:]
                     out += piece
