@@ -2,7 +2,7 @@
  *
  * Loaded with LD_PRELOAD (``copies.py`` builds and loads it): every memcpy / memmove / mempcpy
  * of at least COPY_COUNTER_MIN bytes (default 1 MiB) adds one to ``copies`` and its size to
- * ``copied``; every send / sendto / sendmsg / recv / recvfrom / recvmsg adds what it moved to
+ * ``copied``; every send / sendto / sendmsg / writev / recv / recvfrom / recvmsg adds what it moved to
  * ``sent`` / ``received`` (each such byte is one copy by the kernel, user to socket buffer or
  * back). A Python process reads them through ctypes (``copy_counter_read``); counts, not
  * times: the machine's load cannot move them.
@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 static atomic_long copies, copied, sent, received;
 static size_t minimum = 1 << 20;
@@ -29,6 +30,7 @@ static void *(*real_mempcpy)(void *, const void *, size_t);
 static ssize_t (*real_send)(int, const void *, size_t, int);
 static ssize_t (*real_sendto)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
 static ssize_t (*real_sendmsg)(int, const struct msghdr *, int);
+static ssize_t (*real_writev)(int, const struct iovec *, int);
 static ssize_t (*real_recv)(int, void *, size_t, int);
 static ssize_t (*real_recvfrom)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
 static ssize_t (*real_recvmsg)(int, struct msghdr *, int);
@@ -106,6 +108,7 @@ __attribute__((constructor)) static void init(void) {
     real_send = dlsym(RTLD_NEXT, "send");
     real_sendto = dlsym(RTLD_NEXT, "sendto");
     real_sendmsg = dlsym(RTLD_NEXT, "sendmsg");
+    real_writev = dlsym(RTLD_NEXT, "writev");
     real_recv = dlsym(RTLD_NEXT, "recv");
     real_recvfrom = dlsym(RTLD_NEXT, "recvfrom");
     real_recvmsg = dlsym(RTLD_NEXT, "recvmsg");
@@ -163,6 +166,12 @@ ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockad
 
 ssize_t sendmsg(int fd, const struct msghdr *msg, int flags) {
     return moved(&sent, real_sendmsg(fd, msg, flags));
+}
+
+/* The server writes large answers to its socket with writev (counted as sent: the copies.py runs
+ * write no files with it). */
+ssize_t writev(int fd, const struct iovec *iov, int count) {
+    return moved(&sent, real_writev(fd, iov, count));
 }
 
 ssize_t recv(int fd, void *buf, size_t n, int flags) {

@@ -9,6 +9,7 @@ b'\\x00\\x00\\x07\\x00\\x00\\x00\\x00\\x00\\x01'
 """
 from __future__ import annotations
 
+import ctypes
 import struct
 from collections import deque
 
@@ -16,7 +17,7 @@ from dmrpc_gym.protocol.tensors import MAX_TENSOR_BYTES
 from dmrpc_gym.transport.codes import ErrorCode, GrpcStatus
 
 __all__ = ["MessageSplitter", "MessageTooLarge", "Deflated", "StreamError", "ProtocolError", "frame", "grpc_frame",
-           "pack_head", "read_head", "pack_prefix", "read_prefix",
+           "pack_head", "read_head", "unfilled", "pack_prefix", "read_prefix",
            "header_frames", "settings_frame", "goaway_frame", "window_update_frame", "rst_stream_frame", "ping_frame", "MessageParts", "check_frame", "parse_settings", "header_fragment", "unpad", "grpc_status",
            "HEADER", "U32", "PREFACE", "MAX_WINDOW", "DEFAULT_MAX_MESSAGE", "IN_PLACE", "WRITE_CHUNK"]
 
@@ -34,7 +35,7 @@ MIN_FRAME, MAX_FRAME = 16384, 2**24 - 1
 #: Default largest gRPC message either end accepts: 64 MiB (see docs/guides/security.md).
 DEFAULT_MAX_MESSAGE = MAX_TENSOR_BYTES   # one figure: no tensor grows past what a message may carry
 #: Messages and DATA frames at least this large are read or filled in place, never copied out of a
-#: read buffer; a large message being received starts with this much room (then doubles).
+#: read buffer: a message this large is received into a buffer of its declared size (see MessageSplitter).
 IN_PLACE = 1 << 16
 #: The largest DATA frame a server writes in one go (and its transport's write-buffer mark).
 WRITE_CHUNK = 1 << 18
@@ -309,7 +310,21 @@ class Deflated(bytes):
     __slots__ = ()
 
 
-_ZEROS = memoryview(bytes(1 << 20))      # what a growing message buffer is extended with
+_new_bytearray = ctypes.pythonapi.PyByteArray_FromStringAndSize
+_new_bytearray.restype, _new_bytearray.argtypes = ctypes.py_object, (ctypes.c_char_p, ctypes.c_ssize_t)
+
+
+def unfilled(n: int) -> bytearray:
+    """A ``bytearray`` of ``n`` bytes that are not set (``bytearray(n)`` writes n zeros, a copy's
+    worth of memory traffic, and makes every page resident at once). Its pages cost memory only as
+    they are written: a large allocation is fresh pages from the kernel (an ``mmap``), so memory
+    follows the bytes that arrived. Whoever fills it must write every byte it hands on.
+
+    >>> len(unfilled(1 << 20))
+    1048576
+    """
+    return _new_bytearray(None, n)
+
 
 class MessageSplitter:
     """Cuts DATA payloads into gRPC messages (which may span frames, or share one).
@@ -324,9 +339,10 @@ class MessageSplitter:
     ``limit`` bounds a message's size (``option``: what sets it): a prefix declaring more raises
     :class:`MessageTooLarge` before the message is buffered. Memory follows the
     bytes that arrived, never the size a prefix declares: a large message is
-    filled in place in a buffer that starts at :data:`IN_PLACE` (or what has
-    arrived) and doubles as it fills, up to the declared size, so a peer that
-    declares 64 MiB and sends 5 bytes costs at most ``IN_PLACE``. ``decompress``
+    filled in place in a buffer of its declared size whose bytes are not set
+    beforehand (:func:`unfilled`: pages cost memory once written), so a peer that
+    declares 64 MiB and sends 5 bytes costs a page or two, and the message's bytes
+    are copied once (from the payload, or by the kernel into :meth:`room`). ``decompress``
     (set once the stream's ``grpc-encoding`` is known) inflates messages
     flagged compressed; without it such a message is a :class:`StreamError`.
     """
@@ -347,8 +363,8 @@ class MessageSplitter:
         if self.large is not None:
             payload = memoryview(payload)
             n = min(len(payload), self._size - self._filled)
-            self._grow(self._filled + n)
-            self.large[self._filled:self._filled + n] = payload[:n]
+            # through a view: bytearray's own slice assignment first copies a buffer into a new bytearray
+            memoryview(self.large)[self._filled:self._filled + n] = payload[:n]
             self.advance(n, out)
             payload = payload[n:]
             if not payload:
@@ -364,8 +380,8 @@ class MessageSplitter:
             if len(data) < 5 + size:
                 if size >= IN_PLACE:                  # fill it in place from now on
                     self._filled = len(data) - 5
-                    self.large, self._size, self._flag = bytearray(data[5:]), size, flag
-                    self._grow(min(size, self._filled + IN_PLACE))
+                    self.large, self._size, self._flag = unfilled(size), size, flag
+                    memoryview(self.large)[:self._filled] = memoryview(data)[5:]
                     del data[:]
                 break
             message = bytes(memoryview(data)[5:5 + size]) if size >= IN_PLACE else bytes(data[5:5 + size])
@@ -376,15 +392,7 @@ class MessageSplitter:
         """Where the large message being filled wants its next bytes (None: no large message)."""
         if self.large is None:
             return None
-        if self._filled == len(self.large):       # full so far: twice the room (no view is held now)
-            self._grow(min(self._size, 2 * len(self.large)))
         return memoryview(self.large)[self._filled:]
-
-    def _grow(self, capacity: int) -> None:
-        """Make the large message's buffer at least ``capacity`` bytes (never past its size)."""
-        big = self.large
-        while len(big) < capacity:
-            big += _ZEROS[:min(len(_ZEROS), capacity - len(big))]
 
     def advance(self, n: int, out: "deque[bytes] | list[bytes]") -> None:
         """``n`` bytes were written into :meth:`room`; a completed message goes to ``out``."""

@@ -101,6 +101,7 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
         self.flow = Flow(MAX_WINDOW, CREDIT_AT)
         self._goaway: str | None = None
         self._partial: tuple | None = None   # a large DATA frame being read in place
+        self._header_alone = False           # the next frame header is read by itself (see large_messages)
         self._request = [(":method", "POST"), (":scheme", scheme), (":path", path), (":authority", authority),
                          ("content-type", "application/grpc"), ("te", "trailers"), ("user-agent", "dmrpc-gym"),
                          ("grpc-accept-encoding", encodings.ACCEPT_ENCODING)]
@@ -326,8 +327,8 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
             pass
 
     # -- frames ----------------------------------------------------------------
-    def _fill(self, n: int) -> None:
-        """Receive until ``n`` bytes are buffered; an EOF is a ``ConnectionError``."""
+    def _fill(self, n: int, exact: bool = False) -> None:
+        """Receive until ``n`` bytes are buffered (``exact``: not a byte more); an EOF is a ``ConnectionError``."""
         buf, silent_from = self._buf, None
         while len(buf) < n:
             if self._dead is not None:
@@ -341,13 +342,13 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
                 interrupts.wait_ready(self._sock, self._timeout)
                 try:
                     interrupts.hold()
-                    got = self._sock.recv_into(self._rbuf)
+                    got = self._sock.recv_into(self._rbuf, n - len(buf) if exact else 0)
                     buf += self._rview[:got]
                 finally:
                     interrupts.release()
             else:      # into a buffer kept for the purpose: recv(n) would allocate n bytes every call
                 try:
-                    got = self._sock.recv_into(self._rbuf)
+                    got = self._sock.recv_into(self._rbuf, n - len(buf) if exact else 0)
                 except (BlockingIOError, ssl.SSLWantReadError):   # keepalive on: a second with nothing
                     silent_from = self._heard_nothing(silent_from)
                     continue
@@ -362,7 +363,8 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
             return self._read_data_direct(*self._partial)
         buf = self._buf
         if len(buf) < 9:
-            self._fill(9)
+            self._fill(9, self._header_alone)
+        self._header_alone = False
         length, kind, flags, sid = read_head(buf)
         end = 9 + length
         if kind == DATA and length >= IN_PLACE and not flags & PADDED and len(buf) < end \

@@ -68,16 +68,16 @@ class LargeMessages:
 
     def _read_data_direct(self, stream, flags: int, length: int, left: int | None = None) -> None:
         """A large DATA frame of ``stream`` straight from the socket into the message it carries
-        (one copy). Resumable: a timeout or an interrupt leaves ``_partial`` saying what is left to read.
+        (one copy; none in user space for the part read here). Resumable: a timeout or an interrupt leaves ``_partial`` saying what is left to read.
         """
         splitter, messages = stream.splitter, stream.messages
         if left is None:                      # its header (and maybe a first part) is buffered
             buf = self._buf
             got = len(buf) - 9
             self._partial = (stream, flags, length, length - got)
-            del buf[:9]
             if got:
-                stream.feed(bytes(buf))
+                with memoryview(buf) as view:        # the part already read: copied once, into the message
+                    stream.feed(view[9:])
             del buf[:]
             left = length - got
         silent_from = None
@@ -124,6 +124,9 @@ class LargeMessages:
                 if guard:
                     interrupts.release()
         self._partial = None
+        # More of the message to come: the next frame's header is read alone, so that its payload
+        # comes straight into the message too (not through the read buffer).
+        self._header_alone = splitter.large is not None
         try:
             stream.data_done(flags, length)      # the flow state admits it (past a window: GOAWAY)
         except ProtocolError as err:

@@ -140,7 +140,7 @@ class Watching:
             return
         loop = asyncio.get_running_loop()
         unfinished = (("header block", self._blocks_done) if self._headers_in.open
-                      else ("frame", self._frames_done) if self._buf else None)
+                      else ("frame", self._frames_done) if self._buf or self._part is not None else None)
         why = self._conduct.overdue(loop.time(), self._preface, unfinished, len(self._streams))
         if why is None:
             if not self._preface or unfinished is not None or not self._streams:

@@ -35,6 +35,8 @@ class RequestsHost(Protocol):
     _last_stream: int
     _max_message: int
     _flow: Flow
+    _part: list | None
+    _frames_done: int
 
     def _write(self, data: bytes) -> None: ...
     def _run(self, stream: Stream) -> None: ...
@@ -53,6 +55,7 @@ class RepliesHost(Protocol):
     _flow: Flow
     _closed: bool
     _held: list[bytes] | None
+    _fd: int | None
     _writable: bool
     _can_write: asyncio.Event
     _window_open: asyncio.Event
@@ -81,6 +84,7 @@ class WatchingHost(Protocol):
     _streams: dict[int, Stream]
     _transport: asyncio.Transport | None
     _buf: bytearray
+    _part: list | None
     _closed: bool
     _conduct: Conduct | None
     _headers_in: HeaderBlock
@@ -108,6 +112,7 @@ class SteadyHost(Protocol):
     _streams: dict[int, Stream]
     _transport: asyncio.Transport | None
     _buf: bytearray
+    _part: list | None
     _flow: Flow
     _preface: bool
     _lingering: bool

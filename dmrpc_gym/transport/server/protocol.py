@@ -32,7 +32,7 @@ from dmrpc_gym.transport.base import STEADY_STEP_ENV
 from dmrpc_gym.transport.server import eager
 from dmrpc_gym.transport.server.steady import Steady
 from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM,
-                                        FRAME_SIZE_ERROR, GOAWAY, HEADERS, IN_PLACE, NO_ERROR, PING, PREFACE,
+                                        FRAME_SIZE_ERROR, GOAWAY, HEADERS, IN_PLACE, NO_ERROR, PADDED, PING, PREFACE,
                                         PROTOCOL_ERROR, PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTINGS,
                                         SETTING_FRAME, SETTING_HEADER_LIST, SETTING_STREAMS, SETTING_WINDOW, U32,
                                         WINDOW_UPDATE, WRITE_CHUNK, Deflated, ProtocolError,
@@ -110,6 +110,8 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
         self._lingering = False
         self._last_stream = 0
         self._draining = False           # a GOAWAY went either way: close once the streams are done
+        self._fd: int | None = None             # the socket, where large answers may be written to it directly
+        self._part: list | None = None          # a large DATA frame being read: [stream, flags, bytes left]
         self._held: list[bytes] | None = None   # small writes of one data_received, sent together
 
     @property
@@ -132,6 +134,8 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
         self._conduct = Conduct(self._limits, loop.time())
         self._tick = loop.call_later(self._conduct.tick, self._on_tick)
         sock = transport.get_extra_info("socket")
+        if sock is not None and transport.get_extra_info("sslcontext") is None and hasattr(os, "writev"):
+            self._fd = sock.fileno()    # plain TCP or a Unix socket: large answers are written from their pieces
         if sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -144,11 +148,19 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
         if self._lingering:
             return                         # after a protocol error: read and dropped (see abort)
         self._traffic.bytes_in += len(data)
+        if self._held is None and len(self._streams) > 1:   # answers of several streams made on this turn
+            self._hold()                                      # are gathered (with the steady path's, if held)
         buf = self._buf
-        buf += data
-        if len(self._streams) > 1:    # answers of several streams made on this turn are gathered
-            self._hold()
         try:
+            if self._part is not None:     # a large DATA frame's payload: straight into its message
+                data = self._take_part(data)
+                if len(data) >= 9 and not buf:          # and so is the next one's, if it is begun and large
+                    length, kind, flags, stream = read_head(data)
+                    if (kind == DATA and IN_PLACE <= length <= _OUR_FRAME and not flags & PADDED
+                            and not self._headers_in.open and len(data) < 9 + length):
+                        self._begin_part(flags, stream, length)
+                        data = self._take_part(data[9:])
+            buf += data
             if not self._preface and not self._check_preface(buf):
                 return
             while len(buf) >= 9:
@@ -160,6 +172,11 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
                     self._headers_in.admit(kind, flags, length)
                 end = 9 + length
                 if len(buf) < end:
+                    if kind == DATA and length >= IN_PLACE and not flags & PADDED and not self._headers_in.open:
+                        self._begin_part(flags, stream, length)      # the rest comes straight into its message
+                        with memoryview(buf) as view:
+                            self._take_part(view[9:])
+                        del buf[:]
                     if self._tick is None:
                         self._watch()          # a frame begun: its deadline applies
                     return
@@ -170,7 +187,7 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
                     self._on_frame(kind, flags, stream, bytes(buf[9:end]))
                 del buf[:end]
                 self._frames_done += 1
-            if (buf or self._headers_in.open) and self._tick is None:
+            if (buf or self._part is not None or self._headers_in.open) and self._tick is None:
                 self._watch()
         except ProtocolError as exc:
             log.info("closing an HTTP/2 connection: %s", exc)

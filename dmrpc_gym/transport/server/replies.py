@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import urllib.parse
 
@@ -123,10 +124,32 @@ class Replies:
             n = flow.room(stream, min(parts.left, WRITE_CHUNK))
             flow.spend(stream, n)
             self._conduct.answered = True
-            # Joined into bytes: asyncio may keep what it could not send yet (Python 3.12+ keeps
-            # memoryviews as they are), and the pieces may be an env's own array, which its next
-            # step is free to change.
-            self._write(b"".join([frames.pack_head(n, DATA, 0, stream.id), *parts.take(n)]))
+            self._write_frame([frames.pack_head(n, DATA, 0, stream.id), *parts.take(n)])
+
+    def _write_frame(self, pieces: list) -> None:
+        """A large answer's DATA frame (its header, then pieces that may be an env's own array): while
+        nothing waits in asyncio's write buffer, one ``writev`` straight from the pieces (no copy but
+        the kernel's); only what the socket did not take is joined into bytes, because asyncio keeps
+        it (Python 3.12+ keeps memoryviews as they are) and the env's next step may change its array."""
+        fd, transport = self._fd, self._transport
+        if self._held:
+            self._flush_held()
+            self._hold()
+        if (fd is not None and not self._closed and transport is not None and not transport.is_closing()
+                and not transport.get_write_buffer_size()):
+            try:
+                sent = os.writev(fd, pieces)
+            except OSError:              # full (BlockingIOError), or gone: asyncio's write finds out which
+                sent = 0
+            self._traffic.bytes_out += sent
+            while sent:
+                if sent >= len(pieces[0]):
+                    sent -= len(pieces.pop(0))
+                else:
+                    pieces[0], sent = memoryview(pieces[0])[sent:], 0
+            if not pieces:
+                return
+        self._write(b"".join(pieces))
 
     def _trailers(self, stream: Stream, code: int, message: str, extra: tuple = ()) -> None:
         if stream.outbound is Outbound.ENDED or self._closed:

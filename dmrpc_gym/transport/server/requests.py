@@ -52,21 +52,34 @@ class Requests:
     """
 
     def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
-        n = len(payload)
+        stream = self._admit_data(sid, len(payload))
+        if stream is None:
+            return
+        if flags & PADDED:
+            n = len(payload)
+            payload = frames.unpad(payload)
+            self._consumed(stream, n - len(payload))
+        self._feed(stream, flags, payload)
+
+    def _admit_data(self, sid: int, n: int) -> Stream | None:
+        """A DATA frame of ``n`` bytes on ``sid`` is admitted (both receive windows: transport.flow);
+        the stream it feeds, or None when its bytes are dropped (already credited)."""
         stream = self._streams.get(sid)
-        self._flow.admit(n, stream)      # both receive windows (transport.flow)
+        self._flow.admit(n, stream)
         if stream is None:
             if sid > self._last_stream or not sid:
                 raise ProtocolError(PROTOCOL_ERROR, f"DATA on idle stream {sid}")
             self._credit_connection(n)   # a stream we already ended: dropped, and so consumed
-            return
+            return None
         if stream.inbound is Inbound.DONE:
             self._credit_connection(n)
             self._reset(stream, STREAM_CLOSED)     # DATA after the client's END_STREAM
-            return
-        if flags & PADDED:
-            payload = frames.unpad(payload)
-            self._consumed(stream, n - len(payload))
+            return None
+        return stream
+
+    def _feed(self, stream: Stream, flags: int, payload) -> None:
+        """``payload`` (a DATA frame's, or part of one: then ``flags`` has no END_STREAM) into the stream's
+        messages; the requests it completes are answered."""
         stream.held += len(payload)
         inbox = stream.inbox
         before = len(inbox)
@@ -82,6 +95,33 @@ class Requests:
             self._run(stream)
         if flags & END_STREAM:
             self._client_done(stream)
+
+    def _begin_part(self, flags: int, sid: int, length: int) -> None:
+        """A large DATA frame (not padded) has begun and is not all here: it is admitted whole now,
+        and its payload goes from each read straight into its message (:meth:`_take_part`), never
+        through the connection's buffer."""
+        self._part = [self._admit_data(sid, length), flags, length]
+
+    def _take_part(self, data):
+        """The next bytes of the large DATA frame begun (:meth:`_begin_part`) taken from ``data``
+        (copied once, into the message); what follows the frame in ``data`` is returned."""
+        part = self._part
+        stream, flags, left = part
+        view = memoryview(data)
+        n = min(left, len(view))
+        left -= n
+        if stream is None:
+            pass                                   # dropped, and credited when admitted
+        elif self._streams.get(stream.id) is stream:
+            self._feed(stream, flags if not left else flags & ~END_STREAM, view[:n])
+        else:                                      # refused meanwhile: what it held is given back; the rest too
+            self._credit_connection(n)
+        if left:
+            part[2] = left
+        else:
+            self._part = None
+            self._frames_done += 1
+        return view[n:]
 
     def _consumed(self, stream: Stream, n: int) -> None:
         """The session took ``n`` bytes of the stream's requests: the client may send as many more."""
@@ -127,7 +167,7 @@ class Requests:
                     await asyncio.sleep(0)
                 end = filled + len(piece)
                 if end <= len(out):
-                    out[filled:end] = piece
+                    memoryview(out)[filled:end] = piece    # (bytearray's slice assignment copies twice)
                 else:
                     del out[filled:]
                     out += piece

@@ -60,7 +60,8 @@ class Steady:
     def _steady_received(self, data: bytes) -> None:
         """``data_received`` on the steady path: the whole steady requests that begin ``data`` are
         answered here, the rest goes to the general path."""
-        if self._buf or self._lingering or not self._preface or self._headers_in.data is not None:
+        if (self._buf or self._part is not None or self._lingering or not self._preface
+                or self._headers_in.data is not None):
             return self._frames_received(data)
         flow, streams = self._flow, self._streams
         n, at, held = len(data), 0, False
@@ -121,10 +122,10 @@ class Steady:
             else:                           # what _write does with a frame when nothing is held back
                 self._transport.write(head + answer)
                 self._traffic.bytes_out += size + 9
-        if held:
-            self._flush_held()
-        if at < n:
+        if at < n:             # the rest to the general path: its answers join those held (one write)
             self._frames_received(data[at:] if at else data)
+        elif held:
+            self._flush_held()
 
     def _steady_answer(self, stream: Stream, raw: bytes) -> bytes | None:
         """The handler's steady answer to a request the general path took (it came split across reads, or
