@@ -57,19 +57,18 @@ def judge_varints(buf: Any, pos: int, end: int, most: int | None, elements: int 
         cap = elements if cap is None else min(cap, elements)
     if b - a <= (MAX_TENSOR_BYTES // itemsize if cap is None else cap):
         return                                 # no more elements than bytes: within the bound
-    why = bound or f"the {most} bytes allowed"
+    why = bound or f"it decodes to more than the {most} bytes allowed"
     inner = next(fields(buf, a, b), (0, 0, 0, 0, 0))
     if inner[:2] != (1, 2) or inner[3] != b:  # unpacked (a field per element), or more than the array
         if cap is not None:
             raise ValueError(f"an unpacked {c.name} payload of {b - a} bytes, which may hold more than "
-                             f"{cap} elements: past {why}")
+                             f"{cap} elements: {why}")
         return
     view, a, count = memoryview(buf), inner[4], 0
     for k in range(a, b, 1 << 20):
         count += len(bytes(view[k:min(b, k + (1 << 20))]).translate(None, _HIGH))
         if cap is not None and count > cap:     # (the rest need not be counted)
-            raise ValueError(f"a {c.name} payload of {b - a} bytes holds more than {cap} elements: "
-                             f"{'it decodes to more than ' if not bound else 'past '}{why}")
+            raise ValueError(f"a {c.name} payload of {b - a} bytes holds more than {cap} elements: {why}")
     tensors.check_shape(shape or [], count, c.name)
 
 
@@ -124,7 +123,7 @@ class Screen:
         if spec is None or any(d < 0 for d in spec.shape):
             return MAX_TENSOR_BYTES, None, ""
         count = math.prod(spec.shape)
-        return None, count, f"the {count} its spec holds (shape {list(spec.shape)})"
+        return None, count, f"its spec holds {count} (shape {list(spec.shape)})"
 
     def action(self, uid: int) -> bool:
         """Whether the spec has action ``uid`` (else the walk stops here)."""

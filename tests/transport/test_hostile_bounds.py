@@ -392,7 +392,7 @@ def test_an_integer_tensor_decodes_to_no_more_than_its_bound(where):
     answer, grown = refused_at_peak(request, gzip=True)
     measured(f"{len(compression.compressor('gzip')(request)) // 1024} KB of gzip: 60 MB of one-byte "
              f"varints in an int64 tensor, in {where}", f"{grown / MB:+.0f} MB at the peak")
-    expected = ("holds more than 1 elements: past the 1 its spec holds (shape [])" if where == "a Step's action"
+    expected = ("holds more than 1 elements: its spec holds 1 (shape [])" if where == "a Step's action"
                 else "it decodes to more than the 67108864 bytes allowed")
     assert expected in answer.error.message, answer
     assert grown < 2 * len(request) + 8 * MB, f"{grown / MB:+.0f} MB at the peak"
@@ -410,5 +410,5 @@ def test_an_action_of_more_elements_than_its_spec_is_refused_from_its_header(gzi
     measured(f"an {len(request) / MB:.0f} MB Step whose scalar action is 8,388,608 one-byte varints"
              f"{', gzip' if gzip else ''}", f"{grown / MB:+.0f} MB at the peak ({grown / len(request):.1f}x)")
     assert answer.error.code == 3 and "action UID 1" in answer.error.message, answer
-    assert "past the 1 its spec holds (shape [])" in answer.error.message, answer
+    assert "holds more than 1 elements: its spec holds 1 (shape [])" in answer.error.message, answer
     assert grown <= 2 * len(request), f"{grown / MB:+.0f} MB at the peak for a {len(request) / MB:.0f} MB message"
