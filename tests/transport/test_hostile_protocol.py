@@ -199,7 +199,8 @@ class PingFlood(ScriptedServer):
     and reads nothing more (the ACKs pile up in the kernel, then in the client: its receive
     buffer is kept small, as a loaded server's would be, so that they reach the client soon)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, pings: int = PINGS, **kwargs):
+        self.pings = pings
         super().__init__(*args, **kwargs)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # the accepted socket's too
 
@@ -209,19 +210,19 @@ class PingFlood(ScriptedServer):
         return super()._answer(request)
 
     def _flood(self):
-        yield frame(PING, 0, 0, b"floodfld") * PINGS
+        yield frame(PING, 0, 0, b"floodfld") * self.pings
         time.sleep(30)                                    # never answers, never reads (a daemon thread)
 
 
-def ping_flooded(step_timeout: float) -> tuple[float, BaseException]:
-    """How long a step of ``step_timeout`` took against :class:`PingFlood`, and what it raised."""
+def ping_flooded(step_timeout: float, pings: int = PINGS) -> tuple[float, BaseException]:
+    """How long a step of ``step_timeout`` took against :class:`PingFlood` (``pings`` PINGs), and what it raised."""
     specs = pb.ActionObservationSpecs()
     specs.actions[1].CopyFrom(specs_from_space(gym.spaces.Discrete(3), "a")["a"])
     specs.observations[1].CopyFrom(specs_from_space(gym.spaces.Box(0, 1, (2,), np.float32), "o")["o"])
     specs.observations[2].CopyFrom(specs_from_space(gym.spaces.Box(-1e9, 1e9, (), np.float64), "reward")["reward"])
     first = pb.EnvironmentResponse(step=pb.StepResponse(state=pb.RUNNING, observations={
         1: tensors.pack(np.zeros(2, np.float32)), 2: tensors.pack(np.float64(0))}))
-    server = PingFlood(specs, [(first.SerializeToString(), (), (), False, ())])
+    server = PingFlood(specs, [(first.SerializeToString(), (), (), False, ())], pings=pings)
     with DmRpcEnv(server.address, connect_timeout=5, step_timeout=step_timeout) as env:
         env.reset()
         start = time.monotonic()
@@ -252,3 +253,13 @@ def test_a_server_flooding_pings_cannot_hold_a_step_past_its_timeout(steady, mon
     assert max(took) < 2.5, took
     for _, err in runs:
         assert "PINGs without reading their ACKs" in str(err) or "within 2.0 s" in str(err), err
+
+
+def test_ping_acks_owed_to_a_server_that_reads_nothing_are_bounded():
+    """400,000 PINGs (6.8 MB of ACKs, past what the kernel's buffers take: 4 MiB at most here) and
+    a step timeout long enough not to matter: the ACKs the socket would not take are held to
+    MAX_OWED_CONTROL, then the connection ends naming why (before, the step sat in a blocking
+    send until its timeout)."""
+    took, err = ping_flooded(20.0, pings=400_000)
+    assert isinstance(err, ConnectionError) and "the server sent PINGs without reading their ACKs" in str(err), err
+    assert took < 20.0, took
