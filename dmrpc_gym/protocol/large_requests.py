@@ -35,35 +35,40 @@ NO_SPECS = pb.ActionObservationSpecs()
 _HIGH = bytes(range(0x80, 0x100))          # bytes that do not end a varint
 
 
-def judge_varints(buf: Any, pos: int, end: int, most: int | None) -> None:
+def judge_varints(buf: Any, pos: int, end: int, most: int | None, elements: int | None = None,
+                  bound: str = "") -> None:
     """A large Tensor of an integer (varint) payload in ``buf[pos:end]``: ``ValueError`` when it
-    would decode to more than ``most`` bytes (settings: :data:`~dmrpc_gym.protocol.shapes.MAX_TENSOR_BYTES`;
-    an action: the larger of that and its spec's size; None: no bound) or its shape does not fit
-    it. A varint payload of one byte per element decodes to 8 bytes each (int64): 60 KB of gzip
-    made 480 MB in protobuf's repeated field, and as much again in numpy. Its elements are
-    counted (a MiB at a time by ``bytes.translate``, until past the bound) only when it could
-    pass 64 MiB."""
+    would decode to more than ``most`` bytes (settings, and actions whose spec has a -1 dimension:
+    :data:`~dmrpc_gym.protocol.shapes.MAX_TENSOR_BYTES`; None: no bound) or to more than ``elements``
+    (an action: its spec's count, ``bound`` saying where it comes from), or its shape does not
+    fit it. A varint payload of one byte per element decodes to 8 bytes each (int64): 60 KB of
+    gzip made 480 MB in protobuf's repeated field, and as much again in numpy; an 8 MB action of
+    8,388,608 elements whose spec holds one cost +218 MB. So whenever its bytes could hold more
+    elements than the bound, they are counted from the header on (a MiB at a time by
+    ``bytes.translate``, until past the bound), before protobuf reads any of them."""
     try:
         shape, (number, a, b) = parts(buf, pos, end, _VARINTS)
     except Unexpected:
         return                                 # left to protobuf
     c = _VARINTS[number]
     itemsize = c.wire.itemsize
-    if (b - a) * itemsize <= MAX_TENSOR_BYTES:
-        return                                 # at most 64 MiB once decoded: protobuf's to read
+    cap = None if most is None else most // itemsize
+    if elements is not None:
+        cap = elements if cap is None else min(cap, elements)
+    if b - a <= (MAX_TENSOR_BYTES // itemsize if cap is None else cap):
+        return                                 # no more elements than bytes: within the bound
+    why = bound or f"it decodes to more than the {most} bytes allowed"
     inner = next(fields(buf, a, b), (0, 0, 0, 0, 0))
-    limit = None if most is None else max(MAX_TENSOR_BYTES, most)
     if inner[:2] != (1, 2) or inner[3] != b:  # unpacked (a field per element), or more than the array
-        if limit is not None:
-            raise ValueError(f"an unpacked {c.name} payload of {b - a} bytes, which may decode to "
-                             f"more than {limit} bytes")
+        if cap is not None:
+            raise ValueError(f"an unpacked {c.name} payload of {b - a} bytes, which may hold more than "
+                             f"{cap} elements: {why}")
         return
     view, a, count = memoryview(buf), inner[4], 0
     for k in range(a, b, 1 << 20):
         count += len(bytes(view[k:min(b, k + (1 << 20))]).translate(None, _HIGH))
-        if limit is not None and count * itemsize > limit:     # (the rest need not be counted)
-            raise ValueError(f"a {c.name} payload of {b - a} bytes holds more than {limit // itemsize} elements: "
-                             f"it decodes to more than the {limit} bytes allowed")
+        if cap is not None and count > cap:     # (the rest need not be counted)
+            raise ValueError(f"a {c.name} payload of {b - a} bytes holds more than {cap} elements: {why}")
     tensors.check_shape(shape or [], count, c.name)
 
 
@@ -110,14 +115,15 @@ class Screen:
             raise Unexpected
         return True
 
-    def action_bytes(self, uid: int) -> int | None:
-        """The bytes action ``uid``'s spec holds once decoded (None: a -1 dimension, no bound)."""
-        if uid not in self._specs.actions:       # (reading a missing key of a map would add it)
-            return None
-        spec = self._specs.actions[uid]
-        if any(d < 0 for d in spec.shape) or spec.dtype not in BY_DATA_TYPE:
-            return None
-        return math.prod(spec.shape) * BY_DATA_TYPE[spec.dtype].wire.itemsize
+    def action_bound(self, uid: int) -> tuple[int | None, int | None, str]:
+        """What action ``uid`` may decode to (:func:`judge_varints`' ``most``, ``elements`` and
+        ``bound``): its spec's count of elements, or :data:`~dmrpc_gym.protocol.shapes.MAX_TENSOR_BYTES`
+        where the spec has a -1 dimension (or no such action: the session refuses it by name)."""
+        spec = self._specs.actions[uid] if uid in self._specs.actions else None   # (a missing key would be added)
+        if spec is None or any(d < 0 for d in spec.shape):
+            return MAX_TENSOR_BYTES, None, ""
+        count = math.prod(spec.shape)
+        return None, count, f"its spec holds {count} (shape {list(spec.shape)})"
 
     def action(self, uid: int) -> bool:
         """Whether the spec has action ``uid`` (else the walk stops here)."""
@@ -212,6 +218,6 @@ def judge_settings(buf: Any, pos: int, end: int, map_field: int) -> None:
                 try:
                     read_tensor(buf, *tensor)
                 except Unexpected:                # not a memory kind: an integer payload is judged
-                    judge_varints(buf, *tensor, 0)
+                    judge_varints(buf, *tensor, MAX_TENSOR_BYTES)
             except ValueError as lie:
                 raise ValueError(f"setting {name!r}: {lie}") from None

@@ -181,7 +181,7 @@ def _entries(buf: Any, pos: int, end: int, map_field: int, found: dict[int, Deco
                         found[uid] = read_tensor(buf, *tensor)
                         continue
                     except Unexpected:            # not a memory kind: an integer payload is judged
-                        judge_varints(buf, *tensor, None if screen is None else screen.action_bytes(uid))
+                        judge_varints(buf, *tensor, *((None,) if screen is None else screen.action_bound(uid)))
                 except ValueError as lie:
                     raise ValueError(f"{_KINDS[map_field]} UID {uid}: {lie}") from None
             found.pop(uid, None)           # a later entry for a UID replaces an earlier one

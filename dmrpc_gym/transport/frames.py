@@ -19,7 +19,7 @@ from dmrpc_gym.transport.codes import ErrorCode, GrpcStatus
 __all__ = ["MessageSplitter", "MessageTooLarge", "Deflated", "StreamError", "ProtocolError", "frame", "grpc_frame",
            "pack_head", "read_head", "unfilled", "pack_prefix", "read_prefix",
            "header_frames", "settings_frame", "goaway_frame", "window_update_frame", "rst_stream_frame", "ping_frame", "MessageParts", "check_frame", "parse_settings", "header_fragment", "unpad", "grpc_status",
-           "HEADER", "U32", "PREFACE", "MAX_WINDOW", "DEFAULT_MAX_MESSAGE", "IN_PLACE", "WRITE_CHUNK"]
+           "HEADER", "U32", "PREFACE", "MAX_WINDOW", "DEFAULT_MAX_MESSAGE", "IN_PLACE", "WRITE_CHUNK", "MAX_OWED_CONTROL"]
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 5, 6, 7, 8, 9
@@ -46,6 +46,12 @@ DEFAULT_WINDOW = 65535             # RFC 9113 6.9.2: every window's size until S
 #: on the first messages as the rest are made (2 vCPUs: one send per batch made the two
 #: ends take turns, 0.83x the steps/s of a connection per sub-env).
 GATHER_SECONDS = 60e-6
+#: Bytes of control frames owed to a peer (PING ACKs: 17 bytes each) that its socket would not
+#: take, held before the connection ends: a peer that sends PINGs and reads nothing back would
+#: otherwise hold the reader in blocking sends (a step of ``step_timeout=2`` hung 12 s under
+#: 200,000 PINGs) or grow what is owed without bound. gRPC bounds its queued control frames too
+#: (grpc-go: 50 response frames, then it stops reading).
+MAX_OWED_CONTROL = 1 << 16
 HEADER = struct.Struct(">BHBBL")  # length (24 bits as 8+16), type, flags, stream id
 U32 = struct.Struct(">L")          # a big-endian 32-bit field
 

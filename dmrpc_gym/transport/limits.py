@@ -22,7 +22,7 @@ import logging
 import time
 from dataclasses import dataclass, fields
 
-__all__ = ["ConnectionLimits", "Refusals", "KEEPALIVE_PING", "MIN_KEEPALIVE", "IDLE_PING_INTERVAL"]
+__all__ = ["ConnectionLimits", "Refusals", "KEEPALIVE_PING", "MIN_KEEPALIVE", "IDLE_PING_INTERVAL", "LINGER_BYTES"]
 
 
 #: The client keepalive our own client sends (``keepalive=``): its PING's payload, and the
@@ -34,6 +34,11 @@ MIN_KEEPALIVE = 10.0
 #: The interval PINGs must keep on a connection with no open stream: gRPC's servers allow one
 #: per 2 hours there (RFC 1122's TCP keepalive), unless told to permit PINGs without streams.
 IDLE_PING_INTERVAL = 2 * 3600.0
+#: What a connection ended by GOAWAY for the peer's own error (a flood, a malformed frame) is still
+#: read for, and dropped, before the server stops reading it: enough for the frames a peer had in
+#: flight, so that its kernel does not reset the connection before the GOAWAY is read. A CONTINUATION
+#: flood went on being read, 2.5 GB of it (1.2 s of CPU), during the second the connection lingers.
+LINGER_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)

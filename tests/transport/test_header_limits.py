@@ -8,6 +8,7 @@ holding an unfinished block pinned 384 MB, as a block could hold 1 MiB.
 """
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -19,7 +20,7 @@ from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport.frames import (CONTINUATION, END_HEADERS, ENHANCE_YOUR_CALM, HEADERS, PREFACE,
                                         SETTING_HEADER_LIST, SETTINGS, frame, parse_settings)
-from dmrpc_gym.transport.limits import ConnectionLimits
+from dmrpc_gym.transport.limits import LINGER_BYTES, ConnectionLimits
 from dmrpc_gym.worlds.catch import Catch
 
 BIG_VALUE = "a" * 20_000            # a header list of ~20 KB (its block, Huffman-coded, ~12.5 KB)
@@ -114,3 +115,35 @@ def test_many_connections_holding_unfinished_header_blocks_cost_little(catch):
     assert figures["a growing block"][1], "connections whose header blocks grew past the limit were still open"
     assert not figures["the most a block may hold"][1], "connections within the limits were closed early"
     assert all(grown < BOUND for grown, _ in figures.values()), figures
+
+
+def test_a_flood_past_its_goaway_is_read_no_further(catch):
+    """Issue 42, item 7: a CONTINUATION flood ended by GOAWAY after ~16 KiB went on being read and
+    dropped while its connection lingered (a second, so that the GOAWAY is not lost to a reset):
+    2.5 GB more, 1.2 s of the server's CPU. Now the linger reads at most LINGER_BYTES after a
+    GOAWAY for the peer's own error (and one read of asyncio's, 256 KiB, past it), then stops:
+    the flood then fills the kernel's buffers (a few MB) and goes no further."""
+    raw = RawClient(catch.address, timeout=5)
+    flood = frame(CONTINUATION, 0, 1, bytes(FRAME)) * 64          # ~1 MB a send
+    traffic = catch.stats.traffic
+    try:
+        raw.send(frame(HEADERS, 0, 1, bytes(FRAME)) + frame(CONTINUATION, 0, 1, bytes(FRAME)))
+        code, debug = raw.goaway()
+        assert code == ENHANCE_YOUR_CALM and "max_header_list_size" in debug, debug
+        before, sent = traffic.bytes_in, 0
+        raw.sock.settimeout(0.05)
+        until = time.monotonic() + 1.5                             # past the linger's second
+        while time.monotonic() < until:
+            try:
+                sent += raw.sock.send(flood)
+            except socket.timeout:
+                continue
+            except OSError:                                       # reset: the server has closed
+                break
+        read = traffic.bytes_in - before
+    finally:
+        raw.close()
+    measured("a CONTINUATION flood going on after its GOAWAY (issue 42)",
+             f"{read / MB:.1f} MB read by the server after the GOAWAY; {sent / MB:.0f} MB taken by the kernel")
+    assert read <= LINGER_BYTES + (256 << 10), f"{read / MB:.1f} MB read after the GOAWAY"
+    assert sent < 64 * MB, f"{sent / MB:.0f} MB taken after the GOAWAY"     # (the kernel's buffers: a few MB)

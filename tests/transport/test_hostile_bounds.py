@@ -144,7 +144,9 @@ LIE = 60 * MB                   # a message under the 64 MiB limit, most of it o
 def framed(sid: int, request: "pb.EnvironmentRequest | bytes", flag: int = 0) -> bytes:
     """``request`` (a message, or its bytes as they are sent: compressed with ``flag`` 1) as one
     gRPC message in DATA frames of 1 MiB (the server's SETTINGS_MAX_FRAME_SIZE)."""
-    body = message(request) if flag == 0 else bytes([flag]) + len(request).to_bytes(4, "big") + request
+    if not isinstance(request, bytes):
+        request = request.SerializeToString()
+    body = bytes([flag]) + len(request).to_bytes(4, "big") + request
     return b"".join(data(sid, body[k:k + MB]) for k in range(0, len(body), MB))
 
 
@@ -345,37 +347,68 @@ def test_toward_a_foreign_server_the_default_sends_no_pings():
         assert conn._transport._stream.connection._ping_every is None
 
 
-@pytest.mark.parametrize("where", ["a CreateWorld setting", "a Step's action"])
-def test_an_integer_tensor_decodes_to_no_more_than_its_bound(where):
-    """60 MB of one-byte varints (60 KB of gzip) in an int64 tensor decoded to 480 MB in protobuf's
-    repeated field and 480 MB more in numpy. Where no spec bounds it, an integer tensor may decode
-    to 64 MiB (MAX_TENSOR_BYTES), an action to the larger of that and its spec's size; past it
-    the request is refused before protobuf reads it."""
-    count = 60 << 20
+def one_byte_varints(count: int, where: str) -> bytes:
+    """A request whose int64 tensor (``shape=[count]``) is ``count`` one-byte varints, packed:
+    in ``where``, a CreateWorld setting or a Step's action (UID 1)."""
     packed = b"\x01" * count
     payload = b"\x0a" + varint(len(packed)) + packed                   # Int64Array.array, packed
     tensor = b"\x2a" + varint(len(payload)) + payload + b"\x7a" + varint(len(varint(count))) + varint(count)
     if where == "a Step's action":
         entry = b"\x08\x01\x12" + varint(len(tensor)) + tensor
         step = b"\x0a" + varint(len(entry)) + entry
-        request = b"\x1a" + varint(len(step)) + step
-    else:
-        entry = b"\x0a\x04size\x12" + varint(len(tensor)) + tensor
-        create = b"\x0a" + varint(len(entry)) + entry
-        request = b"\x0a" + varint(len(create)) + create
-    bomb = compression.compressor("gzip")(request)
+        return b"\x1a" + varint(len(step)) + step
+    entry = b"\x0a\x04size\x12" + varint(len(tensor)) + tensor
+    create = b"\x0a" + varint(len(entry)) + entry
+    return b"\x0a" + varint(len(create)) + create
+
+
+def refused_at_peak(request: bytes, gzip: bool) -> tuple[pb.EnvironmentResponse, int]:
+    """Catch's answer to ``request`` (sent gzip-compressed or not) after a first step, and what
+    the server's process grew by at its peak meanwhile."""
+    sent = compression.compressor("gzip")(request) if gzip else request
     with servers.start(Catch) as server:
         raw = RawClient(server.address, timeout=60)
         try:
-            joined(raw, 1, (("grpc-encoding", "gzip"),))
+            joined(raw, 1, (("grpc-encoding", "gzip"),) if gzip else ())
             raw.send(data(1, message(pb.EnvironmentRequest(step=pb.StepRequest()))))
             first_answer(raw, 1)                                         # the sequence's first step
+            frames = framed(1, sent, flag=int(gzip))
+            del sent
             with Peak() as peak:
-                raw.send(framed(1, bomb, flag=1))
+                raw.send(frames)
                 answer = first_answer(raw, 1)
         finally:
             raw.close()
-    measured(f"{len(bomb) // 1024} KB of gzip: 60 MB of one-byte varints in an int64 tensor, in {where}",
-             f"{peak.grown / MB:+.0f} MB at the peak")
-    assert "it decodes to more than the 67108864 bytes allowed" in answer.error.message, answer
-    assert peak.grown < 2 * len(request) + 8 * MB, f"{peak.grown / MB:+.0f} MB at the peak"
+    return answer, peak.grown
+
+
+@pytest.mark.parametrize("where", ["a CreateWorld setting", "a Step's action"])
+def test_an_integer_tensor_decodes_to_no_more_than_its_bound(where):
+    """60 MB of one-byte varints (60 KB of gzip) in an int64 tensor decoded to 480 MB in protobuf's
+    repeated field and 480 MB more in numpy. Where no spec bounds it, an integer tensor may decode
+    to 64 MiB (MAX_TENSOR_BYTES), an action to its spec's count of elements; past it the request
+    is refused before protobuf reads it."""
+    request = one_byte_varints(60 << 20, where)
+    answer, grown = refused_at_peak(request, gzip=True)
+    measured(f"{len(compression.compressor('gzip')(request)) // 1024} KB of gzip: 60 MB of one-byte "
+             f"varints in an int64 tensor, in {where}", f"{grown / MB:+.0f} MB at the peak")
+    expected = ("holds more than 1 elements: its spec holds 1 (shape [])" if where == "a Step's action"
+                else "it decodes to more than the 67108864 bytes allowed")
+    assert expected in answer.error.message, answer
+    assert grown < 2 * len(request) + 8 * MB, f"{grown / MB:+.0f} MB at the peak"
+
+
+@pytest.mark.parametrize("gzip", [False, True], ids=["plain", "gzip"])
+def test_an_action_of_more_elements_than_its_spec_is_refused_from_its_header(gzip):
+    """Issue 42, item 6: an 8 MB Step whose action (a scalar in Catch's spec) is 8,388,608 one-byte
+    varints cost the server +218 MB at its peak (27x the message): within 64 MiB once decoded, it
+    was left to protobuf and numpy before the spec was looked at. Now its elements are counted
+    against the spec's from the tensor's header, before protobuf reads it: at most twice the
+    message, plain or gzip-compressed."""
+    request = one_byte_varints(8 << 20, "a Step's action")
+    answer, grown = refused_at_peak(request, gzip)
+    measured(f"an {len(request) / MB:.0f} MB Step whose scalar action is 8,388,608 one-byte varints"
+             f"{', gzip' if gzip else ''}", f"{grown / MB:+.0f} MB at the peak ({grown / len(request):.1f}x)")
+    assert answer.error.code == 3 and "action UID 1" in answer.error.message, answer
+    assert "holds more than 1 elements: its spec holds 1 (shape [])" in answer.error.message, answer
+    assert grown <= 2 * len(request), f"{grown / MB:+.0f} MB at the peak for a {len(request) / MB:.0f} MB message"

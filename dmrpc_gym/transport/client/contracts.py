@@ -10,7 +10,7 @@ reading the whole. ``tests/transport/test_contracts.py`` holds each part to its 
 name the part uses and does not define itself is in it, and the connection provides every name.
 
 >>> sorted(set(ControlHost.__annotations__) & set(IdleHost.__annotations__))
-['_buf', '_dead', '_goaway', '_sock', '_unsent', 'streams']
+['_buf', '_dead', '_goaway', '_kernel', '_sock', '_unsent', 'streams']
 """
 from __future__ import annotations
 
@@ -43,8 +43,10 @@ class ControlHost(Protocol):
     _ping_every: float | None
     _settled: bool
     _unsent: bytes
+    _kernel: bool
 
     def send(self, data: bytes, stream: GrpcStream | None = None) -> None: ...
+    def _at_once(self, call: Callable[[int], int]) -> int | None: ...
     def _read_frame(self) -> None: ...
     def _fill(self, n: int, exact: bool = False) -> None: ...
     def _begin(self) -> None: ...

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import struct
 
+from dmrpc_gym.transport.client import interrupts
 from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.flow import SETTINGS_ACK, StreamReset
-from dmrpc_gym.transport.frames import (ACK, FRAME_SIZE_ERROR, PROTOCOL_ERROR, SETTINGS, U32, ProtocolError,
-                                        goaway_frame, ping_frame, read_head)
+from dmrpc_gym.transport.frames import (ACK, ENHANCE_YOUR_CALM, FRAME_SIZE_ERROR, MAX_OWED_CONTROL, PROTOCOL_ERROR,
+                                        SETTINGS, U32, ProtocolError, goaway_frame, ping_frame, read_head)
 
 __all__: list[str] = []          # a part of GrpcConnection, not an interface of its own
 
@@ -30,8 +31,8 @@ class ControlFrames:
         gathered frames), never inside it; one try, as the connection ends either way."""
         goaway = goaway_frame(0, err.code, str(err).encode()[:200])
         pending, self._unsent = self._unsent + goaway, b""
-        try:
-            self._sock.send(pending)
+        try:                          # without waiting: a peer that reads nothing holds no call here
+            self._at_once(lambda flags: self._sock.send(pending, flags))
         except OSError:
             pass
         self._dead = ConnectionError(f"HTTP/2 protocol error from the server (error code {err.code}): {err}")
@@ -68,9 +69,30 @@ class ControlFrames:
 
     def _on_ping(self, flags: int, sid: int, payload: bytes) -> None:
         if not flags & ACK:
-            self.send(ping_frame(payload, ack=True))
+            self._owe(ping_frame(payload, ack=True))
         else:
             self._pong()
+
+    def _owe(self, control: bytes) -> None:
+        """Send a control frame the server is owed (a PING's ACK) without waiting on the socket:
+        what it does not take now waits in ``_unsent`` for the next send. Past
+        :data:`~dmrpc_gym.transport.frames.MAX_OWED_CONTROL` bytes waiting, the server sends faster
+        than it reads, and the connection ends (``ConnectionError``, GOAWAY ENHANCE_YOUR_CALM):
+        the call's timeout holds, and what is owed stays bounded."""
+        self._unsent += control
+        guard = self._kernel and interrupts.guarded()
+        try:
+            if guard:                 # (a Ctrl-C must not send bytes twice: see interrupts)
+                interrupts.hold()
+            n = self._at_once(lambda flags: self._sock.send(self._unsent, flags))
+            self._unsent = self._unsent[n or 0:]
+        finally:
+            if guard:
+                interrupts.release()
+        if len(self._unsent) > MAX_OWED_CONTROL:
+            self._fail(ProtocolError(ENHANCE_YOUR_CALM, f"the server sent PINGs without reading their ACKs: "
+                                                        f"{len(self._unsent)} bytes owed to it, past the "
+                                                        f"{MAX_OWED_CONTROL} a connection holds"))
 
     def _on_reset(self, flags: int, sid: int, payload: bytes) -> None:
         stream = self.streams.get(sid)

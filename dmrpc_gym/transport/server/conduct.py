@@ -19,6 +19,8 @@ connection is to end, and why.
 ... except ProtocolError as err:
 ...     print(err)
 too_many_pings
+>>> conduct.erred(); conduct.dropped(1000), conduct.dropped(1 << 20)     # after a GOAWAY for its error
+(False, True)
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import asyncio
 import logging
 
 from dmrpc_gym.transport.frames import ENHANCE_YOUR_CALM, NO_ERROR, PROTOCOL_ERROR, ProtocolError
-from dmrpc_gym.transport.limits import IDLE_PING_INTERVAL, MIN_KEEPALIVE, ConnectionLimits
+from dmrpc_gym.transport.limits import IDLE_PING_INTERVAL, LINGER_BYTES, MIN_KEEPALIVE, ConnectionLimits
 
 __all__ = ["Conduct", "Watching"]
 
@@ -43,7 +45,7 @@ class Conduct:
     """
 
     __slots__ = ("limits", "tick", "strikes", "answered", "_last_ping", "_resets", "_reset_second", "_since",
-                 "_stall")
+                 "_stall", "_drop_left")
 
     def __init__(self, limits: ConnectionLimits, now: float):
         self.limits = limits
@@ -55,6 +57,20 @@ class Conduct:
         self._resets, self._reset_second = 0, 0.0
         self._since = now                 # since when the connection is idle (or waits for its preface)
         self._stall: tuple | None = None  # (what is unfinished, since when)
+        self._drop_left: int | None = None   # what the linger after the peer's error may still read
+
+    def erred(self) -> None:
+        """The connection ends by GOAWAY for the peer's own error: its linger reads at most
+        :data:`~dmrpc_gym.transport.limits.LINGER_BYTES` more (:meth:`dropped`)."""
+        self._drop_left = LINGER_BYTES
+
+    def dropped(self, n: int) -> bool:
+        """``n`` bytes read and dropped while the connection lingers; True when it is to read no
+        more (the peer erred, and has sent past its bound since)."""
+        if self._drop_left is None:
+            return False                  # a server stopping: its clients' bytes are read to the end
+        self._drop_left -= n
+        return self._drop_left <= 0
 
     def idle_from(self, now: float) -> None:
         """The connection's last stream has ended: it is idle from ``now``."""

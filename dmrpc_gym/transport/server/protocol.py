@@ -145,9 +145,11 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
     def _frames_received(self, data: bytes) -> None:
         """The general path of ``data_received``: frames read one by one (the steady path, when on, is
         ``data_received`` and hands over what it does not take)."""
-        if self._lingering:
-            return                         # after a protocol error: read and dropped (see abort)
         self._traffic.bytes_in += len(data)
+        if self._lingering:                # after a protocol error: read and dropped (see abort), to a bound
+            if self._conduct.dropped(len(data)):
+                self._transport.pause_reading()
+            return
         if self._held is None and len(self._streams) > 1:   # answers of several streams made on this turn
             self._hold()                                      # are gathered (with the steady path's, if held)
         buf = self._buf
@@ -192,6 +194,7 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
         except ProtocolError as exc:
             log.info("closing an HTTP/2 connection: %s", exc)
             self._buf = bytearray()
+            self._conduct.erred()
             self.abort(exc.code, str(exc), linger=True)
         except Exception as exc:  # noqa: BLE001 - a broken peer loses its connection, nobody else
             log.info("closing an HTTP/2 connection: %s", exc)
@@ -395,6 +398,8 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
         ``linger`` (a peer's protocol error): shut our side, and read and drop what the peer
         still sends for a moment before closing. Closing with its bytes unread would make
         the kernel reset the connection, and the peer could lose the GOAWAY that says why.
+        After the peer's own error the reading stops past a bound (:meth:`Conduct.dropped
+        <dmrpc_gym.transport.server.conduct.Conduct.dropped>`): a flood is not read on.
         """
         self._flush_held()
         if self._closed or self._transport is None:
