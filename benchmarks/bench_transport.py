@@ -30,6 +30,7 @@ import tempfile
 import time
 
 import numpy as np
+from roles import Role
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TREE = os.path.dirname(HERE)
@@ -128,28 +129,9 @@ def client(impl: str, address: str, tls: str | None, action_bytes: int, watcher:
 
 
 # -- the driver ----------------------------------------------------------------------------------------
-class Proc:
+def role(tree: str, *args: str) -> Role:
     """A role of this script in a subprocess, with ``tree`` first on its ``PYTHONPATH``."""
-
-    def __init__(self, tree: str, *args: str):
-        env = {**os.environ, "PYTHONPATH": tree, "GRPC_VERBOSITY": "ERROR"}
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), *args], env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.first = self.proc.stdout.readline().strip()
-        if not self.first:
-            raise RuntimeError(f"{args} failed to start")
-
-    def ask(self, line: str) -> str:
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        return self.proc.stdout.readline().strip()
-
-    def close(self) -> None:
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(20)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
+    return Role(__file__, {**os.environ, "PYTHONPATH": tree, "GRPC_VERBOSITY": "ERROR"}, *args)
 
 
 def _label(tree: str) -> str:
@@ -169,7 +151,7 @@ def certificate(folder: str) -> tuple[str, str]:
     return cert, key
 
 
-def measure(cases: dict[str, tuple[Proc, Proc]], rounds: int, seconds: float) -> dict[str, tuple[float, ...]]:
+def measure(cases: dict[str, tuple[Role, Role]], rounds: int, seconds: float) -> dict[str, tuple[float, ...]]:
     """Per case (client, server): median steps/s, client and server CPU us per step, taking turns."""
     samples: dict[str, list[tuple[float, float, float]]] = {name: [] for name in cases}
     names = list(cases)
@@ -229,13 +211,13 @@ def main() -> None:
 
     rounds = args.rounds or (2 if args.quick else 7)
     seconds = args.seconds or (0.2 if args.quick else 0.5)
-    procs: list[Proc] = []
+    procs: list[Role] = []
 
-    def start(tree: str, *role: str) -> Proc:
-        procs.append(Proc(tree, *role))
+    def start(tree: str, *args: str) -> Role:
+        procs.append(role(tree, *args))
         return procs[-1]
 
-    def address(proc: Proc) -> str:
+    def address(proc: Role) -> str:
         return proc.first.split()[1]
 
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores; {rounds} rounds x {seconds} s per case")

@@ -32,6 +32,7 @@ import sys
 import tempfile
 
 import numpy as np
+from roles import Role
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TREE = os.path.dirname(HERE)
@@ -190,48 +191,34 @@ def reference(nbytes: int) -> tuple[int, ...]:
 
 
 # -- driver ----------------------------------------------------------------------------------------
-class Role:
+def role(library: str, environ: dict, *args: str) -> Role:
     """A role of this script in a subprocess, the counter preloaded."""
+    env = {**os.environ, **environ, "LD_PRELOAD": library, "GRPC_VERBOSITY": "ERROR",
+           "PYTHONPATH": os.pathsep.join(filter(None, [TREE, os.environ.get("PYTHONPATH", "")]))}
+    return Role(__file__, env, *args)
 
-    def __init__(self, library: str, environ: dict, *args: str):
-        env = {**os.environ, **environ, "LD_PRELOAD": library, "GRPC_VERBOSITY": "ERROR",
-               "PYTHONPATH": os.pathsep.join(filter(None, [TREE, os.environ.get("PYTHONPATH", "")]))}
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), *args], env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.first = self.proc.stdout.readline().split()
-        if not self.first:
-            raise RuntimeError(f"{args} did not start")
 
-    def ask(self, line: str) -> list[int]:
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        return [int(x) for x in self.proc.stdout.readline().split()]
-
-    def close(self) -> None:
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(20)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
+def numbers(line: str) -> list[int]:
+    return [int(x) for x in line.split()]
 
 
 def count(library: str, environ: dict, nbytes: int, case: str, steps: int, dtype: str = "uint8") -> dict[str, float]:
     """Per step of ``case``: the tensor's copies (bytes copied / ``nbytes``) and kernel crossings on each end."""
     observation, action = (nbytes, 0) if case != "action" else (0, nbytes)
     regions = case.startswith("region")
-    server = Role(library, environ, "region-serve" if regions else "serve", "--observation-bytes", str(observation),
+    server = role(library, environ, "region-serve" if regions else "serve", "--observation-bytes", str(observation),
                   "--action-bytes", str(action), "--dtype", dtype)
     try:
-        args = ["region-client" if regions else "client", "--address", server.first[1], "--action-bytes", str(action),
+        args = ["region-client" if regions else "client", "--address", server.first.split()[1], "--action-bytes", str(action),
                 "--observation-bytes", str(observation), "--dtype", dtype]
         if case.startswith("vector"):
             args += ["--vector", case.split()[1]]
-        client_role = Role(library, environ, *args)
+        client_role = role(library, environ, *args)
         try:
             client_role.ask("3")                       # warm: the steady path learns, buffers grow
-            served_before = server.ask("trace")
-            changed = client_role.ask(str(steps))
-            served = [b - a for a, b in zip(served_before, server.ask("quiet"))]
+            served_before = numbers(server.ask("trace"))
+            changed = numbers(client_role.ask(str(steps)))
+            served = [b - a for a, b in zip(served_before, numbers(server.ask("quiet")))]
         finally:
             client_role.close()
     finally:
