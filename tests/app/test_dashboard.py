@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import struct
 import threading
 import time
@@ -24,6 +25,8 @@ from dmrpc_gym.app.status import StatusReader
 from dmrpc_gym.server.serving.watching import WATCH_PROPERTY
 from dmrpc_gym.worlds.catch import Catch
 
+if chromium() is None and os.environ.get("DMRPC_REQUIRE_CHROMIUM") == "1":     # .ci/run installs it
+    raise RuntimeError("DMRPC_REQUIRE_CHROMIUM=1 and chromium is not installed (apt-get install -y chromium)")
 needs_chromium = pytest.mark.skipif(chromium() is None, reason="chromium is not installed (apt-get install -y chromium)")
 
 
