@@ -79,6 +79,19 @@ def png_size(frame) -> tuple[int, int]:
     return height, width
 
 
+def watched_frames(reader: StatusReader, step, rounds: int, steps: int) -> tuple[list, dict]:
+    """Watch world-1 at 30 frames/s; ``rounds`` times, ``step()`` ``steps`` times and read its frame.
+    The frames, and the world's watched numbers after them."""
+    reader.write_value(WATCH_PROPERTY, json.dumps({"world": "world-1", "fps": 30}))
+    frames = []
+    for _ in range(rounds):
+        for _ in range(steps):
+            step()
+        frames.append(reader.read_value("dmrpc_gym.watch_frame"))
+        time.sleep(0.05)              # past the rate's frame time: the next read renders anew
+    return frames, reader.read_json(WATCH_PROPERTY)["worlds"][0]
+
+
 def state(dash: DashboardServer) -> dict:
     return json.loads(urllib.request.urlopen(dash.url + "api/state", timeout=10).read())
 
@@ -282,16 +295,13 @@ def test_pettingzoo_and_dm_env_worlds_are_watched_too():
         env = DmRpcParallelEnv(server.address, render_mode="rgb_array")
         try:
             env.reset(seed=0)
-            reader.write_value(WATCH_PROPERTY, json.dumps({"world": "world-1", "fps": 30}))
-            frames = []
-            for _ in range(3):
-                for _ in range(4):
-                    env.step({a: env.action_space(a).sample() for a in env.agents})
-                    if not env.agents:
-                        env.reset()
-                frames.append(reader.read_value("dmrpc_gym.watch_frame"))
-                time.sleep(0.05)
-            world = reader.read_json(WATCH_PROPERTY)["worlds"][0]
+
+            def step():
+                env.step({a: env.action_space(a).sample() for a in env.agents})
+                if not env.agents:
+                    env.reset()
+
+            frames, world = watched_frames(reader, step, rounds=3, steps=4)
             assert world["kind"] == "parallel" and world["no_frames"] is None and world["step"] is not None
             assert png_size(frames[0])[0] > 0 and any(bytes(f) != bytes(frames[0]) for f in frames[1:])
         finally:
@@ -329,14 +339,7 @@ def test_a_godot_world_is_watched_with_its_frames():
         try:
             env.reset(seed=2)
             with StatusReader(server.address) as reader:
-                reader.write_value(WATCH_PROPERTY, json.dumps({"world": "world-1", "fps": 30}))
-                frames = []
-                for _ in range(2):
-                    for _ in range(3):
-                        env.step(2)
-                    frames.append(reader.read_value("dmrpc_gym.watch_frame"))
-                    time.sleep(0.05)
-                world = reader.read_json(WATCH_PROPERTY)["worlds"][0]
+                frames, world = watched_frames(reader, lambda: env.step(2), rounds=2, steps=3)
             assert world["no_frames"] is None and world["step"] >= 3
             assert png_size(frames[0]) == (84, 84) and bytes(frames[0]) != bytes(frames[1])
         finally:
@@ -354,14 +357,7 @@ def test_a_dm_control_world_is_watched_with_its_frames(monkeypatch):
         try:
             env.reset(seed=0)
             with StatusReader(server.address) as reader:
-                reader.write_value(WATCH_PROPERTY, json.dumps({"world": "world-1", "fps": 30}))
-                frames = []
-                for _ in range(2):
-                    for _ in range(10):
-                        env.step(env.action_space.sample())
-                    frames.append(reader.read_value("dmrpc_gym.watch_frame"))
-                    time.sleep(0.05)
-                world = reader.read_json(WATCH_PROPERTY)["worlds"][0]
+                frames, world = watched_frames(reader, lambda: env.step(env.action_space.sample()), rounds=2, steps=10)
             assert world["kind"] == "dm_env" and world["no_frames"] is None and world["last_reward"] is not None
             assert png_size(frames[0]) == (240, 320) and bytes(frames[0]) != bytes(frames[1])
         finally:
