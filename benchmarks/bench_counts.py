@@ -40,19 +40,36 @@ WARMUP = 200
 class Counter:
     """A profile hook counting, while ``on``, Python function calls and calls of C functions from Python."""
 
-    def __init__(self):
+    def __init__(self, route: bool = False):
         self.on, self.calls, self.c_calls, self._lock = False, 0, 0, threading.Lock()
+        #: with ``route``: Python calls by the file of the function called, in the order first entered
+        self.files: dict[str, int] | None = {} if route else None
 
     def __call__(self, frame, event, arg):  # noqa: ANN001 - sys.setprofile's signature
         if self.on and event in ("call", "c_call"):
             with self._lock:
                 if event == "call":
                     self.calls += 1
+                    if self.files is not None:
+                        name = _where(frame.f_code.co_filename)
+                        self.files[name] = self.files.get(name, 0) + 1
                 else:
                     self.c_calls += 1
 
     def said(self) -> str:
+        if self.files is not None:      # one word: file=calls,file=calls,...
+            return f"{self.calls} {self.c_calls} " + ",".join(f"{k}={v}" for k, v in self.files.items())
         return f"{self.calls} {self.c_calls}"
+
+
+def _where(filename: str) -> str:
+    """A file's name from the package down (``dmrpc_gym/transport/flow.py``), or the standard library's
+    module (``asyncio/selector_events.py``), so that trees in other folders read alike."""
+    parts = filename.replace(os.sep, "/").split("/")
+    for top in ("dmrpc_gym", "benchmarks"):
+        if top in parts:
+            return "/".join(parts[len(parts) - parts[::-1].index(top) - 1:])
+    return "/".join(parts[-2:])
 
 
 def _env(address: str):
@@ -82,7 +99,8 @@ def _mark() -> None:
     dumps what was counted since the last one, so a side's counted steps are a dump of their own."""
 
 
-def client_role(address: str, steps: int, count: bool, quiet: bool = False, mark: bool = False) -> None:
+def client_role(address: str, steps: int, count: bool, quiet: bool = False, mark: bool = False,
+                route: bool = False) -> None:
     """Step ``WARMUP`` times, say ``WARM`` and wait for a stdin line, step ``steps`` times and say ``CALLS``
     (with ``count``, the Python calls of those steps; else 0), then close at the next line or end of stdin.
     ``quiet``: no idle watcher (:func:`_still`); ``mark``: the steps between two :func:`_mark` calls."""
@@ -94,7 +112,7 @@ def client_role(address: str, steps: int, count: bool, quiet: bool = False, mark
         env.step(action)
     print("WARM", flush=True)
     sys.stdin.readline()
-    counter = Counter()
+    counter = Counter(route)
     if mark:
         sys.call_tracing(_mark, ())
     if count:
@@ -111,18 +129,20 @@ def client_role(address: str, steps: int, count: bool, quiet: bool = False, mark
     env.close()
 
 
-def server_role(count: bool, metrics: bool = False, inline: bool = False, mark: bool = False) -> None:
+def server_role(count: bool, metrics: bool = False, inline: bool = False, mark: bool = False,
+                route: bool = False) -> None:
     """Serve bench_transport's small world; with ``count``, count every server thread's Python calls
     between the ``ON`` and ``OFF`` lines of stdin (each answered ``OK``, ``OFF`` with the count);
     ``metrics``: with Prometheus metrics on; ``inline``: ``workers=0``, every step on the event loop,
     so that no timing-driven choice (inline or on a thread) moves the count (``bench_metrics.py``, and
     the callgrind runs: a step slower than 2 ms, as under callgrind, would go to a thread); ``mark``: a
-    :func:`_mark` at ``ON`` and at ``OFF`` (callgrind's dumps then hold the steps between them alone)."""
+    :func:`_mark` at ``ON`` and at ``OFF`` (callgrind's dumps then hold the steps between them alone);
+    ``route``: the calls by file too (:class:`Counter`)."""
     from constant_world import Constant
 
     from dmrpc_gym.server import Server
 
-    counter = Counter()
+    counter = Counter(route)
     if count:
         threading.setprofile(counter)            # the server's threads start after this
     options = {**({"metrics_port": 0} if metrics else {}), **({"workers": 0} if inline else {})}
@@ -135,6 +155,7 @@ def server_role(count: bool, metrics: bool = False, inline: bool = False, mark: 
         if line.strip() == "OFF":
             print("CALLS", counter.said(), flush=True)
             counter.calls = counter.c_calls = 0
+            counter.files = {} if route else None
         else:
             print("OK", flush=True)
     server.stop(0)
@@ -184,30 +205,46 @@ def _collected(proc: subprocess.Popen, out: str) -> int:
     return int(found.group(1))
 
 
-def _steps(client: subprocess.Popen, before=None) -> tuple[int, int]:
-    """Let a client that is warm step (``before()`` first), then let it close: its ``CALLS``."""
+def _ask_steps(client: subprocess.Popen, before=None) -> str:
+    """Let a client that is warm step (``before()`` first), then let it close: what its ``CALLS`` line said."""
     _line(client, "WARM")
     if before is not None:
         before()
-    found = _counts(_ask(client, "GO", "CALLS"))
+    said = _ask(client, "GO", "CALLS")
     client.stdin.close()
-    return found
+    return said
+
+
+def _steps(client: subprocess.Popen, before=None) -> tuple[int, int]:
+    """:func:`_ask_steps`, as ``(Python calls, C calls)``."""
+    return _counts(_ask_steps(client, before))
 
 
 def _counts(said: str) -> tuple[int, int]:
-    python, c = said.split()
+    python, c = said.split()[:2]
     return int(python), int(c)
 
 
-def calls(tree: str, steps: int, metrics: bool = False, inline: bool = False) -> tuple[float, float, float, float]:
+ROUTES: dict[str, list[dict[str, int]]] = {}    # tree -> [client's calls by file, server's], with --route
+
+
+def _files(said: str) -> dict[str, int]:
+    words = said.split()
+    return dict((k, int(v)) for k, v in (item.split("=") for item in words[2].split(","))) if len(words) > 2 else {}
+
+
+def calls(tree: str, steps: int, metrics: bool = False, inline: bool = False,
+          route: bool = False) -> tuple[float, float, float, float]:
     """Calls per small step of ``tree``: Python functions and C functions, client then server; counted on
     one side at a time, over the ``steps`` only (a warm-up, connecting and closing are left out);
-    ``metrics``, ``inline``: the server's options (:func:`server_role`)."""
-    flag = ("--metrics",) * metrics + ("--inline",) * inline
+    ``metrics``, ``inline``: the server's options (:func:`server_role`); ``route``: the calls by file
+    too, kept in :data:`ROUTES`."""
+    flag = ("--metrics",) * metrics + ("--inline",) * inline + ("--route",) * route
     server = _spawn(tree, "serve", *flag)
     try:
-        client = _spawn(tree, "client", _line(server, "ADDRESS"), str(steps), "--count")
-        client_calls = _steps(client)
+        client = _spawn(tree, "client", _line(server, "ADDRESS"), str(steps), "--count", *("--route",) * route)
+        said = _ask_steps(client)
+        client_calls = _counts(said)
         client.wait(60)
     finally:
         server.stdin.close()
@@ -216,11 +253,14 @@ def calls(tree: str, steps: int, metrics: bool = False, inline: bool = False) ->
     try:
         client = _spawn(tree, "client", _line(server, "ADDRESS"), str(steps))
         _steps(client, lambda: _ask(server, "ON", "OK"))
-        server_calls = _counts(_ask(server, "OFF", "CALLS"))    # (the client's answers are all in: it said CALLS)
+        server_said = _ask(server, "OFF", "CALLS")              # (the client's answers are all in: it said CALLS)
+        server_calls = _counts(server_said)
         client.wait(60)
     finally:
         server.stdin.close()
         server.wait(60)
+    if route:
+        ROUTES[tree] = [_files(said), _files(server_said)]
     return (client_calls[0] / steps, client_calls[1] / steps, server_calls[0] / steps, server_calls[1] / steps)
 
 
@@ -262,11 +302,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000, help="steps counted")
     parser.add_argument("--callgrind", action="store_true", help="also count instructions (needs valgrind)")
     parser.add_argument("--skip-this", action="store_true", help="measure only the --tree checkouts")
+    parser.add_argument("--route", action="store_true",
+                        help="also the files a step's Python calls enter, in the order first entered, with calls per step")
     args = parser.parse_args()
     if args.role[:1] == ["client"]:
-        return client_role(args.role[1], int(args.role[2]), args.count, args.quiet, args.mark)
+        return client_role(args.role[1], int(args.role[2]), args.count, args.quiet, args.mark, args.route)
     if args.role[:1] == ["serve"]:
-        return server_role(args.count, args.metrics, args.inline, args.mark)
+        return server_role(args.count, args.metrics, args.inline, args.mark, args.route)
     if args.callgrind and not shutil.which("valgrind"):
         parser.error("--callgrind needs valgrind (apt-get install valgrind)")
     trees = [*([] if args.skip_this else [TREE]), *args.tree]
@@ -275,11 +317,16 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|" + ("---:|---:|" if args.callgrind else ""))
     import tempfile
     for tree in trees:
-        row = [f"{c:.1f}" for c in calls(tree, args.steps)]
+        row = [f"{c:.1f}" for c in calls(tree, args.steps, route=args.route)]
         if args.callgrind:
             with tempfile.TemporaryDirectory() as folder:
                 row += [f"{i:,.0f}" for i in instructions(tree, args.steps, folder)]
         print(f"| {'this tree' if tree == TREE else tree} | " + " | ".join(row) + " |", flush=True)
+    for tree, sides in ROUTES.items():
+        for side, files in zip(("client", "server"), sides):
+            print(f"\n{'this tree' if tree == TREE else tree}, {side}: the files a step enters, in the order first "
+                  f"entered (Python calls per step)")
+            print(" -> ".join(f"{name} ({n / args.steps:.1f})" for name, n in files.items()))
 
 
 if __name__ == "__main__":
