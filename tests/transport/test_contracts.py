@@ -23,7 +23,7 @@ from dmrpc_gym.transport.client.keepalive import IdleConnection
 from dmrpc_gym.transport.client.large_messages import LargeMessages
 from dmrpc_gym.transport.client.steady import SteadyTrips
 from dmrpc_gym.transport.server import contracts as server_contracts
-from dmrpc_gym.transport.server.conduct import Watching
+from dmrpc_gym.transport.server.deadlines import Watching
 from dmrpc_gym.transport.server.answering import Answering
 from dmrpc_gym.transport.server.protocol import GrpcProtocol
 from dmrpc_gym.transport.server.replies import Replies

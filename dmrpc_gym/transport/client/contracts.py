@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import hpack
 
-from dmrpc_gym.transport.flow import Flow
+from dmrpc_gym.transport.client.state import ClientState
 from dmrpc_gym.transport.frames import ProtocolError
 from dmrpc_gym.transport.headers import HeaderBlock
 
 if TYPE_CHECKING:   # the stream module imports nothing of these; typing only
     from dmrpc_gym.transport.client.stream import GrpcStream
 
-__all__ = ["ControlHost", "LargeMessagesHost", "ClockHost", "IdleHost", "SteadyHost"]
+__all__ = ["ControlHost", "LargeMessagesHost", "ClockHost", "IdleHost", "SteadyHost", "SteadyState"]
 
 
 class ControlHost(Protocol):
@@ -39,13 +39,12 @@ class ControlHost(Protocol):
     _dead: Exception | None
     _encoder: hpack.Encoder
     _goaway: str | None
-    flow: Flow
+    state: ClientState
     _ping_every: float | None
     _settled: bool
     _unsent: bytes
     _kernel: bool
 
-    def send(self, data: bytes, stream: GrpcStream | None = None) -> None: ...
     def _at_once(self, call: Callable[[int], int]) -> int | None: ...
     def _read_frame(self) -> None: ...
     def _fill(self, n: int, exact: bool = False) -> None: ...
@@ -64,7 +63,7 @@ class LargeMessagesHost(Protocol):
     _kernel: bool
     _partial: tuple | None
     _header_alone: bool
-    flow: Flow
+    state: ClientState
     _ping_every: float | None
     _timeout: float | None
     _timeout_by_select: bool
@@ -123,7 +122,7 @@ class SteadyHost(Protocol):
     """
 
     lock: threading.Lock
-    flow: Flow
+    state: ClientState
     messages_sent: int
     _sock: socket.socket
     _buf: bytearray
@@ -137,6 +136,19 @@ class SteadyHost(Protocol):
     _timeout: float | None
     _timeout_by_select: bool
     _partial: tuple | None
-    _headers_in: HeaderBlock
 
     def send(self, data: bytes, stream: GrpcStream | None = None) -> None: ...
+
+
+class SteadyState(Protocol):
+    """What the client's steady path requires of the connection's state
+    (:class:`~dmrpc_gym.transport.client.state.ClientState`): one call per direction of a step, the
+    calls the general path's bookkeeping makes: ``take`` (the request's send windows, as ``write``
+    takes them) and ``received`` (the answer's DATA frame admitted and credited, as ``GrpcStream.on_data``
+    does: the WINDOW_UPDATEs owed); and no header block open in ``headers_in`` before it reads.
+    """
+
+    headers_in: HeaderBlock
+
+    def take(self, stream: GrpcStream, n: int) -> bool: ...
+    def received(self, stream: GrpcStream, n: int) -> bytes: ...

@@ -32,7 +32,7 @@ class LargeMessages:
         stream.broken = True               # until the last frame of this message is committed
         stream.messages_sent += 1
         self.messages_sent += 1
-        flow = self.flow
+        flow = self.state
         while message.left:
             while flow.room(stream, message.left) <= 0:
                 self._read_frame()

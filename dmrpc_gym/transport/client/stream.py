@@ -18,6 +18,8 @@ from dmrpc_gym.transport.base import StreamEnded
 from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.frames import (CANCEL, END_STREAM, MAX_WINDOW, PADDED, MessageSplitter, StreamError,
                                         grpc_status, rst_stream_frame, unpad)
+from dmrpc_gym.transport.stream_states import Inbound, Outbound
+from dmrpc_gym.transport.windows import Window
 
 __all__ = ["GrpcStream"]
 
@@ -54,9 +56,10 @@ class GrpcStream:
         #: The server's response headers (initial metadata), once they have come.
         self.initial_metadata: dict[str, str] = {}
         self.compress = compression and encodings.compressor(compression)
-        self.send_window = send_window
-        self.recv_window = MAX_WINDOW    # what the server may still send on it (we advertise 2**31-1)
-        self.credit = 0                  # bytes received since this stream's last WINDOW_UPDATE
+        self.send = Window(send_window)  # what we may still send on it (the server's flow control)
+        self.recv = Window(MAX_WINDOW)   # what the server may still send on it (we advertise 2**31-1), and credit
+        #: The stream's state (transport.stream_states): our HEADERS went as it was opened.
+        self.inbound, self.outbound = Inbound.FRESH, Outbound.OPEN
         #: Messages committed to the stream (see :meth:`GrpcConnection.write`), and answers read.
         self.messages_sent = self.messages_read = 0
         #: An interrupt fell between the frames of a message too large for one frame.
@@ -106,13 +109,15 @@ class GrpcStream:
         """A DATA frame of ``length`` bytes is through: admitted and credited by the connection's flow state
         (a client gives credit back as it receives), its WINDOW_UPDATEs sent; the stream ends on END_STREAM."""
         conn = self.connection
-        owed = conn.flow.received(self, length)
+        owed = conn.state.received(self, length)
         if owed:
             conn.send(owed)
         if flags & END_STREAM:
             self.end(None, "the server ended the stream without trailers")
 
     def on_headers(self, headers: dict[str, str], end_stream: bool) -> None:
+        if not end_stream and self.inbound is Inbound.FRESH:
+            self.inbound = self.inbound.to(Inbound.OPEN)
         if not self.initial_metadata and not end_stream:
             self.initial_metadata = headers
         if headers.get(":status", "200") != "200":
@@ -138,7 +143,11 @@ class GrpcStream:
         self.end(status, message)
         self.splitter.limit = -1
         self.connection.send(rst_stream_frame(self.id, code))
+        if self.outbound is not Outbound.ENDED:
+            self.outbound = self.outbound.to(Outbound.ENDED)
 
     def end(self, status: int | None, message: str) -> None:
+        """The stream is over for us (trailers, a reset, the connection's end): ``read`` raises ``StreamEnded``."""
         if self.ended is None:
             self.ended = StreamEnded(status, message)
+            self.inbound = self.inbound.to(Inbound.DONE)
