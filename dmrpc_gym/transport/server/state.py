@@ -136,6 +136,7 @@ class ServerState(ConnectionState):
                         event = self._data(flags, sid, view[9:end])
                         if event is not None:
                             yield event
+                            _release(event)           # (the buffer shrinks next: no view may outlive it)
                 else:
                     event = self._data(flags, sid, bytes(buf[9:end]))
                     if event is not None:
@@ -217,7 +218,9 @@ class ServerState(ConnectionState):
         elif stream is None:
             pass                                   # dropped, and credited when admitted
         elif self.streams.get(stream.id) is stream:
-            yield Data(stream, flags if not left else flags & ~END_STREAM, view[:n])
+            event = Data(stream, flags if not left else flags & ~END_STREAM, view[:n])
+            yield event
+            _release(event)
         else:                                      # refused meanwhile: what it held is given back; the rest too
             self.credit_connection(n)
         return view[n:]
@@ -349,3 +352,10 @@ class ServerState(ConnectionState):
         elif now - self.since > limits.idle_timeout:
             return f"no open stream for {limits.idle_timeout:g} s (ConnectionLimits.idle_timeout)"
         return None
+
+
+def _release(event: Event) -> None:
+    """A DATA event's view into the read buffer is let go once the event was handled (the buffer is then
+    resized; the handler copied what it keeps, as ``MessageSplitter.feed`` does)."""
+    if type(event) is Data and type(event.data) is memoryview:
+        event.data.release()
