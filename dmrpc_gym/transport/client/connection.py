@@ -32,8 +32,8 @@ import hpack
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.client import interrupts
-from dmrpc_gym.transport.connection_state import (GoAway, Headers, PeerReset, PingAcked, ResetOwed, SettingsChanged,
-                                                  WindowsOpened)
+from dmrpc_gym.transport.connection_state import (Data, GoAway, Headers, PeerReset, PingAcked, ResetOwed,
+                                                  SettingsChanged, WindowsOpened)
 from dmrpc_gym.transport.frames import (DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM, GATHER_SECONDS,
                                         IN_PLACE, MAX_WINDOW, PADDED, PREFACE, PROTOCOL_ERROR, SETTING_FRAME,
                                         SETTING_PUSH, SETTING_WINDOW, U32, WINDOW_UPDATE, ProtocolError, frame,
@@ -77,7 +77,6 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
         self._sock = sock
         self.lock = threading.Lock()
         self._members = threading.Lock()         # guards streams and closed, for close_stream without lock
-        self._buf = bytearray()
         self._rbuf = bytearray(RECV_CHUNK)
         self._rview = memoryview(self._rbuf)
         self._encoder = hpack.Encoder()
@@ -97,7 +96,6 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
         self._watcher: IdleWatcher | None = None
         self.messages_sent = 0                    # on all streams (the idle watcher's sign of activity)
         self._goaway: str | None = None
-        self._partial: tuple | None = None   # a large DATA frame being read in place
         self._header_alone = False           # the next frame header is read by itself (see large_messages)
         self._request = [(":method", "POST"), (":scheme", scheme), (":path", path), (":authority", authority),
                          ("content-type", "application/grpc"), ("te", "trailers"), ("user-agent", "dmrpc-gym"),
@@ -244,13 +242,13 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
             if timed:
                 self._begin()
             try:
-                messages = stream.messages
+                messages, state = stream.messages, self.state
                 if self._unsent:
                     self.send(b"")
                 while not messages:
                     if stream.ended is not None:
                         raise stream.ended
-                    if len(self._buf) < 9 and len(self.streams) > 1 and not self._partial:
+                    if len(state.buf) < 9 and len(self.streams) > 1 and state.part is None:
                         self._await_bytes()         # the lock let go meanwhile: the other streams go on
                     else:
                         self._read_frame()
@@ -329,7 +327,7 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
     # -- frames ----------------------------------------------------------------
     def _fill(self, n: int, exact: bool = False) -> None:
         """Receive until ``n`` bytes are buffered (``exact``: not a byte more); an EOF is a ``ConnectionError``."""
-        buf, silent_from = self._buf, None
+        buf, silent_from = self.state.buf, None
         while len(buf) < n:
             if self._dead is not None:
                 raise self._dead
@@ -359,51 +357,36 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
                 raise self._dead
 
     def _read_frame(self) -> None:
-        if self._partial:
-            return self._read_data_direct(*self._partial)
-        buf = self._buf
-        if len(buf) < 9:
-            self._fill(9, self._header_alone)
-        self._header_alone = False
-        length, kind, flags, sid = read_head(buf)
-        end = 9 + length
+        """Read until the state can take the next frame, and act on the events of every whole frame it
+        then holds; a large DATA frame begun is read in place, straight into its message."""
         state = self.state
-        if kind == DATA and length >= IN_PLACE and not flags & PADDED and len(buf) < end \
-                and state.headers_in.data is None and sid in self.streams:
-            return self._read_data_direct(self.streams[sid], flags, length)   # read into the message
-        if len(buf) < end:
-            self._fill(end)
-        if kind == WINDOW_UPDATE and length == 4:   # grpcio servers send two with every answer: read in place
-            increment = U32.unpack_from(buf, 9)[0] & 0x7FFFFFFF
-            del buf[:end]
-            try:
-                event = state.window_opened(sid, increment)
-            except ProtocolError as err:
-                self._fail(err)
-            if type(event) is ResetOwed:            # this stream only (RFC 9113 6.9.1)
-                self._on_reset_owed(event)
-            return
-        payload = bytes(memoryview(buf)[9:end]) if length >= IN_PLACE else bytes(buf[9:end])
-        del buf[:end]
+        if state.part is None:
+            if len(state.buf) < 9:
+                self._fill(9, self._header_alone)
+            self._header_alone = False
+            need = state.need()
+            if need:
+                self._fill(need)
+            self._take_frames()
+        if state.part is not None:
+            self._read_data_direct()
+
+    def _take_frames(self, parts: bool = True) -> None:
+        """Act on the events of the whole frames the state holds (``parts``: and of a large DATA frame begun,
+        as far as it came); what it owes the server in return (ACKs, WINDOW_UPDATEs) goes without waiting."""
+        state = self.state
         try:
-            if kind == DATA and state.headers_in.data is None:
-                stream = self.streams.get(sid)
-                if stream is not None:
-                    return stream.on_data(flags, payload)
-                if not sid:
-                    raise ProtocolError(PROTOCOL_ERROR, "a DATA frame on stream 0")
-                state.admit(length)          # a stream we closed: its bytes still count
-                owed = state.consumed(length)
-                if owed:
-                    self.send(owed)
-                return
-            event = state.frame(kind, flags, sid, payload)    # checked and taken by the state
-            if state.outbox:
-                self._owe(state.data_to_send())              # the ACKs owed (SETTINGS, PING)
-            if event is not None:
+            for event in state.receive(parts=parts):
+                if state.outbox:
+                    self._owe(state.data_to_send())
                 _ACTIONS[type(event)](self, event)
+            if state.outbox:
+                self._owe(state.data_to_send())
         except ProtocolError as err:
             self._fail(err)
+
+    def _on_data(self, event: Data) -> None:
+        event.stream.on_data(event.flags, event.data)
 
     def _on_headers(self, event: Headers) -> None:
         stream = self.streams.get(event.stream_id)
@@ -413,7 +396,7 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
 
 #: What the connection does with each event of its state (``action(connection, event)``).
 _ACTIONS = {
-    Headers: GrpcConnection._on_headers, SettingsChanged: GrpcConnection._on_settings,
+    Data: GrpcConnection._on_data, Headers: GrpcConnection._on_headers, SettingsChanged: GrpcConnection._on_settings,
     PingAcked: GrpcConnection._on_ping_ack, PeerReset: GrpcConnection._on_reset, GoAway: GrpcConnection._on_goaway,
     ResetOwed: GrpcConnection._on_reset_owed, WindowsOpened: lambda connection, event: None,
 }

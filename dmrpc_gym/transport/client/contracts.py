@@ -10,7 +10,7 @@ reading the whole. ``tests/transport/test_contracts.py`` holds each part to its 
 name the part uses and does not define itself is in it, and the connection provides every name.
 
 >>> sorted(set(ControlHost.__annotations__) & set(IdleHost.__annotations__))
-['_buf', '_dead', '_goaway', '_kernel', '_sock', '_unsent', 'streams']
+['_dead', '_goaway', '_kernel', '_sock', '_unsent', 'state', 'streams']
 """
 from __future__ import annotations
 
@@ -35,7 +35,6 @@ class ControlHost(Protocol):
 
     streams: dict[int, GrpcStream]
     _sock: socket.socket
-    _buf: bytearray
     _dead: Exception | None
     _encoder: hpack.Encoder
     _goaway: str | None
@@ -57,11 +56,9 @@ class LargeMessagesHost(Protocol):
     """What ``LargeMessages`` (messages past one DATA frame, both ways) needs."""
 
     _sock: socket.socket
-    _buf: bytearray
     _dead: Exception | None
     _deadline: float | None
     _kernel: bool
-    _partial: tuple | None
     _header_alone: bool
     state: ClientState
     _ping_every: float | None
@@ -76,6 +73,7 @@ class LargeMessagesHost(Protocol):
     def _await_peer(self) -> None: ...
     def _heard_nothing(self, silent_from: float | None) -> float: ...
     def _fail(self, err: ProtocolError) -> None: ...
+    def _owe(self, control: bytes) -> None: ...
 
 
 class ClockHost(Protocol):
@@ -91,19 +89,18 @@ class IdleHost(Protocol):
 
     lock: threading.Lock
     streams: dict[int, GrpcStream]
+    state: ClientState
     _sock: socket.socket
-    _buf: bytearray
     _rbuf: bytearray
     _rview: memoryview
     _dead: Exception | None
     _goaway: str | None
     _kernel: bool
-    _partial: tuple | None
     _unsent: bytes
     messages_sent: int
 
     def send(self, data: bytes, stream: GrpcStream | None = None) -> None: ...
-    def _read_frame(self) -> None: ...
+    def _take_frames(self, parts: bool = True) -> None: ...
     def _at_once(self, call: Callable[[int], int]) -> int | None: ...
     def _set_timeout(self, seconds: float | None) -> None: ...
 
@@ -117,7 +114,7 @@ class SteadyHost(Protocol):
     a fresh ``recv`` (no timeout, nothing buffered or part way, no header block open). It moves that
     state only as the general path does: ``flow.take`` and ``flow.received``
     (:class:`~dmrpc_gym.transport.flow.Flow`), ``send`` for the WINDOW_UPDATEs owed, the counters
-    ``messages_sent``, and ``_buf`` for an answer it hands over.
+    ``messages_sent``; an answer it hands over goes to the state's ``buf``.
     ``tests/transport/test_steady_state.py`` holds the two paths to the same state after N steps.
     """
 
@@ -125,7 +122,6 @@ class SteadyHost(Protocol):
     state: ClientState
     messages_sent: int
     _sock: socket.socket
-    _buf: bytearray
     _rbuf: bytearray
     _rview: memoryview
     _dead: Exception | None
@@ -135,7 +131,6 @@ class SteadyHost(Protocol):
     _per_call: float | None
     _timeout: float | None
     _timeout_by_select: bool
-    _partial: tuple | None
 
     def send(self, data: bytes, stream: GrpcStream | None = None) -> None: ...
 
@@ -145,9 +140,14 @@ class SteadyState(Protocol):
     (:class:`~dmrpc_gym.transport.client.state.ClientState`): one call per direction of a step, the
     calls the general path's bookkeeping makes: ``take`` (the request's send windows, as ``write``
     takes them) and ``received`` (the answer's DATA frame admitted and credited, as ``GrpcStream.on_data``
-    does: the WINDOW_UPDATEs owed); and no header block open in ``headers_in`` before it reads.
+    does: the WINDOW_UPDATEs owed); before it reads, nothing in ``buf``, no large frame ``part`` way, no
+    header block open in ``headers_in``; an answer it does not take it leaves in ``buf`` for the general read,
+    one it takes it counts in ``frames``, as the general read counts it.
     """
 
+    buf: bytearray
+    frames: int
+    part: list | None
     headers_in: HeaderBlock
 
     def take(self, stream: GrpcStream, n: int) -> bool: ...

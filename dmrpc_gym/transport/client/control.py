@@ -95,12 +95,13 @@ class ControlFrames:
         """
         self._begin()
         self._fill(9)
-        head = bytes(self._buf[:9])
+        buf = self.state.buf
+        head = bytes(buf[:9])
         if head.isascii() and all(c >= 9 for c in head):     # text, not a frame header: HTTP/1.x
-            line = bytes(self._buf).split(b"\n", 1)[0].strip().decode("latin-1")[:100]
+            line = bytes(buf).split(b"\n", 1)[0].strip().decode("latin-1")[:100]
             raise ConnectionError(f"the server speaks HTTP/1.x (or another text protocol), not HTTP/2: "
                                   f"it answered {line!r}")
-        kind = read_head(self._buf)[1]
+        kind = read_head(buf)[1]
         if kind != SETTINGS:
             raise ProtocolError(PROTOCOL_ERROR, f"the server's first frame is of type {kind}, not SETTINGS")
         while not self._settled:

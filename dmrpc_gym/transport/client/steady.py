@@ -174,8 +174,8 @@ class SteadyTrips:
             link.phase = RECEIVING
             self._per_call = timeout
             splitter = stream.splitter
-            if (layout is None or timeout is not None or self._timeout is not None or self._buf
-                    or self._partial or stream.messages or state.headers_in.data is not None
+            if (layout is None or timeout is not None or self._timeout is not None or state.buf
+                    or state.part is not None or stream.messages or state.headers_in.data is not None
                     or splitter.buffered or splitter.large is not None or self._timeout_by_select):
                 return None
             try:
@@ -195,9 +195,10 @@ class SteadyTrips:
                     message = self._rbuf[14:got]
                     stream.messages_read += 1
                     link.phase = TAKEN
-                    owed = state.received(stream, got - 9)   # as GrpcStream.on_data: the windows earned back
+                    owed = state.received(stream, got - 9)   # as the state's receive: the windows earned back
+                    state.frames += 1
                     if owed:
                         self.send(owed)
                     return message
-            self._buf += view[:got]
+            state.buf += view[:got]              # handed over: the general read takes it from the state
             return None

@@ -16,8 +16,8 @@ from typing import Any
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.base import StreamEnded
 from dmrpc_gym.transport.codes import GrpcStatus
-from dmrpc_gym.transport.frames import (CANCEL, END_STREAM, MAX_WINDOW, PADDED, MessageSplitter, StreamError,
-                                        grpc_status, rst_stream_frame, unpad)
+from dmrpc_gym.transport.frames import (CANCEL, END_STREAM, MAX_WINDOW, MessageSplitter, StreamError, grpc_status,
+                                        rst_stream_frame)
 from dmrpc_gym.transport.stream_states import Inbound, Outbound
 from dmrpc_gym.transport.windows import Window
 
@@ -92,28 +92,19 @@ class GrpcStream:
 
     # -- frames for this stream (the connection's lock is held) ------------------------------
     def on_data(self, flags: int, payload) -> None:
-        try:
-            if self.ended is None:          # after a refused answer the rest of it is dropped
-                self.splitter.feed(unpad(payload) if flags & PADDED else payload, self.messages)
-        except StreamError as err:
-            self.refuse(err)
-        self.data_done(flags, len(payload))
+        """A DATA frame's payload, or a part of one (admitted and credited by the connection's state):
+        into the stream's messages (after a refused answer, the rest of it is dropped); END_STREAM
+        without trailers ends the stream."""
+        if self.ended is None:
+            self.feed(payload)
+        if flags & END_STREAM:
+            self.end(None, "the server ended the stream without trailers")
 
     def feed(self, payload) -> None:
         try:
             self.splitter.feed(payload, self.messages)
         except StreamError as err:
             self.refuse(err)
-
-    def data_done(self, flags: int, length: int) -> None:
-        """A DATA frame of ``length`` bytes is through: admitted and credited by the connection's flow state
-        (a client gives credit back as it receives), its WINDOW_UPDATEs sent; the stream ends on END_STREAM."""
-        conn = self.connection
-        owed = conn.state.received(self, length)
-        if owed:
-            conn.send(owed)
-        if flags & END_STREAM:
-            self.end(None, "the server ended the stream without trailers")
 
     def on_headers(self, headers: dict[str, str], end_stream: bool) -> None:
         if not end_stream and self.inbound is Inbound.FRESH:
