@@ -357,8 +357,8 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
                 raise self._dead
 
     def _read_frame(self) -> None:
-        """Read until the state can take the next frame, and act on the events of every whole frame it
-        then holds; a large DATA frame begun is read in place, straight into its message."""
+        """Read until the state can take the next frame, and act on its events; a large DATA frame begun
+        is read in place, straight into its message."""
         state = self.state
         if state.part is None:
             if len(state.buf) < 9:
@@ -367,16 +367,17 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
             need = state.need()
             if need:
                 self._fill(need)
-            self._take_frames()
+            self._take_frames(one=True)
         if state.part is not None:
             self._read_data_direct()
 
-    def _take_frames(self, parts: bool = True) -> None:
-        """Act on the events of the whole frames the state holds (``parts``: and of a large DATA frame begun,
-        as far as it came); what it owes the server in return (ACKs, WINDOW_UPDATEs) goes without waiting."""
+    def _take_frames(self, parts: bool = True, one: bool = False) -> None:
+        """Act on the events of the whole frames the state holds (``one``: of the first only; ``parts``: and
+        of a large DATA frame begun, as far as it came); what it owes the server in return (ACKs,
+        WINDOW_UPDATEs) goes without waiting."""
         state = self.state
         try:
-            for event in state.receive(parts=parts):
+            for event in state.receive(parts=parts, one=one):
                 if state.outbox:
                     self._owe(state.data_to_send())
                 _ACTIONS[type(event)](self, event)

@@ -70,11 +70,12 @@ class ClientState(ConnectionState):
         return (kind == DATA and length >= IN_PLACE and not flags & PADDED and self.headers_in.data is None
                 and sid in self.streams)
 
-    def receive(self, data: bytes = b"", parts: bool = True) -> Iterator[Event]:
+    def receive(self, data: bytes = b"", parts: bool = True, one: bool = False) -> Iterator[Event]:
         """The events of the whole frames in :attr:`buf` after ``data``, in order (``ProtocolError``: the
-        connection ends). With ``parts``, a large DATA frame begun is given as far as it came, and
-        :attr:`part` says what is left of it to read in place. Handle each event before asking for the
-        next: a DATA payload may be a view into the buffer."""
+        connection ends); ``one``: of the first frame only (the rest waits: a handshake takes the
+        server's SETTINGS, not what follows them). With ``parts``, a large DATA frame begun is given as
+        far as it came, and :attr:`part` says what is left of it to read in place. Handle each event
+        before asking for the next: a DATA payload may be a view into the buffer."""
         buf = self.buf
         if data:
             buf += data
@@ -101,6 +102,8 @@ class ClientState(ConnectionState):
                 event = self.frame(kind, flags, sid, payload)
             if event is not None:
                 yield event
+            if one:
+                return
 
     def _data(self, flags: int, sid: int, payload: bytes) -> Event | None:
         """A whole DATA frame: admitted and credited at once (a client gives credit back as it receives);
