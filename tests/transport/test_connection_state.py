@@ -261,6 +261,41 @@ def test_the_client_credits_what_it_receives_once_half_its_window_is_in():
     assert (stream.recv.size, stream.recv.credit) == (1000, 0)
 
 
+def test_the_client_reads_a_large_data_frame_in_place_and_admits_it_whole_at_its_end():
+    state = ClientState()
+    stream = state.streams[1] = _Stream(1, recv=1 << 30)
+    body = bytes(IN_PLACE * 2)
+    data = frame(DATA, END_STREAM, 1, body)
+    state.buf += data[:1000]
+    assert state.need() == 0                                  # the rest is to be read in place
+    (first,) = [Data(e.stream, e.flags, bytes(e.data)) for e in state.receive()]
+    assert first.stream is stream and first.data == body[:991] and not first.flags & END_STREAM
+    assert state.part == [stream, END_STREAM, len(body), len(body) - 991] and not state.buf
+    assert stream.recv.size == 1 << 30                         # admitted only once it is all read
+    assert state.part_read(100) is None and state.part[3] == 100
+    end = state.part_read(0)
+    assert type(end) is Data and end.flags == END_STREAM and end.data == b"" and state.part is None
+    assert stream.recv.size == (1 << 30) - len(body) and state.frames == 1
+    small = frame(DATA, 0, 1, b"x" * 100)
+    state.buf += small[:50]
+    assert state.need() == len(small) and list(state.receive()) == []   # a small frame waits to be whole
+
+
+def test_the_client_takes_data_by_its_stream_credits_a_closed_one_and_refuses_stream_0():
+    state = ClientState(threshold=10)
+    stream = state.streams[1] = _Stream(1)
+    state.next_id = 5
+    state.buf += frame(DATA, PADDED, 1, b"\x02ab\x00\x00") + frame(DATA, 0, 3, b"z" * 20)
+    events = list(state.receive())
+    assert [(type(e), e.data) for e in events] == [(Data, b"ab")]   # stream 3: closed, its bytes dropped
+    owed = _frames(state.data_to_send())
+    assert [(kind, sid) for kind, _, sid, _ in owed] == [(WINDOW_UPDATE, 0)]   # the connection's credit: 25
+    assert U32.unpack(owed[0][3])[0] == 25 and stream.recv.credit == 5 and state.frames == 2
+    state.buf += frame(DATA, 0, 0, b"x")
+    with pytest.raises(ProtocolError, match="a DATA frame on stream 0"):
+        list(state.receive())
+
+
 # -- the stream-state tables --------------------------------------------------------------------------
 def test_both_ends_streams_move_by_one_table():
     # the server's stream begins with the client's HEADERS; the client's with its own
