@@ -28,9 +28,9 @@ import struct
 from typing import Any
 
 from dmrpc_gym.transport.flow import SETTINGS_ACK, Flow, StreamReset
-from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DEFAULT_WINDOW, GOAWAY, HEADERS, PING, PROTOCOL_ERROR,
-                                        PUSH_PROMISE, RST_STREAM, SETTINGS, U32, WINDOW_UPDATE, ProtocolError,
-                                        check_frame, ping_frame)
+from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DEFAULT_WINDOW, GOAWAY, HEADERS, MAX_WINDOW, PING,
+                                        PROTOCOL_ERROR, PUSH_PROMISE, RST_STREAM, SETTINGS, U32, WINDOW_UPDATE,
+                                        ProtocolError, check_frame, ping_frame)
 from dmrpc_gym.transport.headers import HeaderBlock
 
 __all__ = ["ConnectionState", "Event", "Headers", "Data", "PeerReset", "ResetOwed", "WindowsOpened",
@@ -127,7 +127,8 @@ class ConnectionState(Flow):
 
     __slots__ = ("streams", "frames", "blocks", "headers_in", "decoder", "outbox")
 
-    def __init__(self, window: int = DEFAULT_WINDOW, threshold: int = 1 << 30, headers_in: HeaderBlock | None = None):
+    def __init__(self, window: int = DEFAULT_WINDOW, threshold: int = MAX_WINDOW // 2 + 1,
+                 headers_in: HeaderBlock | None = None):
         super().__init__(window, threshold)
         self.streams: dict[int, Any] = {}
         self.frames = 0

@@ -35,9 +35,8 @@ from dmrpc_gym.transport.client import interrupts
 from dmrpc_gym.transport.connection_state import (Data, GoAway, Headers, PeerReset, PingAcked, ResetOwed,
                                                   SettingsChanged, WindowsOpened)
 from dmrpc_gym.transport.frames import (DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM, GATHER_SECONDS,
-                                        IN_PLACE, MAX_WINDOW, PADDED, PREFACE, PROTOCOL_ERROR, SETTING_FRAME,
-                                        SETTING_PUSH, SETTING_WINDOW, U32, WINDOW_UPDATE, ProtocolError, frame,
-                                        grpc_frame, header_frames, read_head, settings_frame, window_update_frame)
+                                        MAX_WINDOW, PREFACE, SETTING_FRAME, SETTING_PUSH, SETTING_WINDOW, ProtocolError,
+                                        frame, grpc_frame, header_frames, settings_frame, window_update_frame)
 from dmrpc_gym.transport.client.state import CREDIT_AT, ClientState
 from dmrpc_gym.transport.stream_states import Outbound
 from dmrpc_gym.transport.client.clock import CallClock

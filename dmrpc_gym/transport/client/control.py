@@ -8,8 +8,6 @@ runs with the connection's ``lock`` held, from its frame reader.
 """
 from __future__ import annotations
 
-import struct
-
 from dmrpc_gym.transport.client import interrupts
 from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.connection_state import GoAway, PeerReset, PingAcked, ResetOwed, SettingsChanged

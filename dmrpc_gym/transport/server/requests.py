@@ -25,7 +25,7 @@ import weakref
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.frames import END_STREAM, MAX_WINDOW, SERVER_MESSAGE_LIMIT, STREAM_CLOSED, StreamError
-from dmrpc_gym.transport.server.stream import Inbound, Outbound, Stream
+from dmrpc_gym.transport.server.stream import Inbound, Stream
 
 __all__ = ["Requests", "receive_window", "inflation_turn", "CREDIT_AT"]
 

@@ -109,7 +109,8 @@ class Steady:
             at = end
             state.frames += 1
             size = len(answer) + 5
-            if size > WRITE_CHUNK or not state.take(stream, size):   # (take: DATA out, no PING strike)   # past a window: sent as the general path sends
+            # past a window: sent as the general path sends (take also tells the PING policing DATA went out)
+            if size > WRITE_CHUNK or not state.take(stream, size):
                 stream.busy = True
                 stream.task = eager.start(self._send_later(stream, answer))
                 continue
