@@ -108,13 +108,11 @@ class IdleHost(Protocol):
 class SteadyHost(Protocol):
     """What ``SteadyTrips`` (the steady path: one frame out, one answer of a known layout in) needs.
 
-    Of the connection's state it reads, before it sends, only what says the general ``write`` would
-    send the frame at once (alive, nothing unsent or corked, no Jupyter kernel, the flow state's
-    ``take``), and before it receives, only what says the general ``read`` would read the answer from
-    a fresh ``recv`` (no timeout, nothing buffered or part way, no header block open). It moves that
-    state only as the general path does: ``flow.take`` and ``flow.received``
-    (:class:`~dmrpc_gym.transport.flow.Flow`), ``send`` for the WINDOW_UPDATEs owed, the counters
-    ``messages_sent``; an answer it hands over goes to the state's ``buf``.
+    Of the connection it reads, before it sends, only what says the general ``write`` would send the
+    frame at once (alive, nothing unsent or corked, no Jupyter kernel), and before it receives, only
+    what says the general ``read`` would read the answer from a fresh ``recv`` (no timeout). Of the
+    connection's state it requires :class:`SteadyState` (one call each way). It moves the rest only as
+    the general path does: ``send`` for the WINDOW_UPDATEs owed, the counter ``messages_sent``.
     ``tests/transport/test_steady_state.py`` holds the two paths to the same state after N steps.
     """
 
