@@ -310,3 +310,17 @@ def test_both_ends_streams_move_by_one_table():
         Inbound.OPEN.to(Inbound.FRESH)
     with pytest.raises(IllegalTransition, match="from ENDED to OPEN"):
         Outbound.ENDED.to(Outbound.OPEN)
+
+
+def test_the_io_classes_leave_the_frames_to_their_state():
+    """Frames are read by the states alone (and by the steady paths, which read a frame they take
+    whole): the I/O classes of either end name no frame decoder."""
+    import pathlib
+    transport = pathlib.Path(__file__).resolve().parents[2] / "dmrpc_gym" / "transport"
+    io = ["server/protocol.py", "server/requests.py", "server/replies.py", "server/answering.py",
+          "server/deadlines.py", "client/connection.py", "client/control.py", "client/large_messages.py",
+          "client/keepalive.py", "client/stream.py"]
+    for name in io:
+        source = (transport / name).read_text()
+        assert not any(decoder in source for decoder in ("read_head", "check_frame", "parse_settings",
+                                                          "from_bytes")), name

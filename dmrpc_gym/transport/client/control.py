@@ -11,8 +11,7 @@ from __future__ import annotations
 from dmrpc_gym.transport.client import interrupts
 from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.connection_state import GoAway, PeerReset, PingAcked, ResetOwed, SettingsChanged
-from dmrpc_gym.transport.frames import (ENHANCE_YOUR_CALM, MAX_OWED_CONTROL, PROTOCOL_ERROR, SETTINGS, ProtocolError,
-                                        goaway_frame, read_head)
+from dmrpc_gym.transport.frames import ENHANCE_YOUR_CALM, MAX_OWED_CONTROL, ProtocolError, goaway_frame
 
 __all__: list[str] = []          # a part of GrpcConnection, not an interface of its own
 
@@ -93,15 +92,7 @@ class ControlFrames:
         """
         self._begin()
         self._fill(9)
-        buf = self.state.buf
-        head = bytes(buf[:9])
-        if head.isascii() and all(c >= 9 for c in head):     # text, not a frame header: HTTP/1.x
-            line = bytes(buf).split(b"\n", 1)[0].strip().decode("latin-1")[:100]
-            raise ConnectionError(f"the server speaks HTTP/1.x (or another text protocol), not HTTP/2: "
-                                  f"it answered {line!r}")
-        kind = read_head(buf)[1]
-        if kind != SETTINGS:
-            raise ProtocolError(PROTOCOL_ERROR, f"the server's first frame is of type {kind}, not SETTINGS")
+        self.state.check_first_frame()
         while not self._settled:
             self._read_frame()
         self._end_call()

@@ -32,8 +32,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from dmrpc_gym.transport.connection_state import ConnectionState, Data, Event
-from dmrpc_gym.transport.frames import (DATA, END_STREAM, IN_PLACE, MAX_WINDOW, PADDED, PROTOCOL_ERROR, ProtocolError,
-                                        read_head, unpad)
+from dmrpc_gym.transport.frames import (DATA, END_STREAM, IN_PLACE, MAX_WINDOW, PADDED, PROTOCOL_ERROR, SETTINGS,
+                                        ProtocolError, read_head, unpad)
 
 __all__ = ["ClientState", "CREDIT_AT"]
 
@@ -54,6 +54,19 @@ class ClientState(ConnectionState):
         self.next_id = 1
         self.buf = bytearray()             # what was read and is not a whole frame yet
         self.part: list | None = None      # a large DATA frame read in place: [stream, flags, length, left]
+
+    def check_first_frame(self) -> None:
+        """The server's first 9 bytes are in :attr:`buf`: they must begin its SETTINGS. Text (an HTTP/1.x
+        answer) is a ``ConnectionError`` quoting its first line; another frame a ``ProtocolError``."""
+        buf = self.buf
+        head = bytes(buf[:9])
+        if head.isascii() and all(c >= 9 for c in head):     # text, not a frame header: HTTP/1.x
+            line = bytes(buf).split(b"\n", 1)[0].strip().decode("latin-1")[:100]
+            raise ConnectionError(f"the server speaks HTTP/1.x (or another text protocol), not HTTP/2: "
+                                  f"it answered {line!r}")
+        kind = read_head(buf)[1]
+        if kind != SETTINGS:
+            raise ProtocolError(PROTOCOL_ERROR, f"the server's first frame is of type {kind}, not SETTINGS")
 
     def need(self) -> int:
         """How many bytes :attr:`buf` must hold for the next frame to be taken: 0 when it can be now (whole,
