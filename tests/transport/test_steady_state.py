@@ -21,7 +21,7 @@ from dmrpc_gym.client.env import DmRpcEnv
 from dmrpc_gym.server import Server
 from dmrpc_gym.transport import STEADY_STEP_ENV
 from dmrpc_gym.transport.client import connection as client_connection
-from dmrpc_gym.transport.server import requests
+from dmrpc_gym.transport.server import state as server_state_module
 from dmrpc_gym.worlds.catch import Catch
 
 STEPS = 300
@@ -65,7 +65,7 @@ def client_state(conn) -> dict:
 def run(steady: bool, monkeypatch) -> tuple[dict, dict, list, int]:
     """Both ends' states after :data:`STEPS` steps of a seeded Catch, with the steady path ``steady``."""
     monkeypatch.setenv(STEADY_STEP_ENV, "1" if steady else "0")
-    monkeypatch.setattr(requests, "CREDIT_AT", 300)          # the server's credit back every few requests
+    monkeypatch.setattr(server_state_module, "CREDIT_AT", 300)          # the server's credit back every few requests
     monkeypatch.setattr(client_connection, "CREDIT_AT", 700)  # the client's every few answers
     with Server(Catch, workers=0) as server, DmRpcEnv(server.address) as env:
         rewards, taken = [], 0

@@ -1,21 +1,12 @@
 """What the server takes in on a stream: requests queued from the DATA its state admitted, inflated as taken.
 
 A mixin of :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol`. Memory follows
-what the application consumes, not what arrives: the receive windows (a
-connection's and each stream's) start at one largest message plus
-:data:`_SLACK`, and bytes are given back (WINDOW_UPDATE) only once the session
-has taken the requests they carried. A peer that sends past a window ends the
-connection (FLOW_CONTROL_ERROR); a stream holds at most :data:`_MAX_QUEUED`
-requests; a compressed request stays compressed until the session takes it,
-and is then inflated a step at a time within the size limit, one message larger
-than a step at a time per server (:func:`inflation_turn`).
-
->>> receive_window(64 << 20) - (64 << 20)    # one largest message (and its prefix), and 1 MiB
-1048581
-
-Two streams of one connection that each send half of a message larger than
-half the window wait for each other; a client that sends such messages in
-parallel should use a connection for each.
+what the application consumes, not what arrives: the receive windows are the state's
+(:func:`~dmrpc_gym.transport.server.state.receive_window`), and bytes are given back
+(WINDOW_UPDATE) only once the session has taken the requests they carried (:meth:`Requests._consumed`).
+A stream holds at most :data:`_MAX_QUEUED` requests; a compressed request stays compressed until
+the session takes it, and is then inflated a step at a time within the size limit, one message
+larger than a step at a time per server (:func:`inflation_turn`).
 """
 from __future__ import annotations
 
@@ -24,23 +15,12 @@ import weakref
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.codes import GrpcStatus
-from dmrpc_gym.transport.frames import END_STREAM, MAX_WINDOW, SERVER_MESSAGE_LIMIT, STREAM_CLOSED, StreamError
+from dmrpc_gym.transport.frames import END_STREAM, SERVER_MESSAGE_LIMIT, STREAM_CLOSED, StreamError
 from dmrpc_gym.transport.server.stream import Inbound, Stream
 
-__all__ = ["Requests", "receive_window", "inflation_turn", "CREDIT_AT"]
+__all__ = ["Requests", "inflation_turn"]
 
-#: Beyond the largest message, what a connection's receive window holds: one largest message
-#: always fits, with room for small ones beside it. Consumed bytes are given back in WINDOW_UPDATEs
-#: once half of this has gathered (:data:`CREDIT_AT`).
-_SLACK = 1 << 20
-#: Consumed bytes are given back (a WINDOW_UPDATE) once this many have gathered, on the stream or the connection.
-CREDIT_AT = _SLACK // 2
 _MAX_QUEUED = 1024               # requests waiting on one stream; more is RESOURCE_EXHAUSTED
-
-
-def receive_window(max_message_size: int) -> int:
-    """The receive window (connection and stream) that lets one largest message through."""
-    return min(MAX_WINDOW, max_message_size + 5 + _SLACK)
 
 
 class Requests:

@@ -31,21 +31,38 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from dmrpc_gym.transport.connection_state import ConnectionState, Data, Event, Headers, ResetOwed
-from dmrpc_gym.transport.frames import (CONTINUATION, DATA, DEFAULT_WINDOW, END_STREAM, ENHANCE_YOUR_CALM,
+from dmrpc_gym.transport.frames import (CONTINUATION, DATA, DEFAULT_WINDOW, END_STREAM, ENHANCE_YOUR_CALM, MAX_WINDOW,
                                         FRAME_SIZE_ERROR, HEADERS, IN_PLACE, PADDED, PREFACE, PROTOCOL_ERROR,
                                         REFUSED_STREAM, SETTING_FRAME, SETTING_HEADER_LIST, SETTING_STREAMS,
                                         SETTING_WINDOW, STREAM_CLOSED, ProtocolError, read_head, rst_stream_frame,
                                         settings_frame, unpad, window_update_frame)
 from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.limits import IDLE_PING_INTERVAL, KEEPALIVE_PING, LINGER_BYTES, MIN_KEEPALIVE, ConnectionLimits
-from dmrpc_gym.transport.server import requests
 from dmrpc_gym.transport.server.stream import HEADER_LIMIT
 from dmrpc_gym.transport.stream_states import Inbound, Outbound
 
-__all__ = ["ServerState", "Http1Request", "StreamRefused", "OUR_FRAME"]
+__all__ = ["ServerState", "Http1Request", "StreamRefused", "OUR_FRAME", "receive_window", "CREDIT_AT"]
 
 #: The largest frame we accept (we advertise it).
 OUR_FRAME = 1 << 20
+#: Beyond the largest message, what a connection's receive window holds: one largest message
+#: always fits, with room for small ones beside it. Consumed bytes are given back in WINDOW_UPDATEs
+#: once half of this has gathered (:data:`CREDIT_AT`).
+_SLACK = 1 << 20
+#: Consumed bytes are given back (a WINDOW_UPDATE) once this many have gathered, on the stream or the connection.
+CREDIT_AT = _SLACK // 2
+
+
+def receive_window(max_message_size: int) -> int:
+    """The receive window (connection and stream) that lets one largest message through: memory follows
+    what the application consumes, not what arrives. Two streams of one connection that each send half
+    of a message larger than half the window wait for each other (a client sending such messages in
+    parallel should use a connection for each).
+
+    >>> receive_window(64 << 20) - (64 << 20)    # one largest message (and its prefix), and 1 MiB
+    1048581
+    """
+    return min(MAX_WINDOW, max_message_size + 5 + _SLACK)
 
 
 class Http1Request(Event):
@@ -67,7 +84,7 @@ class ServerState(ConnectionState):
     """The server's I/O-free state of one connection (see the module's docstring).
 
     ``limits``: the connection's bounds; ``max_message``: the largest request (it sizes the receive
-    window, :func:`~dmrpc_gym.transport.server.requests.receive_window`); ``now``: when it began.
+    window, :func:`receive_window`); ``now``: when it began.
     """
 
     __slots__ = ("limits", "window", "preface", "buf", "part", "last_stream", "draining", "now", "tick",
@@ -76,8 +93,8 @@ class ServerState(ConnectionState):
     PUSH_REFUSED = "a client sent PUSH_PROMISE"
 
     def __init__(self, limits: ConnectionLimits, max_message: int, now: float):
-        self.window = requests.receive_window(max_message)
-        super().__init__(self.window, requests.CREDIT_AT, HeaderBlock(limits.max_header_list_size, HEADER_LIMIT))
+        self.window = receive_window(max_message)
+        super().__init__(self.window, CREDIT_AT, HeaderBlock(limits.max_header_list_size, HEADER_LIMIT))
         self.limits = limits
         self.preface = False          # the client's preface has come (our SETTINGS are then owed)
         self.buf = bytearray()        # the frame begun and not whole
