@@ -25,7 +25,8 @@ from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server import Server
 from dmrpc_gym.transport import STEADY_STEP_ENV
 from dmrpc_gym.transport.frames import DATA, END_STREAM, HEADERS, PADDED, PING, SETTINGS, U32, WINDOW_UPDATE, frame
-from dmrpc_gym.transport.server import requests, steady
+from dmrpc_gym.transport.server import state as server_state
+from dmrpc_gym.transport.server import steady
 
 _REWARDS = [1.0, 0.5, 2, np.float32(0.25), -1.0, 3.0]
 
@@ -154,7 +155,7 @@ def test_the_servers_steady_path_and_general_path_send_the_same_frames(servers, 
 
     monkeypatch.setattr(SteadyServe, "answer", counted)
     # consumed request bytes given back after 200 (not 512 KiB): the scripts' WINDOW_UPDATEs, each path's
-    monkeypatch.setattr(requests, "CREDIT_AT", 200)
+    monkeypatch.setattr(server_state, "CREDIT_AT", 200)
 
     @fuzz_settings(40)
     @given(st.sampled_from(sorted(servers)), st.tuples(st.integers(0, 4), st.booleans()),

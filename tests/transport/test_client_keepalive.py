@@ -16,7 +16,7 @@ import servers
 from dmrpc_gym import DmRpcEnv
 from dmrpc_gym.client import connection as client_connection
 from dmrpc_gym.server import ConnectionLimits
-from dmrpc_gym.transport.server import conduct
+from dmrpc_gym.transport.server import state as server_state
 from dmrpc_gym.transport.client import keepalive
 from dmrpc_gym.transport.frames import ACK, HEADER, PING, SETTINGS, frame
 from dmrpc_gym.transport.client.h2_transport import H2Transport
@@ -118,7 +118,7 @@ def test_pings_the_server_allows_keep_the_connection(quick_pings):
 def test_our_keepalive_at_its_floor_is_permitted_by_our_servers_default_policy(quick_pings, monkeypatch):
     """Issue 30: the default policy is gRPC's (5 minutes between PINGs), yet our own client's
     keepalive, at the floor it may use (MIN_KEEPALIVE, lowered here on both ends), is no strike."""
-    monkeypatch.setattr(conduct, "MIN_KEEPALIVE", 0.1, raising=False)
+    monkeypatch.setattr(server_state, "MIN_KEEPALIVE", 0.1, raising=False)
     with servers.start(Catch) as server:
         env = DmRpcEnv(server.address, keepalive=0.1)
         try:

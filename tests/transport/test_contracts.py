@@ -23,7 +23,7 @@ from dmrpc_gym.transport.client.keepalive import IdleConnection
 from dmrpc_gym.transport.client.large_messages import LargeMessages
 from dmrpc_gym.transport.client.steady import SteadyTrips
 from dmrpc_gym.transport.server import contracts as server_contracts
-from dmrpc_gym.transport.server.conduct import Watching
+from dmrpc_gym.transport.server.deadlines import Watching
 from dmrpc_gym.transport.server.answering import Answering
 from dmrpc_gym.transport.server.protocol import GrpcProtocol
 from dmrpc_gym.transport.server.replies import Replies
@@ -94,3 +94,37 @@ def test_the_host_provides_every_name_of_the_contract(part):
     provided = set(dir(host)) | _init_sets(host)
     missing = _members(protocol) - provided
     assert not missing, f"{host.__name__} lacks {sorted(missing)} of {protocol.__name__}"
+
+
+# -- what each steady path requires of its connection's state -------------------------------------------
+STATES = {
+    Steady: (server_contracts.SteadyState, "dmrpc_gym.transport.server.state", "ServerState"),
+    SteadyTrips: (client_contracts.SteadyState, "dmrpc_gym.transport.client.state", "ClientState"),
+}
+
+
+def _state_names(part: type) -> tuple[set[str], list[str]]:
+    """The names ``part`` uses on its local ``state`` (the connection's state), and the calls it makes of it."""
+    used, calls = set(), []
+    for sub in ast.walk(_tree(part)):
+        if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id == "state":
+            used.add(sub.attr)
+        if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and isinstance(sub.func.value, ast.Name)
+                and sub.func.value.id == "state"):
+            calls.append(sub.func.attr)
+    return used, calls
+
+
+@pytest.mark.parametrize("part", list(STATES), ids=lambda c: c.__name__)
+def test_a_steady_path_uses_of_the_state_exactly_its_contract_and_the_state_provides_it(part):
+    import importlib
+    protocol, module, name = STATES[part]
+    used, calls = _state_names(part)
+    assert used == _members(protocol), f"{part.__name__} uses {sorted(used)} of the state; {protocol.__name__} " \
+                                       f"names {sorted(_members(protocol))}"
+    state = getattr(importlib.import_module(module), name)
+    slots = {slot for cls in state.__mro__ for slot in getattr(cls, "__slots__", ())}
+    assert _members(protocol) <= set(dir(state)) | slots
+    # one call per direction of a step (the receive side: received, or refund where a handler declines)
+    methods = {m for m, value in vars(protocol).items() if callable(value) and not m.startswith("__")}
+    assert set(calls) == methods

@@ -12,7 +12,7 @@ from raw_h2 import RawClient, data, message
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport.client.h2_transport import H2Transport
 from dmrpc_gym.transport.codes import ErrorCode
-from dmrpc_gym.transport.flow import Flow, PeerSettings, StreamReset, credited
+from dmrpc_gym.transport.flow import Flow, PeerSettings, StreamReset, Window
 from dmrpc_gym.transport.frames import (DATA, GOAWAY, HEADER, MAX_WINDOW, RST_STREAM, SETTINGS, U32, WINDOW_UPDATE,
                                         ProtocolError, frame)
 from dmrpc_gym.worlds.catch import Catch
@@ -20,31 +20,35 @@ from dmrpc_gym.worlds.catch import Catch
 
 class _Stream:
     def __init__(self, sid: int, window: int):
-        self.id, self.send_window = sid, window
+        self.id, self.send = sid, Window(window)
 
 
 # -- the rules alone ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("sid, raised", [(0, ProtocolError), (5, StreamReset)])
 def test_a_zero_increment_is_a_protocol_error_of_the_connection_or_of_the_stream(sid, raised):
+    window = Window(100)
     with pytest.raises(raised) as err:
-        credited(100, 0, sid)
-    assert err.value.code == ErrorCode.PROTOCOL_ERROR and "WINDOW_UPDATE of 0" in str(err.value)
+        window.opened(0, sid)
+    assert window.size == 100 and err.value.code == ErrorCode.PROTOCOL_ERROR and "WINDOW_UPDATE of 0" in str(err.value)
 
 
 @pytest.mark.parametrize("sid, raised", [(0, ProtocolError), (5, StreamReset)])
 def test_an_increment_past_the_largest_window_is_a_flow_control_error(sid, raised):
-    assert credited(MAX_WINDOW - 10, 10, sid) == MAX_WINDOW          # exactly the largest window: allowed
+    window = Window(MAX_WINDOW - 10)
+    window.opened(10, sid)                                            # exactly the largest window: allowed
+    assert window.size == MAX_WINDOW
+    window.size -= 10
     with pytest.raises(raised) as err:
-        credited(MAX_WINDOW - 10, 11, sid)
-    assert err.value.code == ErrorCode.FLOW_CONTROL_ERROR and "2**31-1" in str(err.value)
+        window.opened(11, sid)
+    assert window.size == MAX_WINDOW - 10 and err.value.code == ErrorCode.FLOW_CONTROL_ERROR and "2**31-1" in str(err.value)
 
 
 def test_a_new_initial_window_moves_every_open_stream_by_the_change():
     peer, streams = PeerSettings(), [_Stream(1, 10), _Stream(3, 65535)]
     peer.apply(struct.pack(">HL", 4, 65535 + 1000), streams)
-    assert [s.send_window for s in streams] == [1010, 66535] and peer.initial_window == 66535
+    assert [s.send.size for s in streams] == [1010, 66535] and peer.initial_window == 66535
     peer.apply(struct.pack(">HL", 4, 0), streams)                    # may go negative (RFC 9113 6.9.2)
-    assert [s.send_window for s in streams] == [-65525, 0]
+    assert [s.send.size for s in streams] == [-65525, 0]
 
 
 def test_a_new_initial_window_that_overflows_a_stream_ends_the_connection():
@@ -63,14 +67,14 @@ def test_settings_values_rfc_9113_forbids_are_connection_errors(key, value, code
 
 class _Both:
     def __init__(self, sid: int = 1, window: int = 1000):
-        self.id, self.send_window, self.recv_window, self.credit = sid, 65535, window, 0
+        self.id, self.send, self.recv = sid, Window(65535), Window(window)
 
     def state(self) -> tuple:
-        return self.send_window, self.recv_window, self.credit
+        return self.send.size, self.recv.size, self.recv.credit
 
 
 def _state(flow: Flow, stream: _Both) -> tuple:
-    return flow.send_window, flow.recv_window, flow.credit, stream.state()
+    return flow.send.size, flow.recv.size, flow.recv.credit, stream.state()
 
 
 def test_data_past_a_receive_window_is_a_flow_control_error_that_changes_nothing():
@@ -101,8 +105,8 @@ def test_a_declined_steady_frame_refunded_leaves_the_state_the_general_path_make
     granted = lambda owed: sum(U32.unpack_from(owed, i + 9)[0] for i in range(0, len(owed), 13))
     assert granted(owed_steady) == granted(owed_general)
     # what each side lets the peer send: the windows plus what was granted and not yet counted there
-    assert (steady.recv_window + steady.credit, s_stream.recv_window + s_stream.credit) == \
-           (general.recv_window + general.credit, g_stream.recv_window + g_stream.credit)
+    assert (steady.recv.size + steady.recv.credit, s_stream.recv.size + s_stream.recv.credit) == \
+           (general.recv.size + general.recv.credit, g_stream.recv.size + g_stream.recv.credit)
 
 
 def test_settings_remembered_by_name():

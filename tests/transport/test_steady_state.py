@@ -2,10 +2,11 @@
 state is the same, whichever path took them (issue 39, item 4).
 
 The byte-for-byte tests (``tests/client/test_steady_path.py``, ``tests/server/test_steady_path_server.py``)
-compare what goes on the wire; this one compares what each end keeps: the flow state
-(:class:`~dmrpc_gym.transport.flow.Flow`: the send and receive windows, the credit owed, the peer's
-settings), every stream's windows, credit and states, and the counters (frames and header blocks
-taken, bytes in and out, messages sent and read). The credit thresholds are lowered at both ends so
+compare what goes on the wire; this one compares what each end keeps: its whole connection state
+(:class:`~dmrpc_gym.transport.server.state.ServerState`, :class:`~dmrpc_gym.transport.client.state.ClientState`:
+the send and receive windows and their credit, the peer's settings, every stream's windows, credit and
+states, the frame and header-block counters, what is owed, the PING policing), and the I/O counters
+(bytes in and out, messages sent and read). The credit thresholds are lowered at both ends so
 that WINDOW_UPDATEs go both ways many times within the steps.
 """
 from __future__ import annotations
@@ -20,39 +21,51 @@ from dmrpc_gym.client.env import DmRpcEnv
 from dmrpc_gym.server import Server
 from dmrpc_gym.transport import STEADY_STEP_ENV
 from dmrpc_gym.transport.client import connection as client_connection
-from dmrpc_gym.transport.server import requests
+from dmrpc_gym.transport.server import state as server_state_module
 from dmrpc_gym.worlds.catch import Catch
 
 STEPS = 300
 
 
-def _flow(flow) -> tuple:
-    peer = flow.peer
-    return (flow.send_window, flow.recv_window, flow.credit, flow.threshold,
-            peer.initial_window, peer.max_frame, peer.max_streams, peer.max_header_list, peer.header_table)
+def _windows(owner) -> tuple:
+    return owner.send.size, owner.send.credit, owner.recv.size, owner.recv.credit
+
+
+def _state(state) -> dict:
+    """What both ends' connection states hold (transport.connection_state.ConnectionState): windows and
+    credit, the peer's settings, the counters, the header block, what is owed, the PING policing's flag."""
+    peer = state.peer
+    return {"flow": (*_windows(state), state.threshold, peer.initial_window, peer.max_frame, peer.max_streams,
+                     peer.max_header_list, peer.header_table),
+            "counters": (state.frames, state.blocks), "header block": state.headers_in.data,
+            "owed": list(state.outbox), "answered": state.answered}
 
 
 def server_state(protocol) -> dict:
-    """What the server keeps of one connection (a GrpcProtocol)."""
-    streams = {sid: (s.send_window, s.recv_window, s.credit, s.held, s.inbound.name, s.outbound.name, s.busy,
+    """What the server keeps of one connection (a GrpcProtocol): its whole ServerState, and the I/O counters."""
+    state = protocol.state
+    streams = {sid: (*_windows(s), s.held, s.inbound.name, s.outbound.name, s.busy,
                      len(s.inbox), bool(s.splitter.buffered), s.splitter.large is None, s.declined)
-               for sid, s in protocol._streams.items()}
-    return {"flow": _flow(protocol._flow), "streams": streams, "frames": protocol._frames_done,
-            "blocks": protocol._blocks_done, "bytes": (protocol._traffic.bytes_in, protocol._traffic.bytes_out)}
+               for sid, s in state.streams.items()}
+    return {**_state(state), "streams": streams, "buffered": bytes(state.buf), "part": state.part,
+            "last stream": state.last_stream, "draining": state.draining,
+            "policing": (state.strikes, state.last_ping, state.resets, state.stall, state.drop_left),
+            "bytes": (protocol._traffic.bytes_in, protocol._traffic.bytes_out)}
 
 
 def client_state(conn) -> dict:
-    """What the client keeps of its connection (a GrpcConnection)."""
-    streams = {sid: (s.send_window, s.recv_window, s.credit, s.messages_sent, s.messages_read, len(s.messages),
-                     s.ended is None, bool(s.splitter.buffered), s.splitter.large is None)
-               for sid, s in conn.streams.items()}
-    return {"flow": _flow(conn.flow), "streams": streams, "sent": conn.messages_sent}
+    """What the client keeps of its connection (a GrpcConnection): its whole ClientState, and the counters."""
+    state = conn.state
+    streams = {sid: (*_windows(s), s.inbound.name, s.outbound.name, s.messages_sent, s.messages_read,
+                     len(s.messages), s.ended is None, bool(s.splitter.buffered), s.splitter.large is None)
+               for sid, s in state.streams.items()}
+    return {**_state(state), "streams": streams, "next id": state.next_id, "sent": conn.messages_sent}
 
 
 def run(steady: bool, monkeypatch) -> tuple[dict, dict, list, int]:
     """Both ends' states after :data:`STEPS` steps of a seeded Catch, with the steady path ``steady``."""
     monkeypatch.setenv(STEADY_STEP_ENV, "1" if steady else "0")
-    monkeypatch.setattr(requests, "CREDIT_AT", 300)          # the server's credit back every few requests
+    monkeypatch.setattr(server_state_module, "CREDIT_AT", 300)          # the server's credit back every few requests
     monkeypatch.setattr(client_connection, "CREDIT_AT", 700)  # the client's every few answers
     with Server(Catch, workers=0) as server, DmRpcEnv(server.address) as env:
         rewards, taken = [], 0
@@ -102,3 +115,5 @@ def test_the_comparison_sees_a_window_moved_by_one_byte(monkeypatch, which):
     state = run(True, monkeypatch)[0 if which == "server" else 1]
     moved = {**state, "flow": (state["flow"][0] - 1, *state["flow"][1:])}
     assert moved != state
+    counted = {**state, "counters": (state["counters"][0] + 1, state["counters"][1])}
+    assert counted != state

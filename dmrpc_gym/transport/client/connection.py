@@ -32,14 +32,13 @@ import hpack
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.client import interrupts
-from dmrpc_gym.transport.flow import Flow
-from dmrpc_gym.transport.frames import (CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM,
-                                        GATHER_SECONDS, GOAWAY, HEADERS, IN_PLACE, MAX_WINDOW, PADDED, PING,
-                                        PREFACE, PROTOCOL_ERROR, PUSH_PROMISE, RST_STREAM, SETTINGS, SETTING_FRAME,
-                                        SETTING_PUSH, SETTING_WINDOW, U32, WINDOW_UPDATE, ProtocolError, check_frame,
-                                        frame, grpc_frame, header_frames, read_head, settings_frame,
-                                        window_update_frame)
-from dmrpc_gym.transport.headers import HeaderBlock
+from dmrpc_gym.transport.connection_state import (Data, GoAway, Headers, PeerReset, PingAcked, ResetOwed,
+                                                  SettingsChanged, WindowsOpened)
+from dmrpc_gym.transport.frames import (DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM, GATHER_SECONDS,
+                                        MAX_WINDOW, PREFACE, SETTING_FRAME, SETTING_PUSH, SETTING_WINDOW, ProtocolError,
+                                        frame, grpc_frame, header_frames, settings_frame, window_update_frame)
+from dmrpc_gym.transport.client.state import CREDIT_AT, ClientState
+from dmrpc_gym.transport.stream_states import Outbound
 from dmrpc_gym.transport.client.clock import CallClock
 from dmrpc_gym.transport.client.control import ControlFrames
 from dmrpc_gym.transport.client.keepalive import RECV_CHUNK, IdleConnection
@@ -54,8 +53,6 @@ __all__ = ["GrpcConnection", "GrpcStream", "DEFAULT_MAX_MESSAGE"]
 CLOSE_WAIT = 0.5
 
 _OUR_FRAME = 2**24 - 1           # largest frame we accept
-#: Received bytes that earn the server a WINDOW_UPDATE (connection and stream): half our window, past it.
-CREDIT_AT = MAX_WINDOW // 2 + 1
 
 
 class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleConnection):
@@ -79,15 +76,16 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
         self._sock = sock
         self.lock = threading.Lock()
         self._members = threading.Lock()         # guards streams and closed, for close_stream without lock
-        self._buf = bytearray()
         self._rbuf = bytearray(RECV_CHUNK)
         self._rview = memoryview(self._rbuf)
-        self._decoder, self._encoder = hpack.Decoder(), hpack.Encoder()
-        self._headers_in = HeaderBlock()
-        #: The open streams by id.
-        self.streams: dict[int, GrpcStream] = {}
+        self._encoder = hpack.Encoder()
+        #: The connection's I/O-free state (:class:`~dmrpc_gym.transport.client.state.ClientState`): the
+        #: server's settings, the windows both ways and the credit given back once half our window is
+        #: received, the stream table, the header block being received, the ACKs owed.
+        self.state = ClientState(CREDIT_AT)
+        #: The open streams by id (the state's stream table).
+        self.streams: dict[int, GrpcStream] = self.state.streams
         self._closing: set[int] = set()           # streams we half-closed, kept until the server's status
-        self._next_id = 1
         self.closed = False
         self._dead: Exception | None = None
         self._settled, self._unsent, self._corked = False, b"", 0.0
@@ -96,11 +94,7 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
         self._per_call = self._timeout           # seconds a whole call may take (see clock)
         self._watcher: IdleWatcher | None = None
         self.messages_sent = 0                    # on all streams (the idle watcher's sign of activity)
-        #: The connection's flow control (:class:`~dmrpc_gym.transport.flow.Flow`): the server's settings,
-        #: the windows both ways, and the credit given back once half our window is received.
-        self.flow = Flow(MAX_WINDOW, CREDIT_AT)
         self._goaway: str | None = None
-        self._partial: tuple | None = None   # a large DATA frame being read in place
         self._header_alone = False           # the next frame header is read by itself (see large_messages)
         self._request = [(":method", "POST"), (":scheme", scheme), (":path", path), (":authority", authority),
                          ("content-type", "application/grpc"), ("te", "trailers"), ("user-agent", "dmrpc-gym"),
@@ -125,10 +119,11 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
                 headers.append(("grpc-encoding", compression))
             headers += [(k.lower(), v) for k, v in metadata]
             self._check_header_list(headers)
-            stream = GrpcStream(self, self._next_id, compression, max_message_size, self.flow.peer.initial_window)
-            self._next_id += 2
+            state = self.state
+            stream = GrpcStream(self, state.next_id, compression, max_message_size, state.peer.initial_window)
+            state.next_id += 2
             try:     # before the server's SETTINGS arrive its frame limit is the default 16384
-                self.send(header_frames(stream.id, 0, self._encoder.encode(headers), self.flow.peer.max_frame))
+                self.send(header_frames(stream.id, 0, self._encoder.encode(headers), self.state.peer.max_frame))
             except OSError as err:
                 self._dead = err
                 raise ConnectionError(f"the connection was lost as a stream opened: {err}") from None
@@ -139,7 +134,7 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
     def usable(self) -> bool:
         """Whether another stream may be opened here: open, alive, not going away, under the peer's limit."""
         return (not self.closed and self._dead is None and self._goaway is None
-                and (self.flow.peer.max_streams is None or len(self.streams) < self.flow.peer.max_streams))
+                and (self.state.peer.max_streams is None or len(self.streams) < self.state.peer.max_streams))
 
     def keepalive(self, ping_every: float | None = None) -> None:
         """Answer the server's PINGs (and other control frames) while no call is running; with
@@ -170,7 +165,7 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
             if stream.ended is not None or self._dead is not None:
                 raise stream.ended or self._dead
             n = sum(map(len, parts)) + 5 if len(parts) > 1 else len(parts[0]) + 5
-            if not stream.compress and self.flow.take(stream, n):
+            if not stream.compress and self.state.take(stream, n):
                 self.send(grpc_frame(parts[0] if len(parts) == 1 else b"".join(parts), stream.id), stream)
                 return
             self._begin()
@@ -246,13 +241,13 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
             if timed:
                 self._begin()
             try:
-                messages = stream.messages
+                messages, state = stream.messages, self.state
                 if self._unsent:
                     self.send(b"")
                 while not messages:
                     if stream.ended is not None:
                         raise stream.ended
-                    if len(self._buf) < 9 and len(self.streams) > 1 and not self._partial:
+                    if len(state.buf) < 9 and len(self.streams) > 1 and state.part is None:
                         self._await_bytes()         # the lock let go meanwhile: the other streams go on
                     else:
                         self._read_frame()
@@ -276,6 +271,8 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
                     self._set_timeout(0.0)      # never blocks: what a full socket does not take waits in _unsent
                     try:
                         self.send(frame(DATA, END_STREAM, stream.id))
+                        if stream.outbound is not Outbound.ENDED:
+                            stream.outbound = stream.outbound.to(Outbound.ENDED)
                         sent = True
                     finally:
                         self._set_timeout(self._per_call)
@@ -329,7 +326,7 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
     # -- frames ----------------------------------------------------------------
     def _fill(self, n: int, exact: bool = False) -> None:
         """Receive until ``n`` bytes are buffered (``exact``: not a byte more); an EOF is a ``ConnectionError``."""
-        buf, silent_from = self._buf, None
+        buf, silent_from = self.state.buf, None
         while len(buf) < n:
             if self._dead is not None:
                 raise self._dead
@@ -359,67 +356,47 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
                 raise self._dead
 
     def _read_frame(self) -> None:
-        if self._partial:
-            return self._read_data_direct(*self._partial)
-        buf = self._buf
-        if len(buf) < 9:
-            self._fill(9, self._header_alone)
-        self._header_alone = False
-        length, kind, flags, sid = read_head(buf)
-        end = 9 + length
-        if kind == DATA and length >= IN_PLACE and not flags & PADDED and len(buf) < end \
-                and not self._headers_in.open and sid in self.streams:
-            return self._read_data_direct(self.streams[sid], flags, length)   # read into the message
-        if len(buf) < end:
-            self._fill(end)
-        if kind == WINDOW_UPDATE and length == 4:   # grpcio servers send two with every answer: read in place
-            increment = U32.unpack_from(buf, 9)[0] & 0x7FFFFFFF
-            del buf[:end]
-            try:
-                self._on_window_update(sid, increment)
-            except ProtocolError as err:
-                self._fail(err)
-            return
-        payload = bytes(memoryview(buf)[9:end]) if length >= IN_PLACE else bytes(buf[9:end])
-        del buf[:end]
+        """Read until the state can take the next frame, and act on its events; a large DATA frame begun
+        is read in place, straight into its message."""
+        state = self.state
+        if state.part is None:
+            if len(state.buf) < 9:
+                self._fill(9, self._header_alone)
+            self._header_alone = False
+            need = state.need()
+            if need:
+                self._fill(need)
+            self._take_frames(one=True)
+        if state.part is not None:
+            self._read_data_direct()
+
+    def _take_frames(self, parts: bool = True, one: bool = False) -> None:
+        """Act on the events of the whole frames the state holds (``one``: of the first only; ``parts``: and
+        of a large DATA frame begun, as far as it came); what it owes the server in return (ACKs,
+        WINDOW_UPDATEs) goes without waiting."""
+        state = self.state
         try:
-            if kind == DATA and not self._headers_in.open:
-                stream = self.streams.get(sid)
-                if stream is not None:
-                    return stream.on_data(flags, payload)
-                if not sid:
-                    raise ProtocolError(PROTOCOL_ERROR, "a DATA frame on stream 0")
-                self.flow.admit(length)          # a stream we closed: its bytes still count
-                owed = self.flow.consumed(length)
-                if owed:
-                    self.send(owed)
-                return
-            check_frame(kind, flags, sid, length)
-            if self._headers_in.open and (kind != CONTINUATION or sid != self._headers_in.stream):
-                raise ProtocolError(PROTOCOL_ERROR, "a frame interrupted a header block")
-            handler = _HANDLERS[kind] if kind < len(_HANDLERS) else None
-            if handler is not None:      # PRIORITY and unknown frame types: ignored, as HTTP/2 requires
-                handler(self, flags, sid, payload)
+            for event in state.receive(parts=parts, one=one):
+                if state.outbox:
+                    self._owe(state.data_to_send())
+                _ACTIONS[type(event)](self, event)
+            if state.outbox:
+                self._owe(state.data_to_send())
         except ProtocolError as err:
             self._fail(err)
 
-    def _on_headers(self, flags: int, sid: int, payload: bytes, kind: int = HEADERS) -> None:
-        if not sid & 1 or sid >= self._next_id:    # a stream we never opened (RFC 9113 5.1)
-            raise ProtocolError(PROTOCOL_ERROR, f"HEADERS on stream {sid}, which this client did not open")
-        headers = self._headers_in.add(kind, flags, sid, payload, self._decoder)
-        stream = self.streams.get(sid)
-        if headers is not None and stream is not None:
-            stream.on_headers(headers, bool(self._headers_in.flags & END_STREAM))
+    def _on_data(self, event: Data) -> None:
+        event.stream.on_data(event.flags, event.data)
 
-    def _on_continuation(self, flags: int, sid: int, payload: bytes) -> None:
-        self._on_headers(flags, sid, payload, CONTINUATION)
+    def _on_headers(self, event: Headers) -> None:
+        stream = self.streams.get(event.stream_id)
+        if stream is not None:
+            stream.on_headers(event.headers, bool(event.flags & END_STREAM))
 
 
-#: The client's handler of each frame type other than DATA, indexed by type
-#: (``handler(connection, flags, stream, payload)``; None: ignored).
-_HANDLERS = tuple({
-    HEADERS: GrpcConnection._on_headers, CONTINUATION: GrpcConnection._on_continuation,
-    SETTINGS: GrpcConnection._on_settings, PING: GrpcConnection._on_ping, RST_STREAM: GrpcConnection._on_reset,
-    GOAWAY: GrpcConnection._on_goaway, WINDOW_UPDATE: GrpcConnection._on_long_window_update,
-    PUSH_PROMISE: GrpcConnection._on_push,
-}.get(kind) for kind in range(CONTINUATION + 1))
+#: What the connection does with each event of its state (``action(connection, event)``).
+_ACTIONS = {
+    Data: GrpcConnection._on_data, Headers: GrpcConnection._on_headers, SettingsChanged: GrpcConnection._on_settings,
+    PingAcked: GrpcConnection._on_ping_ack, PeerReset: GrpcConnection._on_reset, GoAway: GrpcConnection._on_goaway,
+    ResetOwed: GrpcConnection._on_reset_owed, WindowsOpened: lambda connection, event: None,
+}

@@ -10,7 +10,7 @@ reading the whole. ``tests/transport/test_contracts.py`` holds each part to its 
 name the part uses and does not define itself is in it, and the connection provides every name.
 
 >>> sorted(set(ControlHost.__annotations__) & set(IdleHost.__annotations__))
-['_buf', '_dead', '_goaway', '_kernel', '_sock', '_unsent', 'streams']
+['_dead', '_goaway', '_kernel', '_sock', '_unsent', 'state', 'streams']
 """
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import hpack
 
-from dmrpc_gym.transport.flow import Flow
+from dmrpc_gym.transport.client.state import ClientState
 from dmrpc_gym.transport.frames import ProtocolError
 from dmrpc_gym.transport.headers import HeaderBlock
 
 if TYPE_CHECKING:   # the stream module imports nothing of these; typing only
     from dmrpc_gym.transport.client.stream import GrpcStream
 
-__all__ = ["ControlHost", "LargeMessagesHost", "ClockHost", "IdleHost", "SteadyHost"]
+__all__ = ["ControlHost", "LargeMessagesHost", "ClockHost", "IdleHost", "SteadyHost", "SteadyState"]
 
 
 class ControlHost(Protocol):
@@ -35,17 +35,15 @@ class ControlHost(Protocol):
 
     streams: dict[int, GrpcStream]
     _sock: socket.socket
-    _buf: bytearray
     _dead: Exception | None
     _encoder: hpack.Encoder
     _goaway: str | None
-    flow: Flow
+    state: ClientState
     _ping_every: float | None
     _settled: bool
     _unsent: bytes
     _kernel: bool
 
-    def send(self, data: bytes, stream: GrpcStream | None = None) -> None: ...
     def _at_once(self, call: Callable[[int], int]) -> int | None: ...
     def _read_frame(self) -> None: ...
     def _fill(self, n: int, exact: bool = False) -> None: ...
@@ -58,13 +56,11 @@ class LargeMessagesHost(Protocol):
     """What ``LargeMessages`` (messages past one DATA frame, both ways) needs."""
 
     _sock: socket.socket
-    _buf: bytearray
     _dead: Exception | None
     _deadline: float | None
     _kernel: bool
-    _partial: tuple | None
     _header_alone: bool
-    flow: Flow
+    state: ClientState
     _ping_every: float | None
     _timeout: float | None
     _timeout_by_select: bool
@@ -77,6 +73,7 @@ class LargeMessagesHost(Protocol):
     def _await_peer(self) -> None: ...
     def _heard_nothing(self, silent_from: float | None) -> float: ...
     def _fail(self, err: ProtocolError) -> None: ...
+    def _owe(self, control: bytes) -> None: ...
 
 
 class ClockHost(Protocol):
@@ -92,19 +89,18 @@ class IdleHost(Protocol):
 
     lock: threading.Lock
     streams: dict[int, GrpcStream]
+    state: ClientState
     _sock: socket.socket
-    _buf: bytearray
     _rbuf: bytearray
     _rview: memoryview
     _dead: Exception | None
     _goaway: str | None
     _kernel: bool
-    _partial: tuple | None
     _unsent: bytes
     messages_sent: int
 
     def send(self, data: bytes, stream: GrpcStream | None = None) -> None: ...
-    def _read_frame(self) -> None: ...
+    def _take_frames(self, parts: bool = True, one: bool = False) -> None: ...
     def _at_once(self, call: Callable[[int], int]) -> int | None: ...
     def _set_timeout(self, seconds: float | None) -> None: ...
 
@@ -112,21 +108,18 @@ class IdleHost(Protocol):
 class SteadyHost(Protocol):
     """What ``SteadyTrips`` (the steady path: one frame out, one answer of a known layout in) needs.
 
-    Of the connection's state it reads, before it sends, only what says the general ``write`` would
-    send the frame at once (alive, nothing unsent or corked, no Jupyter kernel, the flow state's
-    ``take``), and before it receives, only what says the general ``read`` would read the answer from
-    a fresh ``recv`` (no timeout, nothing buffered or part way, no header block open). It moves that
-    state only as the general path does: ``flow.take`` and ``flow.received``
-    (:class:`~dmrpc_gym.transport.flow.Flow`), ``send`` for the WINDOW_UPDATEs owed, the counters
-    ``messages_sent``, and ``_buf`` for an answer it hands over.
+    Of the connection it reads, before it sends, only what says the general ``write`` would send the
+    frame at once (alive, nothing unsent or corked, no Jupyter kernel), and before it receives, only
+    what says the general ``read`` would read the answer from a fresh ``recv`` (no timeout). Of the
+    connection's state it requires :class:`SteadyState` (one call each way). It moves the rest only as
+    the general path does: ``send`` for the WINDOW_UPDATEs owed, the counter ``messages_sent``.
     ``tests/transport/test_steady_state.py`` holds the two paths to the same state after N steps.
     """
 
     lock: threading.Lock
-    flow: Flow
+    state: ClientState
     messages_sent: int
     _sock: socket.socket
-    _buf: bytearray
     _rbuf: bytearray
     _rview: memoryview
     _dead: Exception | None
@@ -136,7 +129,24 @@ class SteadyHost(Protocol):
     _per_call: float | None
     _timeout: float | None
     _timeout_by_select: bool
-    _partial: tuple | None
-    _headers_in: HeaderBlock
 
     def send(self, data: bytes, stream: GrpcStream | None = None) -> None: ...
+
+
+class SteadyState(Protocol):
+    """What the client's steady path requires of the connection's state
+    (:class:`~dmrpc_gym.transport.client.state.ClientState`): one call per direction of a step, the
+    calls the general path's bookkeeping makes: ``take`` (the request's send windows, as ``write``
+    takes them) and ``received`` (the answer's DATA frame admitted and credited, as ``GrpcStream.on_data``
+    does: the WINDOW_UPDATEs owed); before it reads, nothing in ``buf``, no large frame ``part`` way, no
+    header block open in ``headers_in``; an answer it does not take it leaves in ``buf`` for the general read,
+    one it takes it counts in ``frames``, as the general read counts it.
+    """
+
+    buf: bytearray
+    frames: int
+    part: list | None
+    headers_in: HeaderBlock
+
+    def take(self, stream: GrpcStream, n: int) -> bool: ...
+    def received(self, stream: GrpcStream, n: int) -> bytes: ...

@@ -1,19 +1,17 @@
-"""What a client's HTTP/2 connection does with the server's control frames: SETTINGS (awaited
-at the handshake; their limits held to, the header list's included), WINDOW_UPDATE and GOAWAY,
-and the GOAWAY it sends on a protocol error.
+"""What a client's HTTP/2 connection does with the events of the server's control frames, which its
+state (:class:`~dmrpc_gym.transport.client.state.ClientState`) takes: SETTINGS (awaited at the
+handshake; their limits held to, the header list's included), a stream's bad WINDOW_UPDATE, RST_STREAM,
+GOAWAY, PING ACKs; the ACKs the state owes, sent without waiting; and the GOAWAY it sends on a protocol error.
 
 A mixin of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection`; every method
 runs with the connection's ``lock`` held, from its frame reader.
 """
 from __future__ import annotations
 
-import struct
-
 from dmrpc_gym.transport.client import interrupts
 from dmrpc_gym.transport.codes import GrpcStatus
-from dmrpc_gym.transport.flow import SETTINGS_ACK, StreamReset
-from dmrpc_gym.transport.frames import (ACK, ENHANCE_YOUR_CALM, FRAME_SIZE_ERROR, MAX_OWED_CONTROL, PROTOCOL_ERROR,
-                                        SETTINGS, U32, ProtocolError, goaway_frame, ping_frame, read_head)
+from dmrpc_gym.transport.connection_state import GoAway, PeerReset, PingAcked, ResetOwed, SettingsChanged
+from dmrpc_gym.transport.frames import ENHANCE_YOUR_CALM, MAX_OWED_CONTROL, ProtocolError, goaway_frame
 
 __all__: list[str] = []          # a part of GrpcConnection, not an interface of its own
 
@@ -38,40 +36,30 @@ class ControlFrames:
         self._dead = ConnectionError(f"HTTP/2 protocol error from the server (error code {err.code}): {err}")
         raise self._dead
 
-    def _on_goaway(self, flags: int, sid: int, payload: bytes) -> None:
-        last, code = struct.unpack_from(">LL", payload)
-        debug = payload[8:].decode("utf-8", "replace")
-        self._goaway = f"HTTP/2 error code {code}{': ' + debug if debug else ''}"
+    def _on_goaway(self, event: GoAway) -> None:
+        debug = event.debug
+        self._goaway = f"HTTP/2 error code {event.code}{': ' + debug if debug else ''}"
         if debug == "too_many_pings" and self._ping_every:
             self._goaway += f"; keepalive={self._ping_every:g} s pings more often than this server allows"
         for stream in list(self.streams.values()):
-            if stream.id > (last & 0x7FFFFFFF):     # never to be answered
+            if stream.id > event.last_stream:     # never to be answered
                 stream.end(None, f"the server is going away ({self._goaway})")
 
-    def _on_window_update(self, sid: int, increment: int) -> None:
-        stream = self.streams.get(sid) if sid else None
-        try:
-            self.flow.window_update(sid, increment, stream)
-        except StreamReset as err:          # this stream only (RFC 9113 6.9.1)
-                stream.reset(err.code, None, f"the server broke HTTP/2 flow control on this stream: {err}")
+    def _on_reset_owed(self, event: ResetOwed) -> None:
+        """A bad WINDOW_UPDATE on one stream: that stream only is reset (RFC 9113 6.9.1)."""
+        event.stream.reset(event.code, None, f"the server broke HTTP/2 flow control on this stream: {event.why}")
 
-    def _on_settings(self, flags: int, sid: int, payload: bytes) -> None:
-        if flags & ACK:
-            return
-        peer = self.flow.peer
-        peer.apply(payload, list(self.streams.values()))
+    def _on_settings(self, event: SettingsChanged) -> None:
+        """The server's SETTINGS were applied by the state (and their ACK is owed)."""
+        peer = self.state.peer
         self._encoder.header_table_size = peer.header_table
         if peer.max_streams == 0:          # our streams are over the peer's limit
             for stream in list(self.streams.values()):
                 stream.end(GrpcStatus.UNAVAILABLE, "the server allows no streams now (SETTINGS_MAX_CONCURRENT_STREAMS 0)")
-        self.send(SETTINGS_ACK)
         self._settled = True
 
-    def _on_ping(self, flags: int, sid: int, payload: bytes) -> None:
-        if not flags & ACK:
-            self._owe(ping_frame(payload, ack=True))
-        else:
-            self._pong()
+    def _on_ping_ack(self, event: PingAcked) -> None:
+        self._pong()
 
     def _owe(self, control: bytes) -> None:
         """Send a control frame the server is owed (a PING's ACK) without waiting on the socket:
@@ -94,16 +82,8 @@ class ControlFrames:
                                                         f"{len(self._unsent)} bytes owed to it, past the "
                                                         f"{MAX_OWED_CONTROL} a connection holds"))
 
-    def _on_reset(self, flags: int, sid: int, payload: bytes) -> None:
-        stream = self.streams.get(sid)
-        if stream is not None:
-            stream.end(None, f"the server reset the stream (HTTP/2 error code {U32.unpack(payload)[0]})")
-
-    def _on_long_window_update(self, flags: int, sid: int, payload: bytes) -> None:
-        raise ProtocolError(FRAME_SIZE_ERROR, f"a WINDOW_UPDATE frame of {len(payload)} bytes (must be 4)")
-
-    def _on_push(self, flags: int, sid: int, payload: bytes) -> None:
-        raise ProtocolError(PROTOCOL_ERROR, "the server pushed a stream we disabled")
+    def _on_reset(self, event: PeerReset) -> None:
+        event.stream.end(None, f"the server reset the stream (HTTP/2 error code {event.code})")
 
     def handshake(self) -> None:
         """Block until the server's first SETTINGS frame arrives (within the socket's timeout, as a whole).
@@ -112,14 +92,7 @@ class ControlFrames:
         """
         self._begin()
         self._fill(9)
-        head = bytes(self._buf[:9])
-        if head.isascii() and all(c >= 9 for c in head):     # text, not a frame header: HTTP/1.x
-            line = bytes(self._buf).split(b"\n", 1)[0].strip().decode("latin-1")[:100]
-            raise ConnectionError(f"the server speaks HTTP/1.x (or another text protocol), not HTTP/2: "
-                                  f"it answered {line!r}")
-        kind = read_head(self._buf)[1]
-        if kind != SETTINGS:
-            raise ProtocolError(PROTOCOL_ERROR, f"the server's first frame is of type {kind}, not SETTINGS")
+        self.state.check_first_frame()
         while not self._settled:
             self._read_frame()
         self._end_call()
@@ -127,7 +100,7 @@ class ControlFrames:
     def _check_header_list(self, headers: list[tuple[str, str]]) -> None:
         """``ValueError`` for request headers past the server's SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 6.5.2:
         names and values plus 32 bytes each), as gRPC's clients refuse them, instead of a stream the server ends."""
-        limit = self.flow.peer.max_header_list
+        limit = self.state.peer.max_header_list
         if limit is not None:
             size = sum(len(k) + len(v.encode() if isinstance(v, str) else v) + 32 for k, v in headers)
             if size > limit:

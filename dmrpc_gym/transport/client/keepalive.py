@@ -111,7 +111,7 @@ class IdleConnection:
                 interrupts.hold()
             got = self._at_once(lambda flags: self._sock.recv_into(self._rbuf, 0, flags))
             if got:
-                self._buf += self._rview[:got]
+                self.state.buf += self._rview[:got]
                 self._silent_from = None
             return got
         finally:
@@ -122,15 +122,14 @@ class IdleConnection:
         """The idle watcher's turn, or a look for an answer (lock held): read what is there,
         handle whole frames."""
         sock = self._sock
-        if self._partial:
+        if self.state.part is not None:
             return True                      # a call stopped inside a frame: it finishes that frame
         try:
             if self._take_in() == 0:
                 self._dead = ConnectionResetError("the server closed the connection while it was idle"
                                                   + (f" (GOAWAY: {self._goaway})" if self._goaway else ""))
                 return False
-            while len(self._buf) >= 9 and len(self._buf) >= 9 + int.from_bytes(self._buf[:3], "big"):
-                self._read_frame()
+            self._take_frames(parts=False)   # whole frames only (a large one begun: the next call reads it)
             if self._goaway is not None and all(s.ended is not None for s in list(self.streams.values())):
                 sock.close()     # drained by GOAWAY, our streams over: nothing can use it (the next call says why)
                 return False

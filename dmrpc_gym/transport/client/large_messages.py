@@ -32,7 +32,7 @@ class LargeMessages:
         stream.broken = True               # until the last frame of this message is committed
         stream.messages_sent += 1
         self.messages_sent += 1
-        flow = self.flow
+        flow = self.state
         while message.left:
             while flow.room(stream, message.left) <= 0:
                 self._read_frame()
@@ -66,20 +66,14 @@ class LargeMessages:
             if parts:
                 self._unsent = b"".join(parts)
 
-    def _read_data_direct(self, stream, flags: int, length: int, left: int | None = None) -> None:
-        """A large DATA frame of ``stream`` straight from the socket into the message it carries
-        (one copy; none in user space for the part read here). Resumable: a timeout or an interrupt leaves ``_partial`` saying what is left to read.
+    def _read_data_direct(self) -> None:
+        """The rest of the large DATA frame the state has begun (its ``part``) straight from the socket into
+        the message it carries (one copy; none in user space). Resumable: a timeout or an interrupt leaves
+        the state's ``part`` saying what is left to read.
         """
+        state = self.state
+        stream, flags, length, left = state.part
         splitter, messages = stream.splitter, stream.messages
-        if left is None:                      # its header (and maybe a first part) is buffered
-            buf = self._buf
-            got = len(buf) - 9
-            self._partial = (stream, flags, length, length - got)
-            if got:
-                with memoryview(buf) as view:        # the part already read: copied once, into the message
-                    stream.feed(view[9:])
-            del buf[:]
-            left = length - got
         silent_from = None
         while left:
             room = splitter.room() if stream.ended is None else None
@@ -119,15 +113,19 @@ class LargeMessages:
                     self._dead = ConnectionResetError("the server closed the connection in the middle of a frame")
                     raise self._dead
                 left -= n
-                self._partial = (stream, flags, length, left)
+                if left:
+                    state.part_read(left)
             finally:
                 if guard:
                     interrupts.release()
-        self._partial = None
         # More of the message to come: the next frame's header is read alone, so that its payload
         # comes straight into the message too (not through the read buffer).
         self._header_alone = splitter.large is not None
         try:
-            stream.data_done(flags, length)      # the flow state admits it (past a window: GOAWAY)
+            end = state.part_read(0)             # admitted and credited whole (past a window: GOAWAY)
         except ProtocolError as err:
             self._fail(err)
+        if state.outbox:
+            self._owe(state.data_to_send())
+        if end is not None:
+            stream.on_data(end.flags, end.data)

@@ -23,8 +23,9 @@ What it assumes (anything else is handed over, with nothing lost):
 
 Hostile input: only bytes equal to the layout's fixed parts are taken here, and the layout was learned
 from an answer the general path accepted (its size under the stream's message limit); everything else
-meets the general path's bounds. The connection's flow control moves by the calls the general path makes
-(:class:`~dmrpc_gym.transport.flow.Flow`'s ``take`` and ``received``), and its counters as the general path moves them.
+meets the general path's bounds. The connection's state (:class:`~dmrpc_gym.transport.client.state.ClientState`)
+moves by the calls the general path makes, one per direction (``take`` for the request, ``received`` for the
+answer), and its counters as the general path moves them.
 """
 from __future__ import annotations
 
@@ -153,13 +154,13 @@ class SteadyTrips:
         ``link``'s stream and take the answer when it has ``layout``: the message (a ``bytearray``);
         None when the answer is left to the general read; :data:`NOT_SENT` when nothing was sent.
         ``timeout`` is the read's (the general path's ``read(timeout)``); any but None hands the
-        receiving over. The windows move by the flow state's ``take`` and ``received``, as the
+        receiving over. The windows move by the state's ``take`` and ``received``, as the
         general ``write`` and ``read`` move them."""
-        stream, flow = link.stream, self.flow
+        stream, state = link.stream, self.state
         link.phase = SENDING
         with self.lock:
             if (stream.ended is not None or self._dead is not None or self._unsent or self._corked
-                    or stream.compress or self._kernel or not flow.take(stream, size)):
+                    or stream.compress or self._kernel or not state.take(stream, size)):
                 return NOT_SENT
             # As write and send: the windows (taken above), then the message committed before a byte goes.
             self._unsent, stream.messages_sent, self.messages_sent = (
@@ -173,8 +174,8 @@ class SteadyTrips:
             link.phase = RECEIVING
             self._per_call = timeout
             splitter = stream.splitter
-            if (layout is None or timeout is not None or self._timeout is not None or self._buf
-                    or self._partial or stream.messages or self._headers_in.data is not None
+            if (layout is None or timeout is not None or self._timeout is not None or state.buf
+                    or state.part is not None or stream.messages or state.headers_in.data is not None
                     or splitter.buffered or splitter.large is not None or self._timeout_by_select):
                 return None
             try:
@@ -194,9 +195,10 @@ class SteadyTrips:
                     message = self._rbuf[14:got]
                     stream.messages_read += 1
                     link.phase = TAKEN
-                    owed = flow.received(stream, got - 9)   # as GrpcStream.on_data: the windows earned back
+                    owed = state.received(stream, got - 9)   # as the state's receive: the windows earned back
+                    state.frames += 1
                     if owed:
                         self.send(owed)
                     return message
-            self._buf += view[:got]
+            state.buf += view[:got]              # handed over: the general read takes it from the state
             return None

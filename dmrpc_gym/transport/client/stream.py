@@ -16,8 +16,10 @@ from typing import Any
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.base import StreamEnded
 from dmrpc_gym.transport.codes import GrpcStatus
-from dmrpc_gym.transport.frames import (CANCEL, END_STREAM, MAX_WINDOW, PADDED, MessageSplitter, StreamError,
-                                        grpc_status, rst_stream_frame, unpad)
+from dmrpc_gym.transport.frames import (CANCEL, END_STREAM, MAX_WINDOW, MessageSplitter, StreamError, grpc_status,
+                                        rst_stream_frame)
+from dmrpc_gym.transport.stream_states import Inbound, Outbound
+from dmrpc_gym.transport.windows import Window
 
 __all__ = ["GrpcStream"]
 
@@ -54,9 +56,10 @@ class GrpcStream:
         #: The server's response headers (initial metadata), once they have come.
         self.initial_metadata: dict[str, str] = {}
         self.compress = compression and encodings.compressor(compression)
-        self.send_window = send_window
-        self.recv_window = MAX_WINDOW    # what the server may still send on it (we advertise 2**31-1)
-        self.credit = 0                  # bytes received since this stream's last WINDOW_UPDATE
+        self.send = Window(send_window)  # what we may still send on it (the server's flow control)
+        self.recv = Window(MAX_WINDOW)   # what the server may still send on it (we advertise 2**31-1), and credit
+        #: The stream's state (transport.stream_states): our HEADERS went as it was opened.
+        self.inbound, self.outbound = Inbound.FRESH, Outbound.OPEN
         #: Messages committed to the stream (see :meth:`GrpcConnection.write`), and answers read.
         self.messages_sent = self.messages_read = 0
         #: An interrupt fell between the frames of a message too large for one frame.
@@ -89,12 +92,13 @@ class GrpcStream:
 
     # -- frames for this stream (the connection's lock is held) ------------------------------
     def on_data(self, flags: int, payload) -> None:
-        try:
-            if self.ended is None:          # after a refused answer the rest of it is dropped
-                self.splitter.feed(unpad(payload) if flags & PADDED else payload, self.messages)
-        except StreamError as err:
-            self.refuse(err)
-        self.data_done(flags, len(payload))
+        """A DATA frame's payload, or a part of one (admitted and credited by the connection's state):
+        into the stream's messages (after a refused answer, the rest of it is dropped); END_STREAM
+        without trailers ends the stream."""
+        if self.ended is None:
+            self.feed(payload)
+        if flags & END_STREAM:
+            self.end(None, "the server ended the stream without trailers")
 
     def feed(self, payload) -> None:
         try:
@@ -102,17 +106,9 @@ class GrpcStream:
         except StreamError as err:
             self.refuse(err)
 
-    def data_done(self, flags: int, length: int) -> None:
-        """A DATA frame of ``length`` bytes is through: admitted and credited by the connection's flow state
-        (a client gives credit back as it receives), its WINDOW_UPDATEs sent; the stream ends on END_STREAM."""
-        conn = self.connection
-        owed = conn.flow.received(self, length)
-        if owed:
-            conn.send(owed)
-        if flags & END_STREAM:
-            self.end(None, "the server ended the stream without trailers")
-
     def on_headers(self, headers: dict[str, str], end_stream: bool) -> None:
+        if not end_stream and self.inbound is Inbound.FRESH:
+            self.inbound = self.inbound.to(Inbound.OPEN)
         if not self.initial_metadata and not end_stream:
             self.initial_metadata = headers
         if headers.get(":status", "200") != "200":
@@ -138,7 +134,11 @@ class GrpcStream:
         self.end(status, message)
         self.splitter.limit = -1
         self.connection.send(rst_stream_frame(self.id, code))
+        if self.outbound is not Outbound.ENDED:
+            self.outbound = self.outbound.to(Outbound.ENDED)
 
     def end(self, status: int | None, message: str) -> None:
+        """The stream is over for us (trailers, a reset, the connection's end): ``read`` raises ``StreamEnded``."""
         if self.ended is None:
             self.ended = StreamEnded(status, message)
+            self.inbound = self.inbound.to(Inbound.DONE)

@@ -9,7 +9,11 @@ its protocol: every name the part uses and does not define itself is in it, and 
 provides every name.
 
 >>> sorted(set(RequestsHost.__annotations__) & set(RepliesHost.__annotations__))
-['_flow', '_streams']
+['state']
+
+What the steady path requires of the connection's state (not of the protocol) is :class:`SteadyState`:
+the few names of :class:`~dmrpc_gym.transport.server.state.ServerState` it reads and the two calls it
+makes, once per direction of a step.
 """
 from __future__ import annotations
 
@@ -18,25 +22,20 @@ from typing import Protocol
 
 import hpack
 
-from dmrpc_gym.transport.flow import Flow
-from dmrpc_gym.transport.frames import StreamError
 from dmrpc_gym.transport.headers import HeaderBlock
-from dmrpc_gym.transport.server.conduct import Conduct
+from dmrpc_gym.transport.frames import StreamError
+from dmrpc_gym.transport.server.state import ServerState
 from dmrpc_gym.transport.server.stream import Stream
 from dmrpc_gym.transport.server.traffic import Traffic
 
-__all__ = ["RequestsHost", "RepliesHost", "AnsweringHost", "WatchingHost", "SteadyHost"]
+__all__ = ["RequestsHost", "RepliesHost", "AnsweringHost", "WatchingHost", "SteadyHost", "SteadyState"]
 
 
 class RequestsHost(Protocol):
-    """What ``Requests`` (DATA under flow control, requests queued and inflated) needs."""
+    """What ``Requests`` (requests queued from admitted DATA, inflated as taken) needs."""
 
-    _streams: dict[int, Stream]
-    _last_stream: int
+    state: ServerState
     _max_message: int
-    _flow: Flow
-    _part: list | None
-    _frames_done: int
 
     def _write(self, data: bytes) -> None: ...
     def _run(self, stream: Stream) -> None: ...
@@ -47,12 +46,10 @@ class RequestsHost(Protocol):
 class RepliesHost(Protocol):
     """What ``Replies`` (answers, trailers and resets, under the peer's flow control) needs."""
 
-    _streams: dict[int, Stream]
+    state: ServerState
     _transport: asyncio.Transport | None
     _app_headers: tuple[tuple[str, str], ...]
-    _conduct: Conduct | None
     _encoder: hpack.Encoder
-    _flow: Flow
     _closed: bool
     _held: list[bytes] | None
     _fd: int | None
@@ -79,49 +76,32 @@ class AnsweringHost(Protocol):
 
 
 class WatchingHost(Protocol):
-    """What ``Watching`` (the deadline of a frame or header block begun, idle connections) needs."""
+    """What ``Watching`` (the deadlines: a timer asking the state whether one has passed) needs."""
 
-    _streams: dict[int, Stream]
+    state: ServerState
     _transport: asyncio.Transport | None
-    _buf: bytearray
-    _part: list | None
     _closed: bool
-    _conduct: Conduct | None
-    _headers_in: HeaderBlock
-    _preface: bool
-    _frames_done: int
-    _blocks_done: int
     _tick: asyncio.TimerHandle | None
 
     def abort(self, code: int = 0, debug: str = "", linger: bool = False) -> None: ...
 
 
 class SteadyHost(Protocol):
-    """What ``Steady`` (the steady path: whole small requests answered as they are read) needs.
+    """What ``Steady`` (the steady path: whole small requests answered as they are read) needs of the protocol.
 
-    Of the connection's state it reads, before it takes a frame, only what says the general path
-    would do the same with it: nothing buffered (``_buf``), the preface read, no header block open,
-    not lingering, the socket writable; and of the stream, its states, its splitter idle, no queue,
-    no compression. It moves that state only through the calls the general path makes: the flow
-    state's ``received`` (or ``refund``, declining) and ``take`` (:class:`~dmrpc_gym.transport.flow.Flow`),
-    ``_write`` / ``_hold`` / ``_flush_held``, and the counters ``_frames_done`` and ``_traffic``;
-    an answer past the windows goes by ``_send``, and ``_serve`` takes the requests that came meanwhile.
+    Of the connection it reads only its state (:class:`SteadyState`), whether it lingers and whether
+    the socket is writable. It writes as the general path writes (``_write`` / ``_hold`` /
+    ``_flush_held``, ``_traffic``'s byte counters); an answer past the windows goes by ``_send``, and
+    ``_serve`` takes the requests that came meanwhile.
     ``tests/transport/test_steady_state.py`` holds the two paths to the same state after N requests.
     """
 
-    _streams: dict[int, Stream]
+    state: ServerState
     _transport: asyncio.Transport | None
-    _buf: bytearray
-    _part: list | None
-    _flow: Flow
-    _preface: bool
     _lingering: bool
-    _headers_in: HeaderBlock
     _writable: bool
     _held: list[bytes] | None
     _closed: bool
-    _conduct: Conduct | None
-    _frames_done: int
     _traffic: Traffic
 
     def _frames_received(self, data: bytes) -> None: ...
@@ -132,3 +112,27 @@ class SteadyHost(Protocol):
     async def _serve(self, stream: Stream) -> None: ...
     def _failed(self, stream: Stream, exc: BaseException) -> None: ...
     def _served(self, stream: Stream, over: bool) -> None: ...
+
+
+class SteadyState(Protocol):
+    """What the steady path requires of the connection's state (:class:`~dmrpc_gym.transport.server.state.ServerState`).
+
+    It takes a frame only where the state holds nothing begun (``buf`` empty, no ``part``, no header
+    block open in ``headers_in``) after the ``preface``, on a stream of ``streams``; it moves the
+    state with one call per direction of a step, the calls the general path's bookkeeping makes:
+    ``received`` (the DATA frame admitted by both receive windows and consumed: the WINDOW_UPDATEs
+    owed), ``refund`` where the handler declines (the general path then admits it), and ``take``
+    (the answer's send window, and DATA out for the PING policing); and it counts the frame in
+    ``frames`` as the general path's loop does.
+    """
+
+    buf: bytearray
+    part: list | None
+    preface: bool
+    headers_in: HeaderBlock
+    streams: dict[int, Stream]
+    frames: int
+
+    def received(self, stream: Stream, n: int) -> bytes: ...
+    def refund(self, stream: Stream, n: int) -> None: ...
+    def take(self, stream: Stream, n: int) -> bool: ...

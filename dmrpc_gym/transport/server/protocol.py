@@ -31,31 +31,25 @@ from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.base import STEADY_STEP_ENV
 from dmrpc_gym.transport.server import eager
 from dmrpc_gym.transport.server.steady import Steady
-from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM,
-                                        FRAME_SIZE_ERROR, GOAWAY, HEADERS, IN_PLACE, NO_ERROR, PADDED, PING, PREFACE,
-                                        PROTOCOL_ERROR, PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, SETTINGS,
-                                        SETTING_FRAME, SETTING_HEADER_LIST, SETTING_STREAMS, SETTING_WINDOW, U32,
-                                        WINDOW_UPDATE, WRITE_CHUNK, Deflated, ProtocolError,
-                                        check_frame, goaway_frame, ping_frame, read_head, rst_stream_frame,
-                                        settings_frame, window_update_frame)
-from dmrpc_gym.transport.flow import SETTINGS_ACK, Flow, StreamReset
-from dmrpc_gym.transport.server.stream import HEADER_LIMIT, HTTP1_ANSWER, Inbound, Stream, StreamHandler, refusal_of
-from dmrpc_gym.transport.headers import HeaderBlock
+from dmrpc_gym.transport.connection_state import (Data, GoAway, Headers, PeerReset, PingAcked, ResetOwed,
+                                                  SettingsChanged, WindowsOpened)
+from dmrpc_gym.transport.frames import (DEFAULT_MAX_MESSAGE, END_STREAM, NO_ERROR, PROTOCOL_ERROR, WRITE_CHUNK,
+                                        Deflated, ProtocolError, goaway_frame, rst_stream_frame)
+from dmrpc_gym.transport.server.stream import HTTP1_ANSWER, Inbound, Stream, StreamHandler, refusal_of
 from dmrpc_gym.transport.server.replies import Replies
-from dmrpc_gym.transport.server import requests
-from dmrpc_gym.transport.server.requests import Requests, receive_window
-from dmrpc_gym.transport.server.conduct import Conduct, Watching
+from dmrpc_gym.transport.server.requests import Requests
+from dmrpc_gym.transport.server.deadlines import Watching
 from dmrpc_gym.transport.server.answering import Answering
 from dmrpc_gym.transport.server.methods import Method
+from dmrpc_gym.transport.server.state import Http1Request, ServerState, StreamRefused
 from dmrpc_gym.transport.server.traffic import Traffic
 from dmrpc_gym.protocol.wire import METHOD_PATH
-from dmrpc_gym.transport.limits import KEEPALIVE_PING, ConnectionLimits
+from dmrpc_gym.transport.limits import ConnectionLimits
 
 __all__ = ["StreamHandler", "GrpcProtocol"]   # StreamHandler: re-exported from server.stream
 
 log = logging.getLogger("dmrpc_gym.server")
 
-_OUR_FRAME = 1 << 20             # largest frame we accept (we advertise it)
 _LINGER = 1.0                    # seconds a connection that broke the protocol is read and dropped
 
 
@@ -86,38 +80,27 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
         self._token = token
         self._max_message = max_message_size
         self._transport: asyncio.Transport | None = None
-        self._buf = bytearray()
         if os.environ.get(STEADY_STEP_ENV, "1") != "0":    # the steady path (transport.server.steady), per connection
             self.data_received = self._steady_received
-        self._preface = False
-        self._streams: dict[int, Stream] = {}
-        self._headers_in = HeaderBlock(self._limits.max_header_list_size, HEADER_LIMIT)
-        self._decoder = self._headers_in.decoder()
+        #: The connection's I/O-free state (transport.server.state): settings, windows and credit (inbound,
+        #: the client may send what the session has consumed, and one largest message more), the stream
+        #: table, the frames being read, the counters and the policing of PINGs, resets and stalls.
+        self.state = ServerState(self._limits, max_message_size, 0.0)
         self._encoder = hpack.Encoder()
-        # Flow control (transport.flow): inbound, the client may send what the session has consumed, and
-        # one largest message more (so memory follows what the application takes, not what arrives).
-        self._window = receive_window(max_message_size)
-        self._flow = Flow(self._window, requests.CREDIT_AT)
-        self._conduct: Conduct | None = None
         self._tick: asyncio.TimerHandle | None = None
-        self._frames_done = 0              # frames and header blocks taken whole: how a stall is told
-        self._blocks_done = 0
         self._window_open = asyncio.Event()
         self._can_write = asyncio.Event()  # set while asyncio's write buffer takes more (to wait on)
         self._can_write.set()
         self._writable = True              # the same, read without a call on every answer
         self._closed = False
         self._lingering = False
-        self._last_stream = 0
-        self._draining = False           # a GOAWAY went either way: close once the streams are done
         self._fd: int | None = None             # the socket, where large answers may be written to it directly
-        self._part: list | None = None          # a large DATA frame being read: [stream, flags, bytes left]
         self._held: list[bytes] | None = None   # small writes of one data_received, sent together
 
     @property
     def open_streams(self) -> int:
         """The streams open on this connection now."""
-        return len(self._streams)
+        return len(self.state.streams)
 
     # -- asyncio.Protocol --------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:
@@ -131,8 +114,8 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
         transport.set_write_buffer_limits(high=WRITE_CHUNK)
         self._connections.add(self)
         loop = asyncio.get_running_loop()
-        self._conduct = Conduct(self._limits, loop.time())
-        self._tick = loop.call_later(self._conduct.tick, self._on_tick)
+        self.state.idle_from(loop.time())
+        self._tick = loop.call_later(self.state.tick, self._on_tick)
         sock = transport.get_extra_info("socket")
         if sock is not None and transport.get_extra_info("sslcontext") is None and hasattr(os, "writev"):
             self._fd = sock.fileno()    # plain TCP or a Unix socket: large answers are written from their pieces
@@ -143,87 +126,52 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
                 pass
 
     def _frames_received(self, data: bytes) -> None:
-        """The general path of ``data_received``: frames read one by one (the steady path, when on, is
-        ``data_received`` and hands over what it does not take)."""
+        """The general path of ``data_received``: the connection's state takes the bytes, and each event
+        it gives is acted on in turn (the steady path, when on, is ``data_received`` and hands over what
+        it does not take)."""
         self._traffic.bytes_in += len(data)
+        state = self.state
         if self._lingering:                # after a protocol error: read and dropped (see abort), to a bound
-            if self._conduct.dropped(len(data)):
+            if state.dropped(len(data)):
                 self._transport.pause_reading()
             return
-        if self._held is None and len(self._streams) > 1:   # answers of several streams made on this turn
+        if self._held is None and len(state.streams) > 1:   # answers of several streams made on this turn
             self._hold()                                      # are gathered (with the steady path's, if held)
-        buf = self._buf
         try:
-            if self._part is not None:     # a large DATA frame's payload: straight into its message
-                data = self._take_part(data)
-                if len(data) >= 9 and not buf:          # and so is the next one's, if it is begun and large
-                    length, kind, flags, stream = read_head(data)
-                    if (kind == DATA and IN_PLACE <= length <= _OUR_FRAME and not flags & PADDED
-                            and not self._headers_in.open and len(data) < 9 + length):
-                        self._begin_part(flags, stream, length)
-                        data = self._take_part(data[9:])
-            buf += data
-            if not self._preface and not self._check_preface(buf):
-                return
-            while len(buf) >= 9:
-                length, kind, flags, stream = read_head(buf)
-                if length > _OUR_FRAME:
-                    raise ProtocolError(FRAME_SIZE_ERROR, f"a frame of {length} bytes exceeds our "
-                                                          f"SETTINGS_MAX_FRAME_SIZE of {_OUR_FRAME}")
-                if kind == HEADERS or kind == CONTINUATION:    # judged before its payload is buffered
-                    self._headers_in.admit(kind, flags, length)
-                end = 9 + length
-                if len(buf) < end:
-                    if kind == DATA and length >= IN_PLACE and not flags & PADDED and not self._headers_in.open:
-                        self._begin_part(flags, stream, length)      # the rest comes straight into its message
-                        with memoryview(buf) as view:
-                            self._take_part(view[9:])
-                        del buf[:]
-                    if self._tick is None:
-                        self._watch()          # a frame begun: its deadline applies
-                    return
-                if kind == DATA and length >= IN_PLACE and not self._headers_in.open:   # copied once, into its message
-                    with memoryview(buf) as view:
-                        self._on_data(flags, stream, view[9:end])
-                else:
-                    self._on_frame(kind, flags, stream, bytes(buf[9:end]))
-                del buf[:end]
-                self._frames_done += 1
-            if (buf or self._part is not None or self._headers_in.open) and self._tick is None:
-                self._watch()
+            for event in state.receive(data, asyncio.get_running_loop().time()):
+                if state.outbox:
+                    self._write(state.data_to_send())
+                _ACTIONS[type(event)](self, event)
+            if state.outbox:
+                self._write(state.data_to_send())
+            if self._tick is None and state.unfinished() is not None:
+                self._watch()              # a frame or header block begun: its deadline applies
         except ProtocolError as exc:
             log.info("closing an HTTP/2 connection: %s", exc)
-            self._buf = bytearray()
-            self._conduct.erred()
+            self._lost_state()
+            state.erred()
             self.abort(exc.code, str(exc), linger=True)
         except Exception as exc:  # noqa: BLE001 - a broken peer loses its connection, nobody else
             log.info("closing an HTTP/2 connection: %s", exc)
-            self._buf = bytearray()
+            self._lost_state()
             self.abort(PROTOCOL_ERROR, f"{type(exc).__name__}: {exc}")
         finally:
             if self._held is not None:
                 self._flush_held()
 
-    def _check_preface(self, buf: bytearray) -> bool:
-        """Whether the client preface is complete; an HTTP/1.x request is answered and closed at once."""
-        head = bytes(buf[:len(PREFACE)])
-        if not PREFACE.startswith(head):
-            self._buf = bytearray()
-            if self._transport is not None and head[:1].isalpha():
-                self._transport.write(HTTP1_ANSWER)
-                self._transport.close()
-                self._closed = True
-                return False
-            raise ProtocolError(PROTOCOL_ERROR, "the client did not send the HTTP/2 preface")
-        if len(buf) < len(PREFACE):
-            return False
-        del buf[:len(PREFACE)]
-        self._preface = True
-        settings = ((SETTING_STREAMS, self._limits.max_streams), (SETTING_WINDOW, self._window),
-                    (SETTING_FRAME, _OUR_FRAME), (SETTING_HEADER_LIST, self._limits.max_header_list_size))
-        self._write(settings_frame(settings)
-                    + window_update_frame(0, self._window - DEFAULT_WINDOW))
-        return True
+    def _lost_state(self) -> None:
+        """A connection error: what the state owed goes out before the GOAWAY; nothing more is read."""
+        state = self.state
+        if state.outbox:
+            self._write(state.data_to_send())
+        state.buf = bytearray()
+
+    def _on_http1(self, event: Http1Request) -> None:
+        """An HTTP/1.x request: answered so, and closed."""
+        if self._transport is not None:
+            self._transport.write(HTTP1_ANSWER)
+            self._transport.close()
+        self._closed = True
 
     def pause_writing(self) -> None:
         self._writable = False
@@ -241,86 +189,46 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
         self._window_open.set()
         self._writable = True
         self._can_write.set()
-        for stream in list(self._streams.values()):
+        for stream in list(self.state.streams.values()):
             self._end_stream(stream)
 
-    # -- frames --------------------------------------------------------------------
-    def _on_frame(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
-        if kind != DATA or self._headers_in.open:
-            check_frame(kind, flags, sid, len(payload))
-            if self._headers_in.open and (kind != CONTINUATION or sid != self._headers_in.stream):
-                raise ProtocolError(PROTOCOL_ERROR, "a frame interrupted a header block")
-        handler = _HANDLERS[kind] if kind < len(_HANDLERS) else None
-        if handler is not None:          # PRIORITY and unknown types: ignored
-            handler(self, flags, sid, payload)
-
-    def _on_settings(self, flags: int, sid: int, payload: bytes) -> None:
-        if flags & ACK:
-            return
-        self._flow.peer.apply(payload, self._streams.values())
-        self._encoder.header_table_size = self._flow.peer.header_table
-        self._write(SETTINGS_ACK)
+    # -- events (transport.connection_state) ---------------------------------------------
+    def _on_settings(self, event: SettingsChanged) -> None:
+        self._encoder.header_table_size = self.state.peer.header_table
         self._window_open.set()
 
-    def _on_window_update(self, flags: int, sid: int, payload: bytes) -> None:
-        increment = U32.unpack(payload)[0] & 0x7FFFFFFF
-        stream = self._streams.get(sid)
-        if sid and stream is None and sid > self._last_stream:
-            raise ProtocolError(PROTOCOL_ERROR, f"WINDOW_UPDATE on idle stream {sid}")
-        try:
-            self._flow.window_update(sid, increment, stream)
-        except StreamReset as err:
-            self._reset(stream, err.code)
+    def _on_windows(self, event: WindowsOpened) -> None:
         self._window_open.set()
 
-    def _on_continuation(self, flags: int, sid: int, payload: bytes) -> None:
-        self._on_headers(flags, sid, payload, CONTINUATION)
+    def _on_reset_owed(self, event: ResetOwed) -> None:
+        self._reset(event.stream, event.code)
+        self._window_open.set()
 
-    def _on_ping(self, flags: int, sid: int, payload: bytes) -> None:
-        if not flags & ACK:
-            self._conduct.ping(asyncio.get_running_loop().time(), len(self._streams), payload == KEEPALIVE_PING)
-            self._write(ping_frame(payload, ack=True))
+    def _on_peer_reset(self, event: PeerReset) -> None:
+        self._end_stream(event.stream)
 
-    def _on_reset(self, flags: int, sid: int, payload: bytes) -> None:
-        if sid > self._last_stream:
-            raise ProtocolError(PROTOCOL_ERROR, f"RST_STREAM on idle stream {sid}")
-        stream = self._streams.get(sid)
-        if stream is not None:
-            self._conduct.reset(asyncio.get_running_loop().time())
-            self._end_stream(stream)
-
-    def _on_goaway(self, flags: int, sid: int, payload: bytes) -> None:
-        self._draining = True            # RFC 9113 6.8: the streams already open run to completion
+    def _on_goaway(self, event: GoAway) -> None:
+        self.state.draining = True       # RFC 9113 6.8: the streams already open run to completion
         self._close_if_done()
 
-    def _on_push(self, flags: int, sid: int, payload: bytes) -> None:
-        raise ProtocolError(PROTOCOL_ERROR, "a client sent PUSH_PROMISE")
+    def _on_refused(self, event: StreamRefused) -> None:
+        if event.limit is not None:
+            self._traffic.refuse(event.limit)
 
-    def _on_headers(self, flags: int, sid: int, payload: bytes, kind: int = HEADERS) -> None:
-        headers = self._headers_in.add(kind, flags, sid, payload, self._decoder)
-        if headers is None:
-            return
-        self._blocks_done += 1
-        sid, flags = self._headers_in.stream, self._headers_in.flags
-        if sid <= self._last_stream:      # trailers from the client: the end of its requests
-            if sid in self._streams and flags & END_STREAM:
-                self._client_done(self._streams[sid])
-            elif not flags & END_STREAM:
-                raise ProtocolError(PROTOCOL_ERROR, f"trailers without END_STREAM on stream {sid}")
-            return
-        if not sid % 2:
-            raise ProtocolError(PROTOCOL_ERROR, f"stream id {sid} is not a client stream (odd)")
-        self._last_stream = sid
-        if self._draining or len(self._streams) >= self._limits.max_streams:
-            if not self._draining:
-                self._traffic.refuse("max_streams")
-            self._write(rst_stream_frame(sid, REFUSED_STREAM))
-            return
-        stream = Stream(sid, self._flow.peer.initial_window, self._max_message, self._window)
-        refusal = refusal_of(headers, self._token, self._headers_in.size, self._limits.max_header_list_size,
-                             self._methods)
+    def _on_data(self, event: Data) -> None:
+        self._feed(event.stream, event.flags, event.data)
+
+    def _on_ping_ack(self, event: PingAcked) -> None:
+        pass
+
+    def _on_headers(self, event: Headers) -> None:
+        """A new stream's request headers: routed by ``:path`` to a session, or refused."""
+        sid, flags, headers = event.stream_id, event.flags, event.headers
+        state = self.state
+        stream = Stream(sid, state.peer.initial_window, self._max_message, state.window)
+        refusal = refusal_of(headers, self._token, event.size, self._limits.max_header_list_size, self._methods)
         if refusal is not None:
-            if self._headers_in.size > self._limits.max_header_list_size:
+            if event.size > self._limits.max_header_list_size:
                 self._traffic.refuse("max_header_list_size")
             self._trailers(stream, *refusal)
             if not flags & END_STREAM:
@@ -334,7 +242,7 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
         stream.session = method.handler(headers)
         stream.steady_host = stream.session if hasattr(stream.session, "steady") else None
         stream.many = method.many
-        self._streams[sid] = stream
+        state.streams[sid] = stream
         if flags & END_STREAM:
             self._client_done(stream)
 
@@ -351,29 +259,31 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
     def _finish(self, stream: Stream) -> None:
         """The stream is over: close its session (once) and forget it; what it held is given back."""
         if stream.held:
-            self._credit_connection(stream.held)
+            self.state.credit_connection(stream.held)
             stream.held = 0
+            self._write_owed()
         session, stream.session, stream.steady_host = stream.session, None, None
         if session is not None:
             session.close()
-        self._streams.pop(stream.id, None)
-        if not self._streams and not self._closed:     # idle from now, even while a tick already runs
-            self._conduct.idle_from(asyncio.get_running_loop().time())
+        streams = self.state.streams
+        streams.pop(stream.id, None)
+        if not streams and not self._closed:     # idle from now, even while a tick already runs
+            self.state.idle_from(asyncio.get_running_loop().time())
             self._watch()
         self._close_if_done()
 
     # -- output --------------------------------------------------------------------
     def _close_if_done(self) -> None:
-        if self._draining and not self._streams and not self._closed and self._transport is not None:
+        if self.state.draining and not self.state.streams and not self._closed and self._transport is not None:
             self._closed = True
             self._transport.close()
 
     def go_away(self) -> None:
         """Graceful close (RFC 9113 6.8): GOAWAY NO_ERROR; the open streams go on, no new ones start."""
-        if self._closed or self._transport is None or self._draining:
+        if self._closed or self._transport is None or self.state.draining:
             return
-        self._draining = True
-        self._transport.write(goaway_frame(self._last_stream, NO_ERROR))
+        self.state.draining = True
+        self._transport.write(goaway_frame(self.state.last_stream, NO_ERROR))
         self._close_if_done()
 
     def stop(self) -> None:
@@ -384,7 +294,7 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
         ``_refuse`` and gRPC's own servers end a call the client has not finished): the client's stream
         is then closed by the frames, before the connection's end, which a client reading both at once
         could otherwise take as the stream's end (grpcio once reported "Socket closed")."""
-        for stream in list(self._streams.values()):
+        for stream in list(self.state.streams.values()):
             open_in = stream.inbound is Inbound.OPEN
             self._trailers(stream, GrpcStatus.UNAVAILABLE, "server shutting down")
             if open_in:
@@ -398,14 +308,14 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
         ``linger`` (a peer's protocol error): shut our side, and read and drop what the peer
         still sends for a moment before closing. Closing with its bytes unread would make
         the kernel reset the connection, and the peer could lose the GOAWAY that says why.
-        After the peer's own error the reading stops past a bound (:meth:`Conduct.dropped
-        <dmrpc_gym.transport.server.conduct.Conduct.dropped>`): a flood is not read on.
+        After the peer's own error the reading stops past a bound (:meth:`ServerState.dropped
+        <dmrpc_gym.transport.server.state.ServerState.dropped>`): a flood is not read on.
         """
         self._flush_held()
         if self._closed or self._transport is None:
             return
         transport = self._transport
-        transport.write(goaway_frame(self._last_stream, code, debug.encode("utf-8", "replace")[:256]))
+        transport.write(goaway_frame(self.state.last_stream, code, debug.encode("utf-8", "replace")[:256]))
         self._closed = True
         if not linger:
             transport.close()
@@ -416,11 +326,11 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
         asyncio.get_running_loop().call_later(_LINGER, transport.close)
 
 
-#: The server's handler of each frame type it acts on, indexed by type
-#: (``handler(protocol, flags, stream, payload)``; None: ignored).
-_HANDLERS = tuple({
-    DATA: GrpcProtocol._on_data, HEADERS: GrpcProtocol._on_headers, CONTINUATION: GrpcProtocol._on_continuation,
-    SETTINGS: GrpcProtocol._on_settings, PING: GrpcProtocol._on_ping, WINDOW_UPDATE: GrpcProtocol._on_window_update,
-    RST_STREAM: GrpcProtocol._on_reset, GOAWAY: GrpcProtocol._on_goaway, PUSH_PROMISE: GrpcProtocol._on_push,
-}.get(kind) for kind in range(CONTINUATION + 1))
+#: What the connection does with each event of its state (``action(protocol, event)``).
+_ACTIONS = {
+    Data: GrpcProtocol._on_data, Headers: GrpcProtocol._on_headers, SettingsChanged: GrpcProtocol._on_settings,
+    WindowsOpened: GrpcProtocol._on_windows, ResetOwed: GrpcProtocol._on_reset_owed,
+    PeerReset: GrpcProtocol._on_peer_reset, GoAway: GrpcProtocol._on_goaway, StreamRefused: GrpcProtocol._on_refused,
+    PingAcked: GrpcProtocol._on_ping_ack, Http1Request: GrpcProtocol._on_http1,
+}
 GrpcProtocol.data_received = GrpcProtocol._frames_received   # the general path (the steady one: per connection)

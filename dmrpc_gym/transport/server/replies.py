@@ -79,7 +79,7 @@ class Replies:
             self._write(held[0] if len(held) == 1 else b"".join(held))
 
     def _headers(self, stream: Stream) -> list[tuple[str, str]]:
-        stream.outbound = stream.outbound.to(Outbound.REPLIED)
+        stream.outbound = stream.outbound.to(Outbound.OPEN)
         fields = [*_REPLY_HEADERS, *self._app_headers]
         if stream.encoding:
             fields.append(("grpc-encoding", stream.encoding))
@@ -87,19 +87,19 @@ class Replies:
 
     async def _send(self, stream: Stream, message: bytes | list) -> None:
         """Send one message: bytes, or a list of pieces (:class:`~dmrpc_gym.protocol.large_tensors.Pieces`) not joined."""
-        self._conduct.answered = True    # HEADERS or DATA out: the next PING is no strike (gRPC's rule)
-        if stream.outbound is not Outbound.REPLIED:
+        self.state.answered = True    # HEADERS or DATA out: the next PING is no strike (gRPC's rule)
+        if stream.outbound is not Outbound.OPEN:
             if stream.outbound is Outbound.ENDED:
                 raise asyncio.CancelledError()    # trailers or a reset went: no more answers on it
             self._write(frames.header_frames(stream.id, 0, self._encoder.encode(self._headers(stream)),
-                                         self._flow.peer.max_frame))
+                                         self.state.peer.max_frame))
         if type(message) is list:
             n = sum(map(len, message)) + 5
             if n <= WRITE_CHUNK or stream.compress is not None:
                 message = b"".join(message)
         else:
             n = len(message) + 5
-        flow = self._flow
+        flow = self.state
         if n <= WRITE_CHUNK and stream.compress is None and self._writable and flow.take(stream, n):
             self._write(frames.grpc_frame(message, stream.id))
             return
@@ -123,7 +123,7 @@ class Replies:
                     await self._can_write.wait()
             n = flow.room(stream, min(parts.left, WRITE_CHUNK))
             flow.spend(stream, n)
-            self._conduct.answered = True
+            self.state.answered = True
             self._write_frame([frames.pack_head(n, DATA, 0, stream.id), *parts.take(n)])
 
     def _write_frame(self, pieces: list) -> None:
@@ -154,10 +154,10 @@ class Replies:
     def _trailers(self, stream: Stream, code: int, message: str, extra: tuple = ()) -> None:
         if stream.outbound is Outbound.ENDED or self._closed:
             return
-        self._conduct.answered = True
+        self.state.answered = True
         if code:
             self._traffic.ended(code)
-        fields = [] if stream.outbound is Outbound.REPLIED else self._headers(stream)
+        fields = [] if stream.outbound is Outbound.OPEN else self._headers(stream)
         stream.end()
         fields.append(("grpc-status", str(code)))
         if message:
@@ -166,7 +166,7 @@ class Replies:
             fields.append(("grpc-message", urllib.parse.quote(message, safe=" !#$&'()*+,/:;=?@[]~")))
         fields.extend(extra)
         block = self._encoder.encode(fields, huffman=len(message) < 256)
-        self._write(frames.header_frames(stream.id, END_STREAM, block, self._flow.peer.max_frame))
+        self._write(frames.header_frames(stream.id, END_STREAM, block, self.state.peer.max_frame))
 
     def _refuse(self, stream: Stream, err: StreamError, client_done: bool) -> None:
         """End one stream with ``err``'s status; the client need send no more (RST_STREAM NO_ERROR)."""
@@ -184,7 +184,7 @@ class Replies:
 
     def _end_stream(self, stream: Stream) -> None:
         stream.end()
-        self._streams.pop(stream.id, None)
+        self.state.streams.pop(stream.id, None)
         if not stream.busy:
             self._finish(stream)
         elif stream.task is not None:

@@ -1,21 +1,12 @@
-"""What the server takes in on a stream: DATA under flow control, requests queued, inflated as taken.
+"""What the server takes in on a stream: requests queued from the DATA its state admitted, inflated as taken.
 
 A mixin of :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol`. Memory follows
-what the application consumes, not what arrives: the receive windows (a
-connection's and each stream's) start at one largest message plus
-:data:`_SLACK`, and bytes are given back (WINDOW_UPDATE) only once the session
-has taken the requests they carried. A peer that sends past a window ends the
-connection (FLOW_CONTROL_ERROR); a stream holds at most :data:`_MAX_QUEUED`
-requests; a compressed request stays compressed until the session takes it,
-and is then inflated a step at a time within the size limit, one message larger
-than a step at a time per server (:func:`inflation_turn`).
-
->>> receive_window(64 << 20) - (64 << 20)    # one largest message (and its prefix), and 1 MiB
-1048581
-
-Two streams of one connection that each send half of a message larger than
-half the window wait for each other; a client that sends such messages in
-parallel should use a connection for each.
+what the application consumes, not what arrives: the receive windows are the state's
+(:func:`~dmrpc_gym.transport.server.state.receive_window`), and bytes are given back
+(WINDOW_UPDATE) only once the session has taken the requests they carried (:meth:`Requests._consumed`).
+A stream holds at most :data:`_MAX_QUEUED` requests; a compressed request stays compressed until
+the session takes it, and is then inflated a step at a time within the size limit, one message
+larger than a step at a time per server (:func:`inflation_turn`).
 """
 from __future__ import annotations
 
@@ -24,25 +15,12 @@ import weakref
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.codes import GrpcStatus
-from dmrpc_gym.transport import frames
-from dmrpc_gym.transport.frames import (END_STREAM, MAX_WINDOW, PADDED, PROTOCOL_ERROR, SERVER_MESSAGE_LIMIT,
-                                        STREAM_CLOSED, ProtocolError, StreamError)
-from dmrpc_gym.transport.server.stream import Inbound, Outbound, Stream
+from dmrpc_gym.transport.frames import END_STREAM, SERVER_MESSAGE_LIMIT, STREAM_CLOSED, StreamError
+from dmrpc_gym.transport.server.stream import Inbound, Stream
 
-__all__ = ["Requests", "receive_window", "inflation_turn", "CREDIT_AT"]
+__all__ = ["Requests", "inflation_turn"]
 
-#: Beyond the largest message, what a connection's receive window holds: one largest message
-#: always fits, with room for small ones beside it. Consumed bytes are given back in WINDOW_UPDATEs
-#: once half of this has gathered (:data:`CREDIT_AT`).
-_SLACK = 1 << 20
-#: Consumed bytes are given back (a WINDOW_UPDATE) once this many have gathered, on the stream or the connection.
-CREDIT_AT = _SLACK // 2
 _MAX_QUEUED = 1024               # requests waiting on one stream; more is RESOURCE_EXHAUSTED
-
-
-def receive_window(max_message_size: int) -> int:
-    """The receive window (connection and stream) that lets one largest message through."""
-    return min(MAX_WINDOW, max_message_size + 5 + _SLACK)
 
 
 class Requests:
@@ -50,32 +28,6 @@ class Requests:
 
     What it needs of its host: :class:`~dmrpc_gym.transport.server.contracts.RequestsHost`.
     """
-
-    def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
-        stream = self._admit_data(sid, len(payload))
-        if stream is None:
-            return
-        if flags & PADDED:
-            n = len(payload)
-            payload = frames.unpad(payload)
-            self._consumed(stream, n - len(payload))
-        self._feed(stream, flags, payload)
-
-    def _admit_data(self, sid: int, n: int) -> Stream | None:
-        """A DATA frame of ``n`` bytes on ``sid`` is admitted (both receive windows: transport.flow);
-        the stream it feeds, or None when its bytes are dropped (already credited)."""
-        stream = self._streams.get(sid)
-        self._flow.admit(n, stream)
-        if stream is None:
-            if sid > self._last_stream or not sid:
-                raise ProtocolError(PROTOCOL_ERROR, f"DATA on idle stream {sid}")
-            self._credit_connection(n)   # a stream we already ended: dropped, and so consumed
-            return None
-        if stream.inbound is Inbound.DONE:
-            self._credit_connection(n)
-            self._reset(stream, STREAM_CLOSED)     # DATA after the client's END_STREAM
-            return None
-        return stream
 
     def _feed(self, stream: Stream, flags: int, payload) -> None:
         """``payload`` (a DATA frame's, or part of one: then ``flags`` has no END_STREAM) into the stream's
@@ -96,46 +48,16 @@ class Requests:
         if flags & END_STREAM:
             self._client_done(stream)
 
-    def _begin_part(self, flags: int, sid: int, length: int) -> None:
-        """A large DATA frame (not padded) has begun and is not all here: it is admitted whole now,
-        and its payload goes from each read straight into its message (:meth:`_take_part`), never
-        through the connection's buffer."""
-        self._part = [self._admit_data(sid, length), flags, length]
-
-    def _take_part(self, data):
-        """The next bytes of the large DATA frame begun (:meth:`_begin_part`) taken from ``data``
-        (copied once, into the message); what follows the frame in ``data`` is returned."""
-        part = self._part
-        stream, flags, left = part
-        view = memoryview(data)
-        n = min(left, len(view))
-        left -= n
-        if stream is None:
-            pass                                   # dropped, and credited when admitted
-        elif self._streams.get(stream.id) is stream:
-            self._feed(stream, flags if not left else flags & ~END_STREAM, view[:n])
-        else:                                      # refused meanwhile: what it held is given back; the rest too
-            self._credit_connection(n)
-        if left:
-            part[2] = left
-        else:
-            self._part = None
-            self._frames_done += 1
-        return view[n:]
-
     def _consumed(self, stream: Stream, n: int) -> None:
-        """The session took ``n`` bytes of the stream's requests: the client may send as many more."""
-        stream.held -= n
-        open_in = stream.inbound is Inbound.OPEN and stream.outbound is not Outbound.ENDED
-        owed = self._flow.consumed(n, stream if open_in else None)   # the credit policy (transport.flow)
-        if owed:
-            self._write(owed)
+        """The session took ``n`` bytes of the stream's requests: the client may send as many more
+        (the credit policy is the state's: :meth:`~dmrpc_gym.transport.server.state.ServerState.consume`)."""
+        self.state.consume(stream, n)
+        self._write_owed()
 
-    def _credit_connection(self, n: int) -> None:
-        """``n`` bytes of no open stream are done with: the connection's credit only."""
-        owed = self._flow.consumed(n)
-        if owed:
-            self._write(owed)
+    def _write_owed(self) -> None:
+        """Write what the connection's state owes the client (WINDOW_UPDATEs), if anything."""
+        if self.state.outbox:
+            self._write(self.state.data_to_send())
 
     def _client_done(self, stream: Stream) -> None:
         if stream.inbound is Inbound.DONE:       # trailers after END_STREAM (RFC 9113 5.1)

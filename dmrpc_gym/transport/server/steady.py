@@ -13,18 +13,20 @@ write, as the general path gathers them.
 It skips parsing and coroutines, never the bookkeeping: the frame header is read by
 :func:`~dmrpc_gym.transport.frames.read_head` and the gRPC prefix (with the message-size limit) by
 :func:`~dmrpc_gym.transport.frames.read_prefix`, as the general path reads them; the receive windows and
-the credit move by one :meth:`Flow.received <dmrpc_gym.transport.flow.Flow.received>` call (admitted and
-consumed at once, the WINDOW_UPDATEs owed returned) and the send windows by one
-:meth:`Flow.take <dmrpc_gym.transport.flow.Flow.take>`, the connection's flow state that the general
-path uses. What the protocol provides it is written down in
+the credit move by one call into the connection's state
+(:class:`~dmrpc_gym.transport.server.state.ServerState`), ``received`` (admitted and consumed at once,
+the WINDOW_UPDATEs owed returned), and the send windows by one, ``take`` (which also tells the PING
+policing that DATA went out): the state the general path feeds, whose frame counter the steady path
+moves as the general path does. What it requires of the state and the protocol is written down in
 :class:`~dmrpc_gym.transport.server.contracts.SteadyHost`.
 
 What it assumes (anything else is left to the general path, untouched):
 
-- nothing buffered before this read, the preface read, no header block open, the connection not lingering;
+- the state holds nothing begun (no frame buffered or read in place, no header block open), the preface
+  read, and the connection is not lingering;
 - each frame is a whole DATA frame (no flags: not padded, not END_STREAM) within both receive windows, on a
   stream whose client may still send (``Inbound.OPEN``) and to which response headers went
-  (``Outbound.REPLIED``), of a method answering one message a request, not answering now, with nothing
+  (``Outbound.OPEN``), of a method answering one message a request, not answering now, with nothing
   queued, no message part way through its splitter, and no compression either way;
 - the message is uncompressed and within the stream's message limit;
 - the transport is writable. An answer that fits one frame, the send windows and a write chunk is
@@ -42,7 +44,7 @@ from dmrpc_gym.transport.frames import DATA, IN_PLACE, MAX_WINDOW, WRITE_CHUNK, 
 from dmrpc_gym.transport.server import eager
 from dmrpc_gym.transport.server.stream import Inbound, Outbound, Stream
 
-_OPEN, _REPLIED = Inbound.OPEN, Outbound.REPLIED
+_OPEN, _REPLIED = Inbound.OPEN, Outbound.OPEN
 _HEADS: dict[tuple[int, int], bytes] = {}     # (stream id, DATA payload size) -> the 14 bytes before a message
 _KEPT = 4096
 #: The room an answer may take: one write chunk less its gRPC prefix (an answer past the windows waits).
@@ -60,10 +62,11 @@ class Steady:
     def _steady_received(self, data: bytes) -> None:
         """``data_received`` on the steady path: the whole steady requests that begin ``data`` are
         answered here, the rest goes to the general path."""
-        if (self._buf or self._part is not None or self._lingering or not self._preface
-                or self._headers_in.data is not None):
+        state = self.state
+        if (state.buf or state.part is not None or self._lingering or not state.preface
+                or state.headers_in.data is not None):
             return self._frames_received(data)
-        flow, streams = self._flow, self._streams
+        streams = state.streams
         n, at, held = len(data), 0, False
         while n - at >= 14:
             length, kind, flags, sid = read_head(data, at)
@@ -87,7 +90,7 @@ class Steady:
             if host is None or host.steady is None:
                 break
             try:
-                owed = flow.received(stream, length)   # admitted and consumed (stream.held: up and down)
+                owed = state.received(stream, length)   # admitted and consumed (stream.held: up and down)
             except ProtocolError:
                 break                   # past a receive window: the general path ends the connection
             if end < n and not held:        # several requests in one read: their answers go out together,
@@ -95,7 +98,7 @@ class Steady:
                 held = True
             answer = host.steady(data[at + 14:end], _ROOM)
             if answer is None:
-                flow.refund(stream, length)            # declined: the general path admits it,
+                state.refund(stream, length)            # declined: the general path admits it,
                 stream.declined = True                 # and answers it without asking again
                 if owed:
                     self._write(owed)
@@ -104,13 +107,13 @@ class Steady:
                 self._write(owed)
             self._traffic.bytes_in += end - at
             at = end
-            self._frames_done += 1
+            state.frames += 1
             size = len(answer) + 5
-            if size > WRITE_CHUNK or not flow.take(stream, size):   # past a window: sent as the general path sends
+            # past a window: sent as the general path sends (take also tells the PING policing DATA went out)
+            if size > WRITE_CHUNK or not state.take(stream, size):
                 stream.busy = True
                 stream.task = eager.start(self._send_later(stream, answer))
                 continue
-            self._conduct.answered = True
             try:
                 head = _HEADS[sid, size]    # the frame header and gRPC prefix, as grpc_frame writes them
             except KeyError:

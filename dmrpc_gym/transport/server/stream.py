@@ -20,13 +20,14 @@ import asyncio
 from collections import deque
 from typing import Awaitable, Mapping, Protocol
 
-from dmrpc_gym.protocol.states import State, transitions
 from dmrpc_gym.protocol.wire import METHOD_PATH
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.frames import DEFAULT_WINDOW, SERVER_MESSAGE_LIMIT, MessageSplitter
 from dmrpc_gym.transport.security import TOKEN_ENV, token_matches
 from dmrpc_gym.transport.server.methods import Method, served
+from dmrpc_gym.transport.stream_states import Inbound, Outbound
+from dmrpc_gym.transport.windows import Window
 
 __all__ = ["StreamHandler", "Stream", "Inbound", "Outbound", "refusal_of", "HTTP1_ANSWER", "HEADER_LIMIT"]
 
@@ -52,52 +53,30 @@ class StreamHandler(Protocol):
     # bytes, or None (:mod:`~dmrpc_gym.transport.server.steady`); the attribute may change as the session goes.
 
 
-class Inbound(State):
-    """The client's half of a stream: it may send (OPEN) until its END_STREAM, or a reset (DONE)."""
-
-    OPEN = "open"
-    DONE = "done"
-
-
-class Outbound(State):
-    """Our half: nothing sent yet (FRESH), response headers out (REPLIED), trailers or a reset out (ENDED).
-
-    Together with :class:`Inbound` these are RFC 9113's stream states (5.1) as a server lives them:
-    OPEN/FRESH and OPEN/REPLIED are *open*, DONE and not ENDED *half-closed (remote)*, OPEN/ENDED
-    *half-closed (local)*, DONE/ENDED *closed*.
-    """
-
-    FRESH = "fresh"
-    REPLIED = "replied"
-    ENDED = "ended"
-
-
-transitions(Inbound, {Inbound.OPEN: {Inbound.DONE}, Inbound.DONE: set()})
-transitions(Outbound, {Outbound.FRESH: {Outbound.REPLIED, Outbound.ENDED}, Outbound.REPLIED: {Outbound.ENDED},
-                       Outbound.ENDED: set()})
-
-
 class Stream:
     """One call's state on the server: flow-control window, requests in, and how answers go out.
 
-    ``inbound`` and ``outbound`` are the stream's state (:class:`Inbound`, :class:`Outbound`).
+    ``inbound`` and ``outbound`` are the stream's state (:class:`~dmrpc_gym.transport.stream_states.Inbound`,
+    :class:`~dmrpc_gym.transport.stream_states.Outbound`: the client's half begins OPEN, with its HEADERS);
+    ``send`` and ``recv`` its flow-control windows (:class:`~dmrpc_gym.transport.windows.Window`).
     ``busy`` is no state of the stream but a guard: someone is answering its requests now (on the
     loop's turn that read them, or in ``task``), and takes any new ones in order.
 
     >>> stream = Stream(1, window=65535, limit=1 << 20)
     >>> stream.splitter.limit, stream.inbound, stream.outbound, list(stream.inbox)
     (1048576, <Inbound.OPEN: 'open'>, <Outbound.FRESH: 'fresh'>, [])
+    >>> stream.send, stream.recv
+    (Window(size=65535, credit=0), Window(size=65535, credit=0))
     """
 
-    __slots__ = ("id", "send_window", "recv_window", "held", "credit", "splitter", "inbox", "session", "busy", "task",
+    __slots__ = ("id", "send", "recv", "held", "splitter", "inbox", "session", "busy", "task",
                  "inbound", "outbound", "compress", "encoding", "many", "steady_host", "declined")
 
     def __init__(self, stream_id: int, window: int, limit: int, recv_window: int = DEFAULT_WINDOW):
         self.id = stream_id
-        self.send_window = window        # what we may send on it (the client's flow control)
-        self.recv_window = recv_window   # what the client may still send on it (ours)
+        self.send = Window(window)       # what we may send on it (the client's flow control)
+        self.recv = Window(recv_window)  # what the client may still send on it (ours), and the credit owed
         self.held = 0                    # bytes received and not yet consumed by the session
-        self.credit = 0                  # bytes consumed since our last WINDOW_UPDATE for it
         self.splitter = MessageSplitter(limit, option=SERVER_MESSAGE_LIMIT)
         self.inbox: deque = deque()      # requests (compressed ones as Deflated), then None once the client is done
         self.session: StreamHandler | None = None

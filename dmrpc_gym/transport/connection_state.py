@@ -1,0 +1,216 @@
+"""One end's state of one HTTP/2 connection, free of I/O, in the manner of h2's ``H2Connection``.
+
+:class:`ConnectionState` is what an end knows of its connection: the peer's settings and the
+windows with their credit policy (it is a :class:`~dmrpc_gym.transport.flow.Flow`, whose methods
+are its flow-control operations), the stream table (each stream's state by the tables of
+:mod:`~dmrpc_gym.transport.stream_states`), the header block being received, the frame and header
+block counters, and the bytes it owes the peer (:meth:`data_to_send`). It never touches a socket,
+an event loop or a clock: times are passed in. Each end derives its own
+(:class:`~dmrpc_gym.transport.server.state.ServerState`,
+:class:`~dmrpc_gym.transport.client.state.ClientState`); the I/O classes feed it and act on the
+events it gives back (:class:`Event` and its kinds below).
+
+Named operations, used by every path of both ends (the general path, large messages, the steady
+paths): ``received`` (admit a whole small DATA frame and get the WINDOW_UPDATE owed), ``admit`` /
+``consumed`` (the same in two steps), ``take`` / ``room`` / ``spend`` (spend send window for a message),
+:func:`~dmrpc_gym.transport.frames.grpc_frame` (frame a message), :meth:`ConnectionState.frame` (one
+whole control or header frame: SETTINGS applied and acknowledged, a PING answered, a WINDOW_UPDATE
+taken, a header block decoded).
+
+>>> from dmrpc_gym.transport.frames import PING, frame
+>>> state = ConnectionState(window=65535, threshold=32768)
+>>> state.frame(PING, 0, 0, b"12345678") is None, state.data_to_send() == frame(PING, 1, 0, b"12345678")
+(True, True)
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from dmrpc_gym.transport.flow import SETTINGS_ACK, Flow, StreamReset
+from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DEFAULT_WINDOW, GOAWAY, HEADERS, MAX_WINDOW, PING,
+                                        PROTOCOL_ERROR, PUSH_PROMISE, RST_STREAM, SETTINGS, U32, WINDOW_UPDATE,
+                                        ProtocolError, check_frame, ping_frame)
+from dmrpc_gym.transport.headers import HeaderBlock
+
+__all__ = ["ConnectionState", "Event", "Headers", "Data", "PeerReset", "ResetOwed", "WindowsOpened",
+           "SettingsChanged", "GoAway", "PingAcked"]
+
+
+class Event:
+    """Something the connection's I/O class acts on, given by the state as it takes frames."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"{type(self).__name__}({fields})"
+
+
+class Headers(Event):
+    """A whole header block on ``stream_id``, decoded: ``headers``; ``flags`` its HEADERS frame's (END_STREAM);
+    ``size`` the list's size as RFC 9113 counts it."""
+
+    __slots__ = ("stream_id", "flags", "headers", "size")
+
+    def __init__(self, stream_id: int, flags: int, headers: dict, size: int):
+        self.stream_id, self.flags, self.headers, self.size = stream_id, flags, headers, size
+
+
+class Data(Event):
+    """DATA for ``stream`` (in the table), admitted by the windows: ``data`` (a view, valid until the
+    next event) with the frame's ``flags`` (END_STREAM only on a frame's last piece)."""
+
+    __slots__ = ("stream", "flags", "data")
+
+    def __init__(self, stream: Any, flags: int, data: Any):
+        self.stream, self.flags, self.data = stream, flags, data
+
+
+class PeerReset(Event):
+    """The peer reset ``stream`` (RST_STREAM ``code``)."""
+
+    __slots__ = ("stream", "code")
+
+    def __init__(self, stream: Any, code: int):
+        self.stream, self.code = stream, code
+
+
+class ResetOwed(Event):
+    """A stream error of ``stream``: RST_STREAM ``code`` is to be sent and the stream ended; ``why``: what the peer did."""
+
+    __slots__ = ("stream", "code", "why")
+
+    def __init__(self, stream: Any, code: int, why: str = ""):
+        self.stream, self.code, self.why = stream, code, why
+
+
+class WindowsOpened(Event):
+    """A WINDOW_UPDATE opened a send window: senders waiting for room may go on."""
+
+    __slots__ = ()
+
+
+class SettingsChanged(Event):
+    """The peer's SETTINGS were applied (and acknowledged): its header table size, stream limit and
+    initial window may have changed."""
+
+    __slots__ = ()
+
+
+class GoAway(Event):
+    """The peer is going away: streams above ``last_stream`` will not be answered."""
+
+    __slots__ = ("last_stream", "code", "debug")
+
+    def __init__(self, last_stream: int, code: int, debug: str):
+        self.last_stream, self.code, self.debug = last_stream, code, debug
+
+
+class PingAcked(Event):
+    """The peer acknowledged our PING."""
+
+    __slots__ = ()
+
+
+_WINDOWS_OPENED, _SETTINGS_CHANGED, _PING_ACKED = WindowsOpened(), SettingsChanged(), PingAcked()
+
+
+class ConnectionState(Flow):
+    """One end's I/O-free state of one connection (see the module's docstring).
+
+    ``window`` / ``threshold``: our receive window and the credit that earns a WINDOW_UPDATE
+    (:class:`~dmrpc_gym.transport.flow.Flow`); ``headers_in``: the bounds of header blocks received.
+    ``streams``: the stream table, by id; ``frames`` / ``blocks``: frames and header blocks taken whole
+    (how a stall is told, and what tests compare between paths).
+    """
+
+    __slots__ = ("streams", "frames", "blocks", "headers_in", "decoder", "outbox")
+
+    def __init__(self, window: int = DEFAULT_WINDOW, threshold: int = MAX_WINDOW // 2 + 1,
+                 headers_in: HeaderBlock | None = None):
+        super().__init__(window, threshold)
+        self.streams: dict[int, Any] = {}
+        self.frames = 0
+        self.blocks = 0
+        self.headers_in = headers_in if headers_in is not None else HeaderBlock()
+        self.decoder = self.headers_in.decoder()
+        self.outbox: list[bytes] = []
+
+    def data_to_send(self) -> bytes:
+        """The bytes the state owes the peer (acknowledgements, WINDOW_UPDATEs), taken: b"" when none."""
+        out = self.outbox
+        if not out:
+            return b""
+        self.outbox = []
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def frame(self, kind: int, flags: int, sid: int, payload: bytes) -> Event | None:
+        """One whole frame other than DATA: checked (RFC 9113's shapes; nothing may interrupt a header
+        block) and taken; the event for the I/O class, or None. ``ProtocolError``: the connection ends."""
+        check_frame(kind, flags, sid, len(payload))
+        headers_in = self.headers_in
+        if headers_in.data is not None and (kind != CONTINUATION or sid != headers_in.stream):
+            raise ProtocolError(PROTOCOL_ERROR, "a frame interrupted a header block")
+        if kind == HEADERS or kind == CONTINUATION:
+            self.opening(sid)
+            headers = headers_in.add(kind, flags, sid, payload, self.decoder)
+            if headers is None:
+                return None
+            self.blocks += 1
+            return self.header_block(headers_in.stream, headers_in.flags, headers, headers_in.size)
+        if kind == SETTINGS:
+            if flags & ACK:
+                return None
+            self.peer.apply(payload, list(self.streams.values()))
+            self.outbox.append(SETTINGS_ACK)
+            return _SETTINGS_CHANGED
+        if kind == WINDOW_UPDATE:
+            return self.window_opened(sid, U32.unpack(payload)[0] & 0x7FFFFFFF)
+        if kind == PING:
+            if flags & ACK:
+                return _PING_ACKED
+            self.pinged(payload)
+            self.outbox.append(ping_frame(payload, ack=True))
+            return None
+        if kind == RST_STREAM:
+            return self.peer_reset(sid, U32.unpack(payload)[0])
+        if kind == GOAWAY:
+            last, code = struct.unpack_from(">LL", payload)
+            return GoAway(last & 0x7FFFFFFF, code, payload[8:].decode("utf-8", "replace"))
+        if kind == PUSH_PROMISE:
+            raise ProtocolError(PROTOCOL_ERROR, self.PUSH_REFUSED)
+        return None                       # PRIORITY and unknown types: ignored, as RFC 9113 requires
+
+    def window_opened(self, sid: int, increment: int) -> Event | None:
+        """A WINDOW_UPDATE of ``increment`` on ``sid``: a window opened (:class:`WindowsOpened`); a stream
+        error resets only that stream (:class:`ResetOwed`); on the connection, ``ProtocolError``."""
+        stream = self.streams.get(sid) if sid else None
+        self.window_unknown(sid, stream)
+        try:
+            self.window_update(sid, increment, stream)
+        except StreamReset as err:
+            return ResetOwed(stream, err.code, str(err))
+        return _WINDOWS_OPENED
+
+    # -- what each end says for itself --------------------------------------------------------------
+    #: The debug text of the connection error for a PUSH_PROMISE received.
+    PUSH_REFUSED = "a PUSH_PROMISE, which this end disabled"
+
+    def opening(self, sid: int) -> None:
+        """A header frame on ``sid`` is about to be taken: ``ProtocolError`` where this end forbids it."""
+
+    def header_block(self, sid: int, flags: int, headers: dict, size: int) -> Event | None:
+        """A whole header block was decoded: its event (here: :class:`Headers`)."""
+        return Headers(sid, flags, headers, size)
+
+    def window_unknown(self, sid: int, stream: Any) -> None:
+        """A WINDOW_UPDATE on ``sid`` whose stream is not in the table (``stream`` None): a check of this end."""
+
+    def pinged(self, payload: bytes) -> None:
+        """A PING (not an ACK) came: this end's policing, before its ACK is owed."""
+
+    def peer_reset(self, sid: int, code: int) -> Event | None:
+        """RST_STREAM ``code`` on ``sid``: :class:`PeerReset` for a stream in the table, else None."""
+        stream = self.streams.get(sid)
+        return None if stream is None else PeerReset(stream, code)
