@@ -196,6 +196,9 @@ class DmRpcEnv(RemoteResource, gym.Env):
         connections: a :class:`~dmrpc_gym.transport.client.pool.SharedConnections` to put this
             env's stream on the HTTP/2 connection it keeps for the server (a vector env's
             sub-envs share one); None: a connection of its own.
+        shared_memory: between this env and a dmrpc_gym server on the same host, large tensors travel
+            through shared memory (True, the default; ``connection.shared_memory`` says whether they do);
+            False: every tensor in the messages (:mod:`~dmrpc_gym.transport.shared_memory`).
 
     With ``reconnect=True``, a connection lost between episodes is made again
     by the next ``reset()`` (within ``connect_timeout``, so a restarting server
@@ -240,7 +243,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
                  grpc_metadata: Sequence[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
                  compression: str | None = None, max_message_size: int | None = None,
                  keepalive: float | bool | None = None, reconnect: bool = False,
-                 connections: SharedConnections | None = None):
+                 connections: SharedConnections | None = None, shared_memory: bool = True):
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.reconnects = 0
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -295,7 +298,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
         return Connection(address, channel=k["channel"], credentials=k["credentials"], metadata=call,
                           connect_timeout=k["connect_timeout"], timeout=k["connect_timeout"],
                           **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"],
-                                             k["keepalive"], k["connections"]))
+                                             k["keepalive"], k["connections"], k["shared_memory"]))
 
     def restore(self, why: str | None = None) -> None:
         """Connect again after the connection was lost, to the next address on the list (the same
