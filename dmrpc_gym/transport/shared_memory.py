@@ -59,7 +59,7 @@ from dmrpc_gym.protocol.region_refs import (OBSERVATIONS_TAG, STEP_TAG, OFFER_HE
 from dmrpc_gym.transport.shm_regions import (ALIGN, Region, RegionError, check_peer, connect, listen,
                                              receive_announced, send_region)
 
-__all__ = ["THRESHOLD", "MAX_SHARED", "RegionLink", "SharedMemoryHost", "join", "REQUEST_HEADER", "OFFER_HEADER",
+__all__ = ["HELLO", "THRESHOLD", "MAX_SHARED", "RegionLink", "SharedMemoryHost", "join", "REQUEST_HEADER", "OFFER_HEADER",
            "Region", "RegionError", "request_header"]
 
 log = logging.getLogger("dmrpc_gym.shared_memory")
@@ -68,7 +68,7 @@ log = logging.getLogger("dmrpc_gym.shared_memory")
 THRESHOLD = 16 << 10
 #: The largest region a connection has by default (the client creates none larger, the server adopts none larger).
 MAX_SHARED = 1 << 30
-_HELLO = struct.Struct("<4sB16s")           # magic, version, the stream's nonce: before the region announcement
+HELLO = struct.Struct("<4sB16s")           # magic, version, the stream's nonce: before the region announcement
 _MAGIC, _VERSION = b"DMSM", 1
 _HANDSHAKE = 5.0                            # seconds a side-channel handshake may take
 _HANDSHAKES = 16                            # at most this many at once on a server
@@ -185,6 +185,11 @@ class RegionLink:
         not what this end allows."""
         message, refs, spans = read(message, map_field)
         if self.reads is None:                 # the server: the targets are the step's own
+            size = 0 if self.region is None else self.region.size
+            for uid, (offset, capacity) in spans.items():
+                if offset % ALIGN or offset + capacity > size:
+                    raise RegionError(f"observation {uid}: a target of {capacity} bytes at offset {offset}, not "
+                                      f"a span of the region ({size} bytes, spans at multiples of {ALIGN})")
             self.writes = spans
         elif spans:
             raise RegionError("the peer sent shared-memory targets, which only a client sends")
@@ -233,7 +238,7 @@ def join(name: str, nonce: bytes, region: Region, timeout: float = _HANDSHAKE) -
     sock = connect(name, timeout)
     try:
         check_peer(sock)
-        send_region(sock, region, _HELLO.pack(_MAGIC, _VERSION, nonce))
+        send_region(sock, region, HELLO.pack(_MAGIC, _VERSION, nonce))
         reply = b""
         while len(reply) < 512:
             got = sock.recv(512)
@@ -330,13 +335,13 @@ class SharedMemoryHost:
 
     def _hello(self, conn: socket.socket) -> None:
         try:
-            head, region = receive_announced(conn, self.max_size, _HELLO.size)
+            head, region = receive_announced(conn, self.max_size, HELLO.size)
         except BlockingIOError:
             return
         except (RegionError, EOFError, OSError) as err:
             self._end(conn, str(err))
             return
-        magic, version, nonce = _HELLO.unpack(head)
+        magic, version, nonce = HELLO.unpack(head)
         link = self.links.get(nonce) if (magic, version) == (_MAGIC, _VERSION) else None
         if link is None:
             region.close()
