@@ -436,6 +436,7 @@ class RemoteAgent:
 
     def leave(self, timeout: float = 2.0) -> None:
         """LeaveWorld, best effort and bounded in time."""
+        self.last_observations, self.frame = {}, None      # (views of a shared region, with copy=False)
         if not self.joined or self.connection.closed:
             return
         self.joined = False

@@ -435,6 +435,15 @@ class DmRpcEnv(RemoteResource, gym.Env):
         if self._closed:
             raise RuntimeError("this DmRpcEnv is closed")
 
+    def share_region(self, region: Any, at: Mapping[tuple[str, int], int]) -> str:
+        """Put this env's large tensors into ``region`` (a vector env's one region, which it owns) at the
+        offsets ``at`` (``("a" or "o", uid) -> offset``, for every one its connection laid out), observations
+        read as views of it (valid until this env's next step); returns :attr:`Connection.shared_memory`."""
+        self._agent.plan_regions(region=region, at=at)
+        if self.connection.regions.region is region:
+            self.connection.regions.copy = False
+        return self.connection.shared_memory
+
     def close(self) -> None:
         """Leave the world (destroying it if this env created it). Idempotent; never hangs."""
         if self._closed:

@@ -118,7 +118,7 @@ class RegionLink:
              region: Region | None = None, at: Mapping[int, int] | None = None) -> None:
         """Lay out a joined world's large tensors (``uid -> (nbytes, data type)``, each of fixed size): the
         action spans (:attr:`writes`) and observation targets (:attr:`reads`, :attr:`targets`), in a new
-        region joined to the server, or (a vector env) in ``region``, already joined, at the offsets ``at``
+        region joined to the server, or (a vector env) in ``region`` (owned by the caller), joined here, at the offsets ``at``
         (``("a" or "o", uid) -> offset``). Where it cannot (no offer, nothing large, the server refuses),
         nothing goes through regions and :attr:`state` says why."""
         self.writes, self.reads, self.targets = {}, None, b""
@@ -154,8 +154,14 @@ class RegionLink:
                 self.region, self.owned = fresh, True
             at = layout
         else:
-            self.release()
-            self.region, self.owned = region, False
+            if region is not self.region:
+                try:
+                    join(self.offer, self.nonce, region)
+                except (OSError, RegionError, PermissionError) as err:
+                    self._failed(str(err))       # (its own region, if any, stays in use)
+                    return
+                self.release()
+                self.region, self.owned = region, False
         self.writes = {u: (at[("a", u)], n) for u, (n, _) in actions.items()}
         self.reads = {u: (at[("o", u)], n, dt) for u, (n, dt) in observations.items()}
         self.targets = targets({u: (offset, n) for u, (offset, n, _) in self.reads.items()}) if self.reads else b""

@@ -3,6 +3,7 @@ servers on port 0: values bit-identical with the regions on and off, arrays the 
 by a peer killed mid-step, every reference from a peer checked, another user refused, foreign ends unaffected."""
 from __future__ import annotations
 
+import gc
 import os
 import pwd
 import signal
@@ -11,6 +12,7 @@ import sys
 import textwrap
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -35,7 +37,9 @@ SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def memfds(label: str = "dmrpc_gym") -> list[str]:
-    """This process's descriptors and mappings of memfds named ``label``..."""
+    """This process's descriptors and mappings of memfds named ``label``... (once the garbage is collected: a
+    view of a region keeps its mapping, and the descriptor the mapping holds, until the view goes)."""
+    gc.collect()
     found = []
     for fd in os.listdir("/proc/self/fd"):
         try:
@@ -332,3 +336,54 @@ def test_a_malformed_or_reused_nonce_gets_no_region():
             with Connection(server.address, metadata=[("dmrpc-shared-memory", value)], shared_memory=False) as conn:
                 conn.send(pb.CreateWorldRequest())
                 assert not server.shared_memory.links
+
+
+# -- vector envs: one region, copy=False ------------------------------------------------------------
+def vector_run(address: str, **options) -> tuple[list, Any]:
+    from dmrpc_gym.client.vector import DmRpcVectorEnv
+    rng = np.random.default_rng(0)
+    envs = DmRpcVectorEnv(3, address, **options)
+    try:
+        obs, _ = envs.reset(seed=1)
+        seq = [{k: v.copy() for k, v in obs.items()}]
+        for _ in range(9):
+            obs, rewards, terminated, truncated, _ = envs.step(rng.uniform(-1, 1, (3, 1 << 14)).astype(np.float32))
+            seq.append(({k: v.copy() for k, v in obs.items()}, rewards, terminated, truncated))
+        return seq, ([e.connection.shared_memory for e in envs.envs], len(envs._shared.rows))
+    finally:
+        envs.close()
+
+
+def test_a_vector_env_has_one_region_and_the_same_values_with_and_without_views():
+    with Server(Camera) as server:
+        plain, said_plain = vector_run(server.address, shared_memory=False)
+        copied, said_copied = vector_run(server.address)
+        viewed, said_viewed = vector_run(server.address, copy=False)
+    assert said_plain == (["off"] * 3, 0)
+    assert said_copied == said_viewed == (["on"] * 3, 4)      # image, depth, mask, signed: a [3, ...] array each
+    assert same(copied, plain) and same(viewed, plain)
+    assert not memfds()
+
+
+def test_copy_false_gives_views_valid_until_the_next_step():
+    from dmrpc_gym.client.vector import DmRpcVectorEnv
+    with Server(Frames) as server:
+        envs = DmRpcVectorEnv(4, server.address, copy=False)
+        try:
+            envs.reset()
+            first = envs.step(np.zeros(4, np.int64))[0]
+            assert not first.flags.owndata and first.shape == (4, 1 << 20) and (first == 1).all()
+            second = envs.step(np.zeros(4, np.int64))[0]
+            assert np.shares_memory(first, second) and (first == 2).all()    # the next step overwrote it
+        finally:
+            envs.close()
+        del first, second
+        envs = DmRpcVectorEnv(4, server.address)
+        try:
+            envs.reset()
+            first = envs.step(np.zeros(4, np.int64))[0]
+            envs.step(np.zeros(4, np.int64))
+            assert first.flags.owndata and (first == 1).all()                # copy=True: the caller's own
+        finally:
+            envs.close()
+    assert not memfds()
