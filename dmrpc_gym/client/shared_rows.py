@@ -56,7 +56,7 @@ class SharedRows:
         self.region: Region | None = None
         self.rows: dict[int, np.ndarray] = {}
         links = [env.connection.regions for env in envs]
-        if len(links) < 2 or any(link.state != "on" or link.reads is None for link in links):
+        if not links or any(link.state != "on" or link.reads is None for link in links):
             return
         observations = {uid: (n, dt) for uid, (_, n, dt) in links[0].reads.items()}
         actions = {uid: n for uid, (_, n) in links[0].writes.items()}

@@ -312,8 +312,7 @@ class DmRpcVectorEnv(VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self._batch.close()
-        self._shared.close()
-        self._obs = [None] * self.num_envs       # (views of the region, with copy=False)
+        self._shared.close()          # (views of it still held, by the caller or as the latest observations: kept)
 
     def __del__(self):
         try:

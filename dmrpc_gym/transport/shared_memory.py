@@ -96,9 +96,11 @@ class RegionLink:
     __slots__ = ("region", "writes", "reads", "copy", "state", "threshold", "nonce", "owned", "offer", "max_size",
                  "targets")
 
-    def __init__(self, nonce: bytes | None = None, *, region: Region | None = None, threshold: int = THRESHOLD,
+    def __init__(self, nonce: bytes | None = None, *, region: Region | None = None, threshold: int | None = None,
                  max_size: int = MAX_SHARED):
-        self.nonce, self.region, self.threshold, self.max_size = nonce, region, threshold, max_size
+        self.nonce, self.region, self.max_size = nonce, region, max_size
+        #: Tensors of this many bytes or more go through the region (None: :data:`THRESHOLD` as it is now).
+        self.threshold = THRESHOLD if threshold is None else threshold
         self.writes: dict[int, tuple[int, int]] = {}
         self.reads: dict[int, tuple[int, int, int]] | None = None
         self.copy = True
@@ -302,7 +304,7 @@ class SharedMemoryHost:
         if len(nonce) != 16 or nonce in self.links:
             log.debug("a client's %s header is not a fresh nonce of 32 hex digits: ignored", REQUEST_HEADER)
             return None
-        link = self.links[nonce] = RegionLink(nonce, max_size=self.max_size)
+        link = self.links[nonce] = RegionLink(nonce, max_size=self.max_size, threshold=1)    # (the client decides)
         link.state, link.owned = "offered", True
         return link
 

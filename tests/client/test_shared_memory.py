@@ -386,4 +386,5 @@ def test_copy_false_gives_views_valid_until_the_next_step():
             assert first.flags.owndata and (first == 1).all()                # copy=True: the caller's own
         finally:
             envs.close()
+        del envs                                   # (its latest observations: views of the region)
     assert not memfds()
