@@ -132,7 +132,7 @@ class RemoteAgent:
             self._carries_info, self._fidelity, self._specs_bytes = carries_info, fidelity, None
         self._apply_specs(response.specs)
         self.plan_regions()                   # (on the new connection)
-        self._steady = steady_step(self)
+        self._steady = self._steady_step()
 
     # -- specs -> spaces ---------------------------------------------------------
     def _apply_specs(self, specs: pb.ActionObservationSpecs) -> None:
@@ -191,10 +191,16 @@ class RemoteAgent:
             spec = obs_specs.get(source.name) if source.fn is None and source.name else None
             if spec is not None and not spec.shape and spec.dtype in _QUICK_DTYPES:
                 self._quick[self.specs.observations.uid(source.name)] = (source.name, tensors.np_dtype(spec.dtype))
-        self._steady = steady_step(self)
+        self._steady = self._steady_step()
         if not first:
             warnings.warn(f"the server changed the specs of {self.agent or 'the agent'}; spaces were rebuilt",
                           stacklevel=3)
+
+    def _steady_step(self) -> Any:
+        """The steady-state step (:func:`~dmrpc_gym.client.steady_step.steady_step`), but for a connection whose large
+        tensors go through shared memory: their references are no layout it reads, and its tries would
+        write a large action into the region twice."""
+        return steady_step(self) if self.connection.regions.region is None else None
 
     def plan_regions(self, **shared: Any) -> None:
         """Lay out the large actions and requested observations in the connection's shared memory (where it
