@@ -172,7 +172,7 @@ class Connection(ConnectRetries):
     def _write(self, field: str, body: bytes, pieces: large_tensors.Pieces | None = None, parts: Any = None) -> None:
         """Send one request (``parts``: its message already framed, as recorded for a resend)."""
         self._check_usable()
-        if field == "step" and self.regions.region is not None and any(
+        if field == "step" and self.regions.region is not None and self._pending and any(
                 entry.field == "step" and entry.answer is Answer.OWED for entry in self._pending):
             raise RuntimeError("a step through shared memory while another step's answer is owed: one step at a "
                                "time per connection (its region holds one step's tensors)")

@@ -119,19 +119,40 @@ def _reference(buf: Any, pos: int, end: int) -> Ref | None:
     return tuple(shape), ref[2], ref[0], ref[1]
 
 
+#: Map entries (their bytes) read as references before -> ``(uid, reference)``; StepRequests read before ->
+#: what :func:`read` gave for them (a step's entries and requests repeat: each is walked once).
+_ENTRIES: dict[bytes, tuple[int, Ref]] = {}
+_REQUESTS: dict[bytes, tuple[Any, dict, dict]] = {}
+_MEMO, _SMALL = 1024, 1 << 12
+
+
 def read(message: Any, map_field: int) -> tuple[Any, dict[int, Ref], dict[int, tuple[int, int]]]:
     """``message`` (an EnvironmentRequest or EnvironmentResponse) without its references and targets,
     the references of its step's ``map_field`` map by UID, and its targets (a StepRequest's) by UID.
 
     A message that is no step comes back as it is. ``ValueError`` names what is malformed (a
     reference that is no reference, more than :data:`MAX_REFS`)."""
-    try:
-        top = list(fields(message, 0, len(message)))
-    except Unexpected:
-        return message, {}, {}             # protobuf says what is wrong with it
-    if len(top) != 1 or top[0][0] != _STEP or top[0][1] != 2:
+    if message.find(_REF_TAG) < 0:         # (in C: no field REF anywhere; a payload's bytes may hold its tag)
         return message, {}, {}
-    _, _, start, stop, value = top[0]
+    if map_field == ACTIONS and len(message) <= _SMALL:
+        known = _REQUESTS.get(message)
+        if known is None:
+            known = _read(bytes(message), map_field)
+            if len(_REQUESTS) >= _MEMO:
+                _REQUESTS.clear()
+            _REQUESTS[bytes(message)] = known
+        return known[0], dict(known[1]), dict(known[2])
+    return _read(message, map_field)
+
+
+def _read(message: Any, map_field: int) -> tuple[Any, dict[int, Ref], dict[int, tuple[int, int]]]:
+    try:
+        walk = fields(message, 0, len(message))
+        number, kind, start, stop, value = next(walk)
+        if number != _STEP or kind != 2 or stop != len(message):
+            return message, {}, {}
+    except (Unexpected, StopIteration):
+        return message, {}, {}             # protobuf says what is wrong with it
     refs: dict[int, Ref] = {}
     spans: dict[int, tuple[int, int]] = {}
     kept: list[Any] = []
@@ -146,13 +167,22 @@ def read(message: Any, map_field: int) -> tuple[Any, dict[int, Ref], dict[int, t
                 for i in range(0, len(packed), 3):
                     spans[packed[i]] = packed[i + 1], packed[i + 2]
                 continue
-            if number == map_field and kind == 2:
-                try:
-                    uid, ta, tb = map_entry(message, v, b)
-                except Unexpected:         # not as protobuf writes one: left to protobuf
-                    kept.append(view[a:b])
-                    continue
-                ref = _reference(message, ta, tb)
+            if number == map_field and kind == 2 and message.find(_REF_TAG, a, b) >= 0:
+                entry = bytes(view[a:b])
+                known = _ENTRIES.get(entry)
+                if known is None:
+                    try:
+                        uid, ta, tb = map_entry(message, v, b)
+                    except Unexpected:         # not as protobuf writes one: left to protobuf
+                        kept.append(view[a:b])
+                        continue
+                    ref = _reference(message, ta, tb)
+                    if ref is not None and len(entry) <= 64:
+                        if len(_ENTRIES) >= _MEMO:
+                            _ENTRIES.clear()
+                        _ENTRIES[entry] = uid, ref
+                else:
+                    uid, ref = known
                 if ref is not None:
                     if len(refs) >= MAX_REFS:
                         raise ValueError(f"a step message with more than {MAX_REFS} tensor references")

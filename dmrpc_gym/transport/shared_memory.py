@@ -94,7 +94,7 @@ class RegionLink:
     """
 
     __slots__ = ("region", "writes", "reads", "copy", "state", "threshold", "nonce", "owned", "offer", "max_size",
-                 "targets")
+                 "targets", "_refs")
 
     def __init__(self, nonce: bytes | None = None, *, region: Region | None = None, threshold: int | None = None,
                  max_size: int = MAX_SHARED):
@@ -108,6 +108,7 @@ class RegionLink:
         self.offer: str | None = None  # the server's socket name, once its answer said it
         #: What the step requests carry: the targets of the large observations (b"": none).
         self.targets = b""
+        self._refs: dict[tuple, bytes] = {}     # (shape, data type, offset) -> the reference's bytes
         #: ``"on"``, or why not (``"off"``, ``"asked"``, ``"not offered by the server"``, ``"unused"``, ...).
         self.state = "asked" if nonce is not None else "off"
 
@@ -184,7 +185,13 @@ class RegionLink:
         if c.kind is not MEMORY or arr.nbytes > span[1]:
             return None
         self.region.write(span[0], arr)
-        return reference(arr.shape, c.dt, span[0])
+        key = arr.shape, c.dt, span[0]
+        ref = self._refs.get(key)
+        if ref is None:
+            ref = reference(*key)
+            if len(self._refs) < 256:
+                self._refs[key] = ref
+        return ref
 
     def resolve(self, message: Any, map_field: int) -> tuple[Any, dict[int, tuple[str, np.ndarray]]]:
         """``message`` (a step's envelope) without its references, and the arrays they point to by UID
