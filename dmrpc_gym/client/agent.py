@@ -198,9 +198,8 @@ class RemoteAgent:
 
     def _steady_step(self) -> Any:
         """The steady-state step (:func:`~dmrpc_gym.client.steady_step.steady_step`), but for a connection whose large
-        tensors go through shared memory: their references are no layout it reads, and its tries would
-        write a large action into the region twice."""
-        return steady_step(self) if self.connection.regions.region is None else None
+        actions go through shared memory (its tries would write each into the region twice)."""
+        return steady_step(self) if not self.connection.regions.writes else None
 
     def plan_regions(self, **shared: Any) -> None:
         """Lay out the large actions and requested observations in the connection's shared memory (where it
@@ -213,7 +212,8 @@ class RemoteAgent:
         observations = large_specs({uid: c.spec for uid, c in self.specs.observations.by_uid.items()}, threshold,
                                    self.requested)
         self.connection.plan_regions(actions, observations, **shared)
-        self._requests = {}
+        self._requests = {}                  # (the requests and steady frames memoized hold the targets)
+        self._steady = self._steady_step()
 
     def _use_exact_spaces(self) -> None:
         """Take the served env's own spaces (:class:`~dmrpc_gym.client.fidelity.ExactSpaces`), when usable."""

@@ -28,17 +28,15 @@ import math
 from typing import Any, Iterable, Mapping
 
 from dmrpc_gym.protocol.dtypes import BY_DATA_TYPE, MEMORY
-from dmrpc_gym.protocol.field_reader import SHAPE, Unexpected, fields, map_entry, read_varint
+from dmrpc_gym.protocol.field_reader import REF, Ref, Unexpected, fields, map_entry, read_reference, read_varints
 from dmrpc_gym.protocol.large_tensors import ACTIONS, OBSERVATIONS, STEP_TAG, entry_bytes
 from dmrpc_gym.protocol.protowire import varint
 
 __all__ = ["STEP_TAG", "large_specs", "REF", "REQUEST_HEADER", "OFFER_HEADER", "reference", "targets", "entries", "read", "Ref",
            "OBSERVATIONS_TAG", "ACTIONS_TAG", "MAX_REFS"]
 
-#: The field number of a reference in a ``Tensor`` and of the targets in a ``StepRequest`` (unused by dm_env_rpc).
-REF = 4040
 _REF_TAG = varint((REF << 3) | 2)
-_SHAPE_TAG = bytes(((SHAPE << 3) | 2,))
+_SHAPE_TAG = bytes(((15 << 3) | 2,))          # Tensor ``shape``
 _STEP = 3
 OBSERVATIONS_TAG = bytes(((OBSERVATIONS << 3) | 2,))
 ACTIONS_TAG = bytes(((ACTIONS << 3) | 2,))
@@ -49,8 +47,6 @@ REQUEST_HEADER = "dmrpc-shared-memory"
 OFFER_HEADER = "dmrpc-gym-shared-memory"
 #: References and targets one message may hold (more: a flood, refused).
 MAX_REFS = 1024
-#: A reference as read: ``(shape, data type, region, offset)``.
-Ref = tuple[tuple[int, ...], int, int, int]
 
 
 def reference(shape: Iterable[int], data_type: int, offset: int, region: int = 0) -> bytes:
@@ -86,37 +82,6 @@ def large_specs(specs: Mapping[int, Any], threshold: int, uids: Iterable[int] | 
         if nbytes >= threshold:
             found[uid] = nbytes, spec.dtype
     return found
-
-
-def _varints(buf: Any, pos: int, end: int) -> list[int]:
-    out = []
-    while pos < end:
-        value, pos = read_varint(buf, pos)
-        out.append(value)
-    if pos != end:
-        raise Unexpected
-    return out
-
-
-def _reference(buf: Any, pos: int, end: int) -> Ref | None:
-    """The reference in the Tensor ``buf[pos:end]``; None where it holds none (a Tensor as dm_env_rpc has it)."""
-    shape, ref, other = (), None, False
-    for number, kind, _, stop, value in fields(buf, pos, end):
-        if number == REF and kind == 2:
-            ref = _varints(buf, value, stop)
-        elif number == SHAPE and kind == 2:
-            shape = _varints(buf, value, stop)
-        else:
-            other = True                 # a payload
-    if ref is None:
-        return None                      # an ordinary Tensor
-    if other:
-        raise ValueError("a tensor reference with a payload beside it")
-    if len(ref) != 3:
-        raise ValueError(f"a tensor reference holds 3 numbers (region, offset, data type), got {len(ref)}")
-    if any(d >= 1 << 63 for d in shape):
-        raise ValueError(f"a tensor reference's shape has a negative dimension: {shape}")
-    return tuple(shape), ref[2], ref[0], ref[1]
 
 
 #: Map entries (their bytes) read as references before -> ``(uid, reference)``; StepRequests read before ->
@@ -160,7 +125,7 @@ def _read(message: Any, map_field: int) -> tuple[Any, dict[int, Ref], dict[int, 
     try:
         for number, kind, a, b, v in fields(message, value, stop):
             if number == REF and kind == 2 and map_field == ACTIONS:
-                packed = _varints(message, v, b)
+                packed = read_varints(message, v, b)
                 if len(packed) % 3 or len(packed) // 3 > MAX_REFS:
                     raise ValueError(f"shared-memory targets hold triples (uid, offset, capacity), at most "
                                      f"{MAX_REFS}; got {len(packed)} numbers")
@@ -176,7 +141,7 @@ def _read(message: Any, map_field: int) -> tuple[Any, dict[int, Ref], dict[int, 
                     except Unexpected:         # not as protobuf writes one: left to protobuf
                         kept.append(view[a:b])
                         continue
-                    ref = _reference(message, ta, tb)
+                    ref = read_reference(message, ta, tb)
                     if ref is not None and len(entry) <= 64:
                         if len(_ENTRIES) >= _MEMO:
                             _ENTRIES.clear()

@@ -388,3 +388,26 @@ def test_copy_false_gives_views_valid_until_the_next_step():
             envs.close()
         del envs                                   # (its latest observations: views of the region)
     assert not memfds()
+
+
+@pytest.mark.parametrize("steady", ["1", "0"])
+def test_steps_through_regions_take_the_steady_path_with_the_same_values(monkeypatch, steady):
+    """A Discrete action's steps, their observations in the region: the steady-state paths (client and server)
+    take them once learned, and every value is what the general path over plain messages gives."""
+    from large_worlds import DiscreteCamera
+    monkeypatch.setenv(STEADY_STEP_ENV, steady)
+    runs = {}
+    with Server(DiscreteCamera) as server:
+        for shared_memory in (True, False):
+            with DmRpcEnv(server.address, shared_memory=shared_memory) as env:
+                out = [env.reset(seed=5)]
+                for i in range(23):
+                    out.append(env.step(i % 3))
+                    if out[-1][2]:
+                        out.append(env.reset())
+                runs[shared_memory] = out
+                steady_path = env._agent._steady
+                if shared_memory and steady == "1":
+                    assert steady_path.layout is not None and len(steady_path.region_slots) == 4
+                    assert server.shared_memory.in_use()[0] == 1
+    assert same(runs[True], runs[False])

@@ -77,3 +77,17 @@ class Frames(gym.Env):
         self.t += 1
         self.obs[:] = self.t % 256
         return self.obs, 0.0, False, False, {}
+
+
+class DiscreteCamera(Camera):
+    """:class:`Camera` with a Discrete action (its steps can take the steady-state path): the action shifts
+    the depth, and every 5th step is a NaN-free one of another episode."""
+
+    def __init__(self, side: int = 128):
+        super().__init__(side, 1)
+        self.action_space = gym.spaces.Discrete(3)
+
+    def step(self, action):
+        self.t += 1
+        obs = self._obs(np.full(1, float(action), np.float32))
+        return obs, float(action), self.t % 5 == 0, False, {"t": self.t}

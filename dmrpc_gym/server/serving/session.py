@@ -106,7 +106,7 @@ class Session:
         are read in place (:func:`~dmrpc_gym.protocol.large_tensors.split`).
         """
         try:                                # (a steady answer was asked for once by the transport: none came)
-            large = None
+            large, asked = None, raw             # (asked: the request as it came, targets and all)
             regions = self.regions
             if regions is not None and regions.region is not None:    # references into the region: copied out
                 raw, large = regions.resolve(raw, large_tensors.ACTIONS)
@@ -133,8 +133,8 @@ class Session:
                 spent, start = lane.spent, perf_counter()
                 await agent.step(request.step, out, large)
                 agent.world.counts.record(perf_counter() - start, lane.spent - spent)
-                if self.steady is not None and large is None and out.regions is None:   # its layout, for the steady path
-                    return self._steady.learn(raw, request.step, out.message())
+                if self.steady is not None and large is None:   # its layout, for the steady path
+                    return self._steady.learn(asked, request.step, out.message())
                 return out.message()
             handler = self._handlers.get(which)
             if handler is None:
@@ -178,7 +178,7 @@ class Session:
                 f"send LeaveWorld first (one world per connection)")
         world = await self.registry.get(request.world_name, self.render_asked)
         self.agent = await world.join(request.settings, self.render_asked)
-        self._steady = SteadyServe.of(self.agent, self._failure)
+        self._steady = SteadyServe.of(self.agent, self._failure, self.regions)
         self.steady = None if self._steady is None else self._steady.answer
         log.info("joined world %r%s", world.name, f" as {self.agent.name!r}" if hasattr(self.agent, "name") else "")
         response.join_world.specs.CopyFrom(self.agent.specs)
