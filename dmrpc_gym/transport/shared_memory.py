@@ -64,7 +64,8 @@ __all__ = ["HELLO", "THRESHOLD", "MAX_SHARED", "RegionLink", "SharedMemoryHost",
 
 log = logging.getLogger("dmrpc_gym.shared_memory")
 
-#: Tensors of this many bytes or more go through the region (see docs/shared_memory.md for how it was measured).
+#: Tensors of this many bytes or more go through the region (measured: ``benchmarks/shm_threshold.py``, and
+#: ``docs/guides/shared-memory.md``).
 THRESHOLD = 16 << 10
 #: The largest region a connection has by default (the client creates none larger, the server adopts none larger).
 MAX_SHARED = 1 << 30
