@@ -357,7 +357,7 @@ class Connection(ConnectRetries):
 
     @property
     def shared_memory(self) -> str:
-        """Whether this connection uses shared memory: ``"on"``, or why not (``"off"``, ``"not offered by
+        """Whether this connection uses shared memory (``"on"``), or why not (``"off"``, ``"not offered by
         the server ..."``, ``"unused ..."``, ``"failed: ..."``)."""
         return self.regions.state
 
