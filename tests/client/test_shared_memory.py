@@ -411,3 +411,72 @@ def test_steps_through_regions_take_the_steady_path_with_the_same_values(monkeyp
                     assert steady_path.layout is not None and len(steady_path.region_slots) == 4
                     assert server.shared_memory.in_use()[0] == 1
     assert same(runs[True], runs[False])
+
+
+# -- every client takes shared_memory=, the command line and the reports say it ---------------------
+def test_the_parallel_env_has_a_region_per_agent_and_the_same_values():
+    pytest.importorskip("pettingzoo")
+    from large_worlds import Cameras
+    from dmrpc_gym.client.parallel import DmRpcParallelEnv
+    runs = {}
+    with Server(Cameras, kind="pettingzoo") as server:
+        for shared_memory in (True, False):
+            env = DmRpcParallelEnv(server.address, shared_memory=shared_memory)
+            try:
+                out = [env.reset(seed=1)]
+                while env.agents:
+                    out.append(env.step({a: i + 1 for i, a in enumerate(env.agents)}))
+                runs[shared_memory] = out
+                said = {c.shared_memory for c in env.connections.values()}
+            finally:
+                env.close()
+            assert said == ({"on"} if shared_memory else {"off"})
+    assert same(runs[True], runs[False]) and len(runs[True]) == 7
+
+
+def test_sb3_and_dm_env_clients_take_it():
+    from dmrpc_gym.client.dm_env_client import connect_dm_env
+    with Server(Frames) as server:
+        for shared_memory in (True, False):
+            env = connect_dm_env(server.address, shared_memory=shared_memory)
+            try:
+                env.reset()
+                step = env.step(1)
+                assert step.observation[3] == 1
+                assert env.env.connection.shared_memory == ("on" if shared_memory else "off")
+            finally:
+                env.close()
+        sb3 = pytest.importorskip("stable_baselines3")
+        assert sb3
+        from dmrpc_gym.integrations.sb3 import DmRpcSB3VecEnv
+        for shared_memory in (True, False):
+            venv = DmRpcSB3VecEnv(2, server.address, shared_memory=shared_memory)
+            try:
+                venv.reset()
+                obs, *_ = venv.step(np.array([1, 0]))
+                assert obs.shape == (2, 1 << 20) and (obs[:, 7] == 1).all()
+                assert {e.connection.shared_memory for e in venv.envs} == {"on" if shared_memory else "off"}
+            finally:
+                venv.close()
+
+
+def test_serve_no_shared_memory_and_what_inspect_and_status_say(monkeypatch):
+    from dmrpc_gym.app.report import format_report, inspect_world
+    from dmrpc_gym.app.status import StatusReader, format_status, with_rates
+    monkeypatch.setenv("PYTHONPATH", SUPPORT)
+    served = ServedProcess(0, "large_worlds:Frames", ("--no-shared-memory",))
+    try:
+        with DmRpcEnv(served.address) as env:
+            assert env.connection.shared_memory.startswith("not offered by the server")
+        assert "Shared memory: not offered by the server" in format_report(inspect_world(served.address))
+        with StatusReader(served.address) as reader:
+            assert "shared mem   not offered (serve --no-shared-memory)" in format_status(
+                with_rates(reader.read(), None), served.address)
+    finally:
+        served.close()
+    with Server(Frames) as server:
+        assert "Shared memory: on" in format_report(inspect_world(server.address)).splitlines()[1]
+        with DmRpcEnv(server.address) as env, StatusReader(server.address) as reader:
+            env.reset()
+            assert "shared mem   offered; 1 streams use it (1.0 MB of regions)" in format_status(
+                with_rates(reader.read(), None), server.address)

@@ -91,3 +91,52 @@ class DiscreteCamera(Camera):
         self.t += 1
         obs = self._obs(np.full(1, float(action), np.float32))
         return obs, float(action), self.t % 5 == 0, False, {"t": self.t}
+
+
+try:
+    from pettingzoo.utils.env import ParallelEnv as _Parallel
+except ImportError:                                   # (the tests that use it skip)
+    _Parallel = object
+
+
+class Cameras(_Parallel):
+    """A PettingZoo ParallelEnv of two agents, each with a large uint8 image that depends on both actions
+    (a factory: ``Cameras()``)."""
+
+    metadata = {"name": "cameras_v0"}
+
+    def __init__(self, side: int = 128):
+        self.possible_agents = ["a", "b"]
+        self.agents = []
+        self.side = side
+        self._space = gym.spaces.Box(0, 255, (side, side, 3), np.uint8)
+        self.t = 0
+
+    def observation_space(self, agent):
+        return self._space
+
+    def action_space(self, agent):
+        return gym.spaces.Discrete(4)
+
+    def _obs(self, actions):
+        return {a: np.full((self.side, self.side, 3), (self.t * 7 + i + 10 * actions.get(a, 0)) % 256, np.uint8)
+                for i, a in enumerate(self.possible_agents)}
+
+    def reset(self, seed=None, options=None):
+        self.agents, self.t = list(self.possible_agents), 0
+        return self._obs({}), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        done = self.t >= 6
+        obs = self._obs(actions)
+        rewards = {a: float(actions[a]) for a in self.agents}
+        ends = {a: done for a in self.agents}
+        infos = {a: {} for a in self.agents}
+        agents = list(self.agents)
+        if done:
+            self.agents = []
+        return obs, rewards, ends, {a: False for a in agents}, infos
+
+    def close(self):
+        pass
