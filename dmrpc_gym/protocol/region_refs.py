@@ -100,12 +100,13 @@ def read(message: Any, map_field: int) -> tuple[Any, dict[int, Ref], dict[int, t
     if message.find(_REF_TAG) < 0:         # (in C: no field REF anywhere; a payload's bytes may hold its tag)
         return message, {}, {}
     if map_field == ACTIONS and len(message) <= _SMALL:
-        known = _REQUESTS.get(message)
+        key = message if type(message) is bytes else bytes(message)      # (a bytearray is no key)
+        known = _REQUESTS.get(key)
         if known is None:
-            known = _read(bytes(message), map_field)
+            known = _read(key, map_field)
             if len(_REQUESTS) >= _MEMO:
                 _REQUESTS.clear()
-            _REQUESTS[bytes(message)] = known
+            _REQUESTS[key] = known
         return known[0], dict(known[1]), dict(known[2])
     return _read(message, map_field)
 
