@@ -40,7 +40,7 @@ _SHAPE_TAG = bytes(((15 << 3) | 2,))          # Tensor ``shape``
 _STEP = 3
 OBSERVATIONS_TAG = bytes(((OBSERVATIONS << 3) | 2,))
 ACTIONS_TAG = bytes(((ACTIONS << 3) | 2,))
-#: The request header with which our client asks for shared memory: a nonce (32 hex digits) that binds the
+#: The request header with which our client asks for shared memory: a nonce (32 digits) that binds the
 #: side channel to this gRPC stream (sent only when ``shared_memory`` is on).
 REQUEST_HEADER = "dmrpc-shared-memory"
 #: The response header with which our server offers it: the name of its abstract Unix socket.

@@ -4,7 +4,7 @@ one connection's regions (:class:`RegionLink`, the same object at both ends).
 The negotiation, per gRPC stream and only between our two ends (every foreign peer sees plain dm_env_rpc):
 
 1. our client, unless told ``shared_memory=False``, sends the request header
-   ``dmrpc-shared-memory: NONCE`` (128 random bits, in hex) on its stream;
+   ``dmrpc-shared-memory: NONCE`` (128 random bits, as 32 digits of :data:`_DIGITS`) on its stream;
 2. our server, unless told ``--no-shared-memory``, says in every response's headers
    ``dmrpc-gym-shared-memory: NAME``: its Unix socket in the abstract namespace, named by 128 random
    bits (no file, nothing left behind; a server on another host or in another network namespace
@@ -25,12 +25,12 @@ reads only within the region, every reference checked (:class:`~dmrpc_gym.transp
 Where the client asked and could not get it, :attr:`RegionLink.state` says why (``inspect`` and
 ``status`` show it, the ``dmrpc_gym.shared_memory`` logger says it at debug level): never an error.
 
->>> link = RegionLink(bytes(16))
->>> link.offer = "(the server's socket)"
->>> link.plan({}, {3: (1 << 20, 6)}, region=Region.create(1 << 20), at={("o", 3): 0})
->>> server = RegionLink(bytes(16))                    # (the server adopts the client's region)
->>> server.region = link.region
->>> _ = server.resolve(STEP_TAG + varint(len(link.targets)) + link.targets, 1)
+>>> region = Region.create(1 << 20)
+>>> link = RegionLink(bytes(16), region=region)         # the client's (plan() lays it out, joined to the server)
+>>> link.reads = {3: (0, 1 << 20, 6)}
+>>> server = RegionLink(bytes(16), region=region)       # the server's (it adopts the client's region)
+>>> asked = targets({3: (0, 1 << 20)})
+>>> _ = server.resolve(STEP_TAG + varint(len(asked)) + asked, 1)
 >>> server.writes
 {3: (0, 1048576)}
 >>> ref = server.place(3, np.full(1 << 20, 7, np.uint8), 6)
@@ -38,6 +38,7 @@ Where the client asked and could not get it, :attr:`RegionLink.state` says why (
 >>> _, large = link.resolve(STEP_TAG + varint(len(body)) + body, 2)
 >>> large[3][0], large[3][1][:3], large[3][1].flags.owndata
 ('uint8s', array([7, 7, 7], dtype=uint8), True)
+>>> region.close()
 >>> link.close()
 """
 from __future__ import annotations
@@ -75,10 +76,33 @@ _HANDSHAKE = 5.0                            # seconds a side-channel handshake m
 _HANDSHAKES = 16                            # at most this many at once on a server
 
 
+#: The 16 digits that write 128 random bits in a header (the hex digits' places): all of one length (6 bits) in
+#: HPACK's Huffman code, so that a header's size never depends on the bits (byte counts stay comparable).
+_DIGITS = "3456789bdfghlmnp"
+_FROM_HEX = str.maketrans("0123456789abcdef", _DIGITS)
+_TO_HEX = str.maketrans(_DIGITS, "0123456789abcdef")
+
+
+def written(nonce: bytes) -> str:
+    """``nonce`` in :data:`_DIGITS` (what the headers carry).
+
+    >>> written(bytes([0, 255]))
+    '33pp'
+    """
+    return nonce.hex().translate(_FROM_HEX)
+
+
+def read_written(text: str) -> bytes | None:
+    """The bytes :func:`written` wrote as ``text``; None where it is not such a text."""
+    if not text or set(text) - set(_DIGITS):
+        return None
+    return bytes.fromhex(text.translate(_TO_HEX))
+
+
 def request_header() -> tuple[bytes, tuple[str, str]]:
     """A fresh nonce and the request header that carries it."""
     nonce = secrets.token_bytes(16)
-    return nonce, (REQUEST_HEADER, nonce.hex())
+    return nonce, (REQUEST_HEADER, written(nonce))
 
 
 def _aligned(n: int) -> int:
@@ -284,7 +308,7 @@ class SharedMemoryHost:
         if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:
             raise ValueError(f"max_size must be a whole number of bytes >= 1, got {max_size!r}")
         self.max_size = max_size
-        self.listener, self.name = listen(backlog=_HANDSHAKES)
+        self.listener, self.name = listen(_HANDSHAKES, f"dmrpc_gym-{written(secrets.token_bytes(16))}")
         self.listener.setblocking(False)
         self.links: dict[bytes, RegionLink] = {}
         self._loop: Any = None
@@ -305,12 +329,9 @@ class SharedMemoryHost:
         asked = headers.get(REQUEST_HEADER)
         if asked is None:
             return None
-        try:
-            nonce = bytes.fromhex(asked)
-        except ValueError:
-            nonce = b""
+        nonce = read_written(asked) or b""
         if len(nonce) != 16 or nonce in self.links:
-            log.debug("a client's %s header is not a fresh nonce of 32 hex digits: ignored", REQUEST_HEADER)
+            log.debug("a client's %s header is not a fresh nonce of 32 digits of %r: ignored", REQUEST_HEADER, _DIGITS)
             return None
         link = self.links[nonce] = RegionLink(nonce, max_size=self.max_size, threshold=1)    # (the client decides)
         link.state, link.owned = "offered", True

@@ -270,10 +270,11 @@ def check_peer(sock: socket.socket, uid: int | None = None) -> Credentials:
     return found
 
 
-def listen(backlog: int = 8) -> tuple[socket.socket, str]:
-    """A Unix socket listening in the abstract namespace under 128 random bits: ``(socket, name)``.
-    No file is made (nothing to clean up); whoever connects is checked with :func:`check_peer`."""
-    name = f"dmrpc_gym-{secrets.token_hex(16)}"
+def listen(backlog: int = 8, name: str | None = None) -> tuple[socket.socket, str]:
+    """A Unix socket listening in the abstract namespace under 128 random bits (or ``name``, which should hold
+    as many): ``(socket, name)``. No file is made (nothing to clean up); whoever connects is checked with
+    :func:`check_peer`."""
+    name = name or f"dmrpc_gym-{secrets.token_hex(16)}"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.bind("\0" + name)
