@@ -480,3 +480,15 @@ def test_serve_no_shared_memory_and_what_inspect_and_status_say(monkeypatch):
             env.reset()
             assert "shared mem   offered; 1 streams use it (1.0 MB of regions)" in format_status(
                 with_rates(reader.read(), None), server.address)
+
+
+def test_a_region_past_the_servers_bound_is_refused_and_the_steps_go_on():
+    with Server(Frames, max_shared_memory=1 << 16) as server, DmRpcEnv(server.address) as env:
+        env.reset()
+        assert env.step(1)[0][11] == 1
+        assert env.connection.shared_memory == ("failed: the server refused the region: the peer announced a region "
+                                                f"of {1 << 20} bytes; at most {1 << 16} are accepted")
+        assert server.stats.snapshot()["shared_memory"]["streams"] == 0
+    with pytest.raises(ValueError, match="max_shared_memory must be a whole number of bytes >= 1, got 0"):
+        Server(Frames, max_shared_memory=0)
+    assert not memfds()
