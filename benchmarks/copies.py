@@ -13,13 +13,14 @@ pieces of 256 KiB is one copy. Counts, not times: the machine's load cannot move
 lines than the copies counted (not looked into); the counts in the table are the figures.
 
 Cases: ``observation``: ``DmRpcEnv.step`` against a server whose observation is ``--mib``
-MiB of uint8 (``--dtype``; a Discrete action); ``action``: the same with a uint8 action of that size
-(a 4-float observation); ``vector 1``: the observation case through a ``DmRpcVectorEnv``
-of one env (which stacks its sub-envs' observations into one batch array); ``regions``: the observation written
-into a shared-memory region (``transport.shm_regions``) by the env's process and taken out as an
-array the user owns by the other, a byte each way over the Unix socket to say when (the building
-block alone: no gRPC, not yet wired into the connections). ``memcpy``:
-``np.copyto`` of the same size into a warm array, counted the same way (the scale: 1).
+MiB of uint8 (``--dtype``; a Discrete action), over TCP (``shared_memory=False``); ``action``: the same
+with a uint8 action of that size (a 4-float observation); ``vector N``: the observation case through a
+``DmRpcVectorEnv`` of N envs (which stacks its sub-envs' observations into one batch array; copies per env
+step); ``shm CASE``: the case with shared memory (as the clients come: on), ``shm vector N copy=False``:
+views of the region; ``regions``: the building block alone (``transport.shm_regions``: the observation
+written into a region by the env's process and taken out as an array the user owns by the other, a byte
+each way over a Unix socket to say when; no gRPC). ``memcpy``: ``np.copyto`` of the same size into a warm
+array, counted the same way (the scale: 1).
 """
 from __future__ import annotations
 
@@ -127,15 +128,15 @@ def serve(observation_bytes: int, action_bytes: int, dtype: str) -> None:
     server.stop(0)
 
 
-def client(address: str, action_bytes: int, vector: int) -> None:
+def client(address: str, action_bytes: int, vector: int, shared_memory: bool = False, copy: bool = True) -> None:
     """Step the env on command (:func:`step_on_command`)."""
     if vector:
         from dmrpc_gym import DmRpcVectorEnv
-        env = DmRpcVectorEnv(vector, address)
+        env = DmRpcVectorEnv(vector, address, shared_memory=shared_memory, copy=copy)
         action = np.ones(vector, np.int64)
     else:
         from dmrpc_gym import DmRpcEnv
-        env = DmRpcEnv(address)
+        env = DmRpcEnv(address, shared_memory=shared_memory)
         action = np.full(action_bytes, 7, np.uint8) if action_bytes else 1
     env.reset()
     step_on_command(lambda: env.step(action)[0])
@@ -204,6 +205,7 @@ def numbers(line: str) -> list[int]:
 
 def count(library: str, environ: dict, nbytes: int, case: str, steps: int, dtype: str = "uint8") -> dict[str, float]:
     """Per step of ``case``: the tensor's copies (bytes copied / ``nbytes``) and kernel crossings on each end."""
+    shm, case = case.startswith("shm "), case.removeprefix("shm ")
     observation, action = (nbytes, 0) if case != "action" else (0, nbytes)
     regions = case.startswith("region")
     server = role(library, environ, "region-serve" if regions else "serve", "--observation-bytes", str(observation),
@@ -212,7 +214,9 @@ def count(library: str, environ: dict, nbytes: int, case: str, steps: int, dtype
         args = ["region-client" if regions else "client", "--address", server.first.split()[1], "--action-bytes", str(action),
                 "--observation-bytes", str(observation), "--dtype", dtype]
         if case.startswith("vector"):
-            args += ["--vector", case.split()[1]]
+            args += ["--vector", case.split()[1]] + (["--copy", "0"] if "copy=False" in case else [])
+        if shm:
+            args += ["--shared-memory", "1"]
         client_role = role(library, environ, *args)
         try:
             client_role.ask("3")                       # warm: the steady path learns, buffers grow
@@ -223,7 +227,7 @@ def count(library: str, environ: dict, nbytes: int, case: str, steps: int, dtype
             client_role.close()
     finally:
         server.close()
-    per = steps * nbytes
+    per = steps * nbytes * (int(case.split()[1]) if case.startswith("vector") else 1)
     return {"client copies": changed[1] / per, "client memcpy calls": changed[0] / steps,
             "client kernel": (changed[2] + changed[3]) / per,
             "server copies": served[1] / per, "server memcpy calls": served[0] / steps,
@@ -250,17 +254,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--min", type=int, default=4096, help="count copies of at least this many bytes")
     parser.add_argument("--trace", action="store_true", help="say where each counted copy comes from (stderr)")
-    parser.add_argument("--cases", default="observation,action,vector 1,regions")
+    parser.add_argument("--cases", default="observation,action,vector 1,shm observation,shm action,shm vector 1,"
+                                           "shm vector 4,shm vector 4 copy=False")
     parser.add_argument("--dtype", default="uint8", help="the observation's dtype (the action's is uint8)")
     parser.add_argument("--observation-bytes", type=int, default=0)
     parser.add_argument("--action-bytes", type=int, default=0)
     parser.add_argument("--address")
     parser.add_argument("--vector", type=int, default=0)
+    parser.add_argument("--shared-memory", type=int, default=0)
+    parser.add_argument("--copy", type=int, default=1)
     args = parser.parse_args(argv)
     if args.role == "serve":
         return serve(args.observation_bytes, args.action_bytes, args.dtype)
     if args.role == "client":
-        return client(args.address, args.action_bytes, args.vector)
+        return client(args.address, args.action_bytes, args.vector, bool(args.shared_memory), bool(args.copy))
     if args.role == "region-serve":
         return region_serve(args.observation_bytes, args.dtype)
     if args.role == "region-client":

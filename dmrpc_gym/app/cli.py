@@ -144,6 +144,11 @@ def add_serve(subparsers: Any) -> None:
                              "needs prometheus-client (the metrics extra); default: no metrics")
     parser.add_argument("--metrics-host", default=None, metavar="HOST",
                         help="the interface of --metrics-port (default: --host; 127.0.0.1 with --unix)")
+    parser.add_argument("--no-shared-memory", dest="shared_memory", action="store_false",
+                        help="offer no shared memory: our clients on this host send every tensor in the messages "
+                             "(by default their large tensors go through regions they share with the server)")
+    parser.add_argument("--max-shared-memory", type=int, default=1 << 30, metavar="BYTES",
+                        help="the largest shared-memory region one connection may give (default: %(default)s)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every world and error")
     parser.set_defaults(run=run_serve)
 

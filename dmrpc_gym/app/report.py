@@ -26,6 +26,7 @@ from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.spaces import UnsupportedSpec, space_from_spec
 from dmrpc_gym.protocol.bounds import bound_values
 from dmrpc_gym.protocol.specs import dtype_label
+from dmrpc_gym.protocol.region_refs import large_specs
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.server.serving.watching import WATCH_FRAME_PROPERTY, WATCH_PROPERTY
 
@@ -92,6 +93,9 @@ class WorldReport:
     properties: list[PropertyRow] | None
     properties_error: str | None = None
     agents: list[AgentSpecs] = dataclasses.field(default_factory=list)
+    #: Whether the report's connection used shared memory for the world's large tensors, or why not
+    #: (:attr:`~dmrpc_gym.client.connection.Connection.shared_memory`).
+    shared_memory: str = ""
 
 
 # -- one spec ------------------------------------------------------------------------------
@@ -248,6 +252,8 @@ def inspect_world(address: str, *, world_settings: Mapping[str, Any] | None = No
                                                     settings=settings_tensors(join_settings))).specs
         joined = True
         actions, observations = _spec_rows_of(specs)
+        threshold = connection.regions.threshold        # lays the large tensors out, as an env's agent does
+        connection.plan_regions(large_specs(dict(specs.actions), threshold), large_specs(dict(specs.observations), threshold))
         properties, properties_error = None, None
         try:
             properties = _properties(connection)
@@ -264,7 +270,8 @@ def inspect_world(address: str, *, world_settings: Mapping[str, Any] | None = No
             agents = [mine if agent == mine.name else others[agent] for agent in everyone]
         return WorldReport(address=address, world_name=name, created=created, actions=actions,
                            observations=observations, properties=properties,
-                           properties_error=properties_error, agents=agents)
+                           properties_error=properties_error, agents=agents,
+                           shared_memory=connection.shared_memory)
     finally:
         if joined and not connection.closed:
             try:
@@ -351,6 +358,7 @@ def format_report(report: WorldReport, width: int | None = None) -> str:
     >>> from dmrpc_gym.worlds.embedded import embedded_server
     >>> print(format_report(inspect_world(embedded_server("catch").address)))  # doctest: +ELLIPSIS
     World '...' at 127.0.0.1:... (created for this report, destroyed after)
+    Shared memory: unused (no tensor of a fixed size of 16384 bytes or more)
     <BLANKLINE>
     Actions (1)
       UID  name    dtype  shape  bounds   gymnasium space
@@ -360,6 +368,8 @@ def format_report(report: WorldReport, width: int | None = None) -> str:
     """
     how = "created for this report, destroyed after" if report.created else "joined, left after"
     lines = [f"World {report.world_name!r} at {report.address} ({how})"]
+    if report.shared_memory:
+        lines.append(f"Shared memory: {report.shared_memory}")
     if report.agents:
         lines += ["", *textwrap.wrap(f"Agents ({len(report.agents)}): {', '.join(a.name for a in report.agents)}",
                                      width or 100_000, subsequent_indent="  ", break_on_hyphens=False)]

@@ -112,7 +112,8 @@ def start_server(args: argparse.Namespace):
                                           min_ping_interval=args.keepalive_min_time,
                                           max_ping_strikes=args.max_ping_strikes),
                   health_without_token=args.health_without_token, metrics_port=args.metrics_port,
-                  metrics_host=args.metrics_host, **options).start()
+                  metrics_host=args.metrics_host, shared_memory=args.shared_memory,
+                  max_shared_memory=args.max_shared_memory, **options).start()
 
 
 def connect_line(server: Any, *, token: str | None = None, tls_ca: str | None = None) -> str:

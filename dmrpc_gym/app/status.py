@@ -152,6 +152,15 @@ def _number(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _shared_memory(said: dict[str, Any] | None) -> str:
+    """The status line of shared memory: offered or not, and how many streams use it."""
+    if not said:
+        return "not said (an older server)"
+    if not said["offered"]:
+        return "not offered (serve --no-shared-memory)"
+    return f"offered; {said['streams']:,} streams use it ({_size(said['bytes'])} of regions)"
+
+
 def format_status(doc: dict[str, Any], address: str, rows: int = 20, width: int = 100) -> str:
     """The screen of ``dmrpc-gym status`` for a reading with rates (:func:`with_rates`): at most ``rows``
     worlds (the busiest first), lines cut to ``width`` characters."""
@@ -173,6 +182,7 @@ def format_status(doc: dict[str, Any], address: str, rows: int = 20, width: int 
         f"steps        {steps:,} in all; {rate:,.1f} steps/s ({over})",
         f"errors       {_counts(doc['errors'])}",
         f"refused      {_counts(doc['refused'])}",
+        f"shared mem   {_shared_memory(doc.get('shared_memory'))}",
     ]
     if worlds:
         shown = sorted(worlds, key=lambda w: (-(w["steps_per_second"] or 0.0), w["name"]))[:max(rows, 1)]

@@ -89,7 +89,7 @@ class DmRpcAECEnv(AECEnv):
         address: the server (or a list to fail over along); this and ``world_settings``, ``world_name``, ``agents``,
             ``reset_settings``, ``seed_setting``, ``connect_timeout``, ``step_timeout``,
             ``grpc_metadata``, ``tls``, ``token``, ``compression``, ``max_message_size``,
-            ``keepalive`` and ``share_connections`` are as for
+            ``keepalive``, ``share_connections`` and ``shared_memory`` are as for
             :class:`~dmrpc_gym.client.parallel.DmRpcParallelEnv`.
         render_mode: ``"rgb_array"``: ``render()`` returns the frame of the current state.
 
@@ -119,14 +119,14 @@ class DmRpcAECEnv(AECEnv):
                  render_mode: str | None = None, connect_timeout: float | None = 10.0,
                  step_timeout: float | None = None, grpc_metadata: Any = None, tls: Any = None,
                  token: str | None = None, compression: str | None = None, max_message_size: int | None = None,
-                 keepalive: float | None = None, share_connections: bool = True):
+                 keepalive: float | None = None, share_connections: bool = True, shared_memory: bool = True):
         super().__init__()
         self._seats = seats = _Seats(
             address, world_settings=world_settings, world_name=world_name, agents=agents,
             reset_settings=reset_settings, seed_setting=seed_setting, render_mode=render_mode,
             connect_timeout=connect_timeout, step_timeout=step_timeout, grpc_metadata=grpc_metadata, tls=tls,
             token=token, compression=compression, max_message_size=max_message_size, keepalive=keepalive,
-            share_connections=share_connections)
+            share_connections=share_connections, shared_memory=shared_memory)
         self.render_mode = render_mode
         self.possible_agents = list(seats.possible_agents)
         self.action_spaces = {a: seats.action_spaces[a] for a in self.possible_agents}     # shared as served

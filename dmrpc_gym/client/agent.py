@@ -23,6 +23,7 @@ import numpy as np
 from dmrpc_gym import spaces as _spaces
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol import large_tensors
+from dmrpc_gym.protocol.region_refs import large_specs
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.fidelity import EXACT_UID, FIDELITY_FEATURE, FRAME_PROPERTY
 from dmrpc_gym.protocol.info import DROPPED, INFO_FEATURE, INFO_UID, dropped_keys, unpack_info, without_dropped
@@ -130,7 +131,8 @@ class RemoteAgent:
         if (carries_info, fidelity) != (self._carries_info, self._fidelity):   # another server build
             self._carries_info, self._fidelity, self._specs_bytes = carries_info, fidelity, None
         self._apply_specs(response.specs)
-        self._steady = steady_step(self)      # (on the new connection)
+        self.plan_regions()                   # (on the new connection)
+        self._steady = self._steady_step()
 
     # -- specs -> spaces ---------------------------------------------------------
     def _apply_specs(self, specs: pb.ActionObservationSpecs) -> None:
@@ -182,16 +184,36 @@ class RemoteAgent:
             self.requested.append(INFO_UID)
         if self._fidelity:
             self.requested.append(EXACT_UID)
+        self.plan_regions()
         self._requests: dict[tuple, pb.StepRequest] = {}
         self._quick = {}
         for source in (self.reward, self.discount):
             spec = obs_specs.get(source.name) if source.fn is None and source.name else None
             if spec is not None and not spec.shape and spec.dtype in _QUICK_DTYPES:
                 self._quick[self.specs.observations.uid(source.name)] = (source.name, tensors.np_dtype(spec.dtype))
-        self._steady = steady_step(self)
+        self._steady = self._steady_step()
         if not first:
             warnings.warn(f"the server changed the specs of {self.agent or 'the agent'}; spaces were rebuilt",
                           stacklevel=3)
+
+    def _steady_step(self) -> Any:
+        """The steady-state step (:func:`~dmrpc_gym.client.steady_step.steady_step`), but for a connection whose large
+        actions go through shared memory (its tries would write each into the region twice)."""
+        return steady_step(self) if not self.connection.regions.writes else None
+
+    def plan_regions(self, **shared: Any) -> None:
+        """Lay out the large actions and requested observations in the connection's shared memory (where it
+        has some: :meth:`Connection.plan_regions`); ``shared``: a vector env's one region and offsets."""
+        regions = self.connection.regions
+        if regions.nonce is None:
+            return
+        threshold = regions.threshold
+        actions = large_specs({uid: c.spec for uid, c in self.specs.actions.by_uid.items()}, threshold)
+        observations = large_specs({uid: c.spec for uid, c in self.specs.observations.by_uid.items()}, threshold,
+                                   self.requested)
+        self.connection.plan_regions(actions, observations, **shared)
+        self._requests = {}                  # (the requests and steady frames memoized hold the targets)
+        self._steady = self._steady_step()
 
     def _use_exact_spaces(self) -> None:
         """Take the served env's own spaces (:class:`~dmrpc_gym.client.fidelity.ExactSpaces`), when usable."""
@@ -250,6 +272,11 @@ class RemoteAgent:
         if request is not None:
             return request, None           # Discrete actions: built once, shared (never modified)
         request, pieces = pb.StepRequest(requested_observations=self.requested), large_tensors.Pieces(large_tensors.ACTIONS)
+        regions = self.connection.regions
+        if regions.region is not None:           # shared memory: where its large tensors lie
+            if regions.targets:
+                request.MergeFromString(regions.targets)
+            pieces.regions = regions if regions.writes else None
         if action is not None:
             self._pack_actions(action, request, pieces)
         if key is not None and len(self._requests) < _MEMO:
@@ -415,6 +442,7 @@ class RemoteAgent:
 
     def leave(self, timeout: float = 2.0) -> None:
         """LeaveWorld, best effort and bounded in time."""
+        self.last_observations, self.frame = {}, None      # (views of a shared region, with copy=False)
         if not self.joined or self.connection.closed:
             return
         self.joined = False

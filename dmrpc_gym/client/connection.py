@@ -24,8 +24,10 @@ from dmrpc_gym.protocol.wire import FEATURES_METADATA, SERVER_METADATA, pb
 from dmrpc_gym.client.addresses import address_list
 from dmrpc_gym.client.lifecycle import ConnectRetries, Patience
 from dmrpc_gym.client.pending import Answer, Pending
+from dmrpc_gym.protocol.region_refs import OFFER_HEADER
 from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, MIN_KEEPALIVE, NOT_SENT, TAKEN, TOKEN_ENV, GrpcioTransport,
-                                 GrpcStatus, H2Transport, SharedConnections, StreamEnded, Transport, parse_address, token_metadata)
+                                 GrpcStatus, H2Transport, RegionLink, SharedConnections, StreamEnded, Transport,
+                                 parse_address, request_header, token_metadata)
 
 __all__ = ["Connection", "parse_address", "settings_tensors", "transport_options"]
 
@@ -77,6 +79,10 @@ class Connection(ConnectRetries):
             300 for the same.
         shared: a :class:`~dmrpc_gym.transport.client.pool.SharedConnections`: the stream goes on
             the HTTP/2 connection it keeps for this server, with every other given the same.
+        shared_memory: ask the server for shared memory (True, the default): a dmrpc_gym server on the
+            same host then takes large tensors through a region both map
+            (:mod:`~dmrpc_gym.transport.shared_memory`; :attr:`shared_memory` says whether it is used).
+            False: plain dm_env_rpc messages only.
 
     >>> from dmrpc_gym.server import Server
     >>> from dmrpc_gym.worlds.catch import Catch
@@ -93,7 +99,7 @@ class Connection(ConnectRetries):
                  connect_timeout: float | None = 10.0, timeout: float | None = None,
                  tls: Any = None, token: str | None = None, compression: str | None = None,
                  max_message_size: int = DEFAULT_MAX_MESSAGE, keepalive: float | bool | None = None,
-                 shared: SharedConnections | None = None):
+                 shared: SharedConnections | None = None, shared_memory: bool = True):
         if (address is None) == (channel is None):
             raise ValueError("give exactly one of address= or channel=")
         if address is not None:      # a malformed one: at once
@@ -113,6 +119,12 @@ class Connection(ConnectRetries):
         self.timeout = timeout
         self.max_message_size = max_message_size
         metadata = tuple(metadata or ()) + token_metadata(os.environ.get(TOKEN_ENV) if token is None else token or None)
+        #: This connection's shared memory (:class:`~dmrpc_gym.transport.shared_memory.RegionLink`).
+        self.regions = RegionLink()
+        if shared_memory:
+            nonce, header = request_header()
+            self.regions = RegionLink(nonce)
+            metadata += (header,)
         self._own_channels: dict[str, grpc.Channel] = {}    # credentials=: one per address, as tried
         if channel is None and credentials is None:
             def open_transport(target: str, seconds: float | None) -> Transport:
@@ -160,6 +172,10 @@ class Connection(ConnectRetries):
     def _write(self, field: str, body: bytes, pieces: large_tensors.Pieces | None = None, parts: Any = None) -> None:
         """Send one request (``parts``: its message already framed, as recorded for a resend)."""
         self._check_usable()
+        if field == "step" and self.regions.region is not None and self._pending and any(
+                entry.field == "step" and entry.answer is Answer.OWED for entry in self._pending):
+            raise RuntimeError("a step through shared memory while another step's answer is owed: one step at a "
+                               "time per connection (its region holds one step's tensors)")
         transport = self._transport
         before = transport.messages_sent
         if parts is None:
@@ -255,6 +271,10 @@ class Connection(ConnectRetries):
                         return result, None
                 try:
                     message, large = large_tensors.split(message, map_field)
+                    if map_field and self.regions.region is not None:    # references into the region
+                        message, placed = self.regions.resolve(message, map_field)
+                        if placed:
+                            large = {**large, **placed} if large else placed
                     return pb.EnvironmentResponse.FromString(message), large
                 except (DecodeError, ValueError) as err:   # the stream's order can no longer be trusted
                     self._broken = f"the server sent an answer that is no EnvironmentResponse: {err}"
@@ -326,13 +346,30 @@ class Connection(ConnectRetries):
                     entry.drop()
             raise
 
+    def plan_regions(self, actions: Mapping[int, tuple[int, int]], observations: Mapping[int, tuple[int, int]],
+                     **shared: Any) -> None:
+        """Lay out a joined world's large tensors in shared memory, where the server offers it
+        (:meth:`~dmrpc_gym.transport.shared_memory.RegionLink.plan`)."""
+        regions = self.regions
+        if regions.nonce is not None:
+            regions.offer = self._transport.initial_metadata.get(OFFER_HEADER)
+            regions.plan(actions, observations, **shared)
+
+    @property
+    def shared_memory(self) -> str:
+        """Whether this connection uses shared memory (``"on"``), or why not (``"off"``, ``"not offered by
+        the server ..."``, ``"unused ..."``, ``"failed: ..."``)."""
+        return self.regions.state
+
     def _send_failed(self, err: OSError) -> ConnectionError:
         """A send failed: the connection is unusable, and the error to raise says why."""
+        self.regions.release()
         self._broken = f"sending failed: {err}"
         return ConnectionError(f"lost the dm_env_rpc server at {self.address}: {err}")
 
     def _read_failed(self, err: OSError, field: str) -> ConnectionError:
         """Reading the answer to ``field`` failed: the connection is unusable, and the error says why."""
+        self.regions.release()
         self._broken = f"the connection failed: {err}"
         return ConnectionError(f"lost the dm_env_rpc server at {self.address} during {field}: {err}")
 
@@ -344,6 +381,7 @@ class Connection(ConnectRetries):
     def _ended_error(self, ended: StreamEnded, field: str) -> Exception:
         """The stream is over: a status the server chose is a ``DmRpcError``; a server
         going away (no status, OK, UNAVAILABLE or CANCELLED) is a ``ConnectionError``."""
+        self.regions.release()
         self._broken = ended.message
         if ended.status not in _GONE:
             return DmRpcError(ended.status, ended.message, request=field)
@@ -389,6 +427,7 @@ class Connection(ConnectRetries):
         try:
             self._transport.close()
         finally:
+            self.regions.close()
             self._close_channels()
 
     def _close_channels(self) -> None:
@@ -427,8 +466,8 @@ def check_keepalive(keepalive: float | bool | None, channel: Any = None) -> None
 
 def transport_options(tls: Any = None, token: str | None = None, compression: str | None = None,
                       max_message_size: int | None = None, keepalive: float | None = None,
-                      shared: SharedConnections | None = None) -> dict[str, Any]:
+                      shared: SharedConnections | None = None, shared_memory: bool | None = None) -> dict[str, Any]:
     """The :class:`Connection` keywords an env passes on (those left at None keep their defaults)."""
     options = dict(tls=tls, token=token, compression=compression, max_message_size=max_message_size,
-                   keepalive=keepalive, shared=shared)
+                   keepalive=keepalive, shared=shared, shared_memory=shared_memory)
     return {k: v for k, v in options.items() if v is not None}

@@ -196,6 +196,9 @@ class DmRpcEnv(RemoteResource, gym.Env):
         connections: a :class:`~dmrpc_gym.transport.client.pool.SharedConnections` to put this
             env's stream on the HTTP/2 connection it keeps for the server (a vector env's
             sub-envs share one); None: a connection of its own.
+        shared_memory: between this env and a dmrpc_gym server on the same host, large tensors travel
+            through shared memory (True, the default; ``connection.shared_memory`` says whether they do);
+            False: every tensor in the messages (:mod:`~dmrpc_gym.transport.shared_memory`).
 
     With ``reconnect=True``, a connection lost between episodes is made again
     by the next ``reset()`` (within ``connect_timeout``, so a restarting server
@@ -240,7 +243,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
                  grpc_metadata: Sequence[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
                  compression: str | None = None, max_message_size: int | None = None,
                  keepalive: float | bool | None = None, reconnect: bool = False,
-                 connections: SharedConnections | None = None):
+                 connections: SharedConnections | None = None, shared_memory: bool = True):
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.reconnects = 0
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -295,7 +298,7 @@ class DmRpcEnv(RemoteResource, gym.Env):
         return Connection(address, channel=k["channel"], credentials=k["credentials"], metadata=call,
                           connect_timeout=k["connect_timeout"], timeout=k["connect_timeout"],
                           **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"],
-                                             k["keepalive"], k["connections"]))
+                                             k["keepalive"], k["connections"], k["shared_memory"]))
 
     def restore(self, why: str | None = None) -> None:
         """Connect again after the connection was lost, to the next address on the list (the same
@@ -431,6 +434,15 @@ class DmRpcEnv(RemoteResource, gym.Env):
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this DmRpcEnv is closed")
+
+    def share_region(self, region: Any, at: Mapping[tuple[str, int], int]) -> str:
+        """Put this env's large tensors into ``region`` (a vector env's one region, which it owns) at the
+        offsets ``at`` (``("a" or "o", uid) -> offset``, for every one its connection laid out), observations
+        read as views of it (valid until this env's next step); returns :attr:`Connection.shared_memory`."""
+        self._agent.plan_regions(region=region, at=at)
+        if self.connection.regions.region is region:
+            self.connection.regions.copy = False
+        return self.connection.shared_memory
 
     def close(self) -> None:
         """Leave the world (destroying it if this env created it). Idempotent; never hangs."""

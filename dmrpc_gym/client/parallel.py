@@ -85,6 +85,9 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
             (:meth:`restore`); a loss mid-episode still raises from that step.
         share_connections: the agents' streams share one HTTP/2 connection (a step is one
             ``send``, :mod:`~dmrpc_gym.transport.client.pool`); False: a connection each.
+        shared_memory: large tensors through shared memory with a dmrpc_gym server on the same host (True,
+            the default: each agent's connection has its region, :mod:`~dmrpc_gym.transport.shared_memory`);
+            False: every tensor in the messages.
 
     Once an agent fails (its connection dies, or the server answers with an
     error), the others' answers are awaited at most ``abandon_timeout`` seconds,
@@ -121,7 +124,8 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
                  step_timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
                  grpc_metadata: Iterable[tuple[str, str]] | None = None, tls: Any = None, token: str | None = None,
                  compression: str | None = None, max_message_size: int | None = None,
-                 keepalive: float | None = None, reconnect: bool = False, share_connections: bool = True):
+                 keepalive: float | None = None, reconnect: bool = False, share_connections: bool = True,
+                 shared_memory: bool = True):
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.reconnects = getattr(self, "reconnects", 0)        # kept by restore(), as is the address
         self._lost: str | None = getattr(self, "_lost", None)   # lost, which the next connection moves on from
@@ -304,7 +308,7 @@ class DmRpcParallelEnv(RemoteResource, ParallelEnv):
                                     *lists_header(k["world_settings"])),
                           connect_timeout=k["connect_timeout"], timeout=k["step_timeout"],
                           **transport_options(k["tls"], k["token"], k["compression"], k["max_message_size"],
-                                             k["keepalive"], self._shared))
+                                             k["keepalive"], self._shared, k["shared_memory"]))
 
     def restore(self, why: str | None = None) -> None:
         """Connect every agent again after a connection was lost, as the constructor does (to the next

@@ -21,7 +21,9 @@ What it assumes (anything else takes the general path, which stays the reference
   general path memoizes their StepRequest; other actions are checked and encoded by the general path
   each step, then framed here; large actions (sent outside protobuf) go the general way;
 - answers: every observation a float32, float64, int8 or uint8 tensor (fixed width: a value changes
-  no length), the answer under :data:`~dmrpc_gym.protocol.field_reader.LARGE` bytes, state RUNNING, and the
+  no length) or a reference into the connection's shared memory where this agent asked for it there
+  (:mod:`~dmrpc_gym.transport.shared_memory`: the reference's bytes are fixed bytes of the layout, the values
+  are read from the region), the answer under :data:`~dmrpc_gym.protocol.field_reader.LARGE` bytes, state RUNNING, and the
   same observations in the same order with the same shapes as the answer the layout was learned from;
   the ``info`` and exact-extras observations, where the agent asks for them, come last, each at most
   once, as the tail of the layout (:class:`~dmrpc_gym.transport.ByteLayout`): of any size, provided the
@@ -36,6 +38,7 @@ agent's specs are applied), so that the general path can be measured and tested.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import Any
@@ -97,6 +100,8 @@ class SteadyStep:
         #: The answer's layout, once learned (None: not yet, or not learnable).
         self.layout: ByteLayout | None = None
         self.slots: tuple[tuple[str, int, int, np.dtype, tuple, int], ...] = ()   # (name, start, stop, dtype, shape, uid)
+        #: The observations read from shared memory: ``(name, dtype, shape, offset)``.
+        self.region_slots: tuple[tuple[str, np.dtype, tuple, int], ...] = ()
         #: The info and exact-extras observations of the answer just read (see :meth:`_tail`).
         self.hidden: tuple[pb.Tensor | None, pb.Tensor | None] = _NOTHING
         self.asked = {uid for uid in (INFO_UID, EXACT_UID) if uid in agent.requested}
@@ -165,6 +170,10 @@ class SteadyStep:
             array = _frombuffer(message[a:b], dtype)
             array.shape = shape
             named[name] = array
+        if self.region_slots:
+            regions = self.agent.connection.regions
+            for name, dtype, shape, offset in self.region_slots:
+                named[name] = regions.region.array(offset, dtype, shape, copy=regions.copy)
         return named
 
     def wrap(self, named: dict) -> tuple:
@@ -223,7 +232,7 @@ class SteadyStep:
             self.given_up = True
             return
         order = {name: i for i, name in enumerate(agent.last_observations)}   # the general path's order
-        if len(order) != len(slots):
+        if len(order) != len(slots) + len(self.region_slots):
             self.given_up = True
             return
         self.slots = tuple(sorted(slots, key=lambda slot: order.get(slot[0], -1)))
@@ -232,6 +241,10 @@ class SteadyStep:
             array = np.frombuffer(bytearray(raw[a:b]), dtype)
             array.shape = shape
             named[name] = array
+        regions = agent.connection.regions
+        for name, dtype, shape, offset in self.region_slots:
+            named[name] = regions.region.array(offset, dtype, shape)
+        named = {name: named[name] for name in sorted(named, key=lambda name: order.get(name, -1))}
         if not _same(named, agent.last_observations):
             self.given_up = True
             return
@@ -248,9 +261,18 @@ class SteadyStep:
         its info and exact-extras entries begin (they must come last; the end where the agent asks for them
         and none came; None where it asks for neither); ``Unexpected`` where the answer is not of a layout
         taken here."""
-        values, tail, _ = running_step(raw, self.asked)
+        regions = self.agent.connection.regions
+        refs = {} if regions.region is not None else None
+        values, tail, _ = running_step(raw, self.asked, refs)
         by_uid = self.agent.specs.observations.by_uid
         slots = [(by_uid[uid].name, a, b, dtype, shape, uid) for uid, dtype, shape, a, b in values]
+        region_slots = []
+        for uid, (dtype, shape, number, offset) in (refs or {}).items():    # as the general read checks them
+            asked = regions.reads.get(uid) if regions.reads is not None else None
+            if asked is None or number != 0 or asked[0] != offset or math.prod(shape) * dtype.itemsize > asked[1]:
+                raise Unexpected
+            region_slots.append((by_uid[uid].name, dtype, tuple(shape), offset))
+        self.region_slots = tuple(region_slots)
         return slots, len(raw) if tail is None and self.asked else tail
 
 

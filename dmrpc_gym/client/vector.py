@@ -27,6 +27,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
 from dmrpc_gym.client.fanout import RESTART, Batch
+from dmrpc_gym.client.shared_rows import SharedRows, rows_of
 
 __all__ = ["DmRpcVectorEnv", "batch_observations", "merge_infos", "seeds_for"]
 
@@ -34,21 +35,27 @@ __all__ = ["DmRpcVectorEnv", "batch_observations", "merge_infos", "seeds_for"]
 _ARRAY_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
 
 
-def batch_observations(space: gym.Space, items: Sequence[Any]) -> Any:
+def batch_observations(space: gym.Space, items: Sequence[Any], rows: dict[int, np.ndarray] | None = None) -> Any:
     """Stack single-env observations of ``space`` into fresh batched arrays (Dict/Tuple too).
 
     The same value as gymnasium's ``concatenate`` into ``create_empty_array``, with
-    a fast path for the array spaces.
+    a fast path for the array spaces. ``rows``: a shared region's ``[N, *shape]`` arrays
+    (:class:`~dmrpc_gym.client.shared_rows.SharedRows`): items that are their rows, in order,
+    come back as that array itself (a view: ``copy=False``).
 
     >>> batch_observations(gym.spaces.Dict({"x": gym.spaces.Discrete(3)}), [{"x": 1}, {"x": 2}])
     {'x': array([1, 2])}
     """
     if isinstance(space, _ARRAY_SPACES):
+        if rows:
+            view = rows_of(items, rows)
+            if view is not None and view.dtype == space.dtype:
+                return view
         return np.array(items, dtype=space.dtype)
     if isinstance(space, gym.spaces.Dict):
-        return {key: batch_observations(sub, [item[key] for item in items]) for key, sub in space.spaces.items()}
+        return {key: batch_observations(sub, [item[key] for item in items], rows) for key, sub in space.spaces.items()}
     if isinstance(space, gym.spaces.Tuple):
-        return tuple(batch_observations(sub, [item[j] for item in items]) for j, sub in enumerate(space.spaces))
+        return tuple(batch_observations(sub, [item[j] for item in items], rows) for j, sub in enumerate(space.spaces))
     return concatenate(space, items, create_empty_array(space, n=len(items), fn=np.empty))
 
 
@@ -133,6 +140,12 @@ class DmRpcVectorEnv(VectorEnv):
         batch_size: how many sub-envs :meth:`recv` returns (default: all of them).
         share_connections: the sub-envs of one server share one HTTP/2 connection, a stream
             each (default); False: a connection per sub-env.
+        shared_memory: with a dmrpc_gym server on the same host, large tensors travel through shared
+            memory (True, the default): one region for all sub-envs, each large observation one
+            ``[num_envs, *shape]`` array of it (:mod:`~dmrpc_gym.client.shared_rows`); False: in the messages.
+        copy: True (the default): the observations returned are arrays of the caller's own (one copy
+            out of the region); False: where the sub-envs share a region, views of it, valid until
+            the next step (as gymnasium's ``copy=False``; elsewhere a copy still).
         **env_kwargs: :class:`~dmrpc_gym.client.env.DmRpcEnv` arguments (``world_settings``,
             ``join_settings``, ``reset_settings``, ``observations``, ``actions``, ``nested``,
             ``reward``, ``discount``, ``seed_setting``, ``render_mode``, ``render_observation``,
@@ -168,10 +181,13 @@ class DmRpcVectorEnv(VectorEnv):
 
     def __init__(self, num_envs: int | None = None, address: str | Sequence[str] | None = None, *,
                  addresses: Sequence[str] | None = None, max_episode_steps: int | None = None,
-                 batch_size: int | None = None, **env_kwargs: Any):
+                 batch_size: int | None = None, copy: bool = True, **env_kwargs: Any):
         self._batch = Batch(num_envs, address, addresses=addresses, max_episode_steps=max_episode_steps,
                             **env_kwargs)
         batch = self._batch
+        self.copy = bool(copy)
+        self._shared = SharedRows(batch.envs)
+        self._rows = None if self.copy else self._shared.rows
         self.num_envs = batch.num_envs
         self.envs = batch.envs
         self.metadata = {**type(self).metadata, "render_fps": self.envs[0].metadata.get("render_fps")}
@@ -186,7 +202,7 @@ class DmRpcVectorEnv(VectorEnv):
             batch_size = self.num_envs
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
                 or not 1 <= batch_size <= self.num_envs:
-            self._batch.close()
+            self.close_extras()
             raise ValueError(f"batch_size must be within 1..num_envs ({self.num_envs}), got {batch_size!r}")
         self.batch_size = int(batch_size)
 
@@ -207,7 +223,7 @@ class DmRpcVectorEnv(VectorEnv):
             self._autoreset[i] = False
             merged.append((i, info))
         infos = merge_infos(merged, self.num_envs)
-        return batch_observations(self.single_observation_space, self._obs), infos
+        return batch_observations(self.single_observation_space, self._obs, self._rows), infos
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every sub-env; a sub-env that finished last step starts its next episode instead."""
@@ -266,7 +282,7 @@ class DmRpcVectorEnv(VectorEnv):
         terminated = np.array([r[2] for r in ordered], dtype=np.bool_)
         truncated = np.array([r[3] for r in ordered], dtype=np.bool_)
         infos = merge_infos(list(enumerate(r[4] for r in ordered)), len(ids))
-        return (batch_observations(self.single_observation_space, [r[0] for r in ordered]), rewards,
+        return (batch_observations(self.single_observation_space, [r[0] for r in ordered], self._rows), rewards,
                 terminated, truncated, infos, np.array(ids, dtype=np.int64))
 
     def render(self) -> tuple:
@@ -296,9 +312,10 @@ class DmRpcVectorEnv(VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self._batch.close()
+        self._shared.close()          # (views of it still held, by the caller or as the latest observations: kept)
 
     def __del__(self):
         try:
-            self._batch.close()
+            self.close_extras()
         except Exception:
             pass

@@ -15,11 +15,16 @@ from dmrpc_gym.protocol.dtypes import BY_DATA_TYPE, MEMORY
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = ["LARGE", "Unexpected", "read_varint", "fields", "parts", "read_tensor", "Decoded", "MEMORY_PAYLOADS", "SHAPE",
-           "OBSERVATIONS_FIELD", "map_entry", "running_step"]
+           "OBSERVATIONS_FIELD", "map_entry", "running_step", "REF", "Ref", "read_reference", "read_varints"]
 
 #: Tensors of this many payload bytes or more are read here, in place, not by protobuf.
 LARGE = 1 << 16
 SHAPE = 15                                  # Tensor ``shape``
+#: The field number of a reference into shared memory in a ``Tensor``, and of the targets in a ``StepRequest``
+#: (:mod:`~dmrpc_gym.protocol.region_refs`; a number dm_env_rpc does not use).
+REF = 4040
+#: A reference as read: ``(shape, data type, region, offset)``.
+Ref = tuple[tuple[int, ...], int, int, int]
 #: ``(payload field name, array)``: a Tensor decoded in place.
 Decoded = tuple[str, np.ndarray]
 #: Memory-kind payloads by field number (== DataType).
@@ -121,6 +126,39 @@ def read_tensor(buf: Any, pos: int, end: int) -> Decoded:
     return c.name, tensors.shaped(flat, shape or [], c.name)    # ValueError: the shape lies
 
 
+def read_varints(buf: Any, pos: int, end: int) -> list[int]:
+    """The packed varints of ``buf[pos:end]``; ``Unexpected`` where they do not end there."""
+    out = []
+    while pos < end:
+        value, pos = read_varint(buf, pos)
+        out.append(value)
+    if pos != end:
+        raise Unexpected
+    return out
+
+
+def read_reference(buf: Any, pos: int, end: int) -> Ref | None:
+    """The reference into shared memory in the Tensor ``buf[pos:end]`` (:mod:`~dmrpc_gym.protocol.region_refs`):
+    ``(shape, data type, region, offset)``; None where it holds none (a Tensor as dm_env_rpc has it)."""
+    shape, ref, other = (), None, False
+    for number, kind, _, stop, value in fields(buf, pos, end):
+        if number == REF and kind == 2:
+            ref = read_varints(buf, value, stop)
+        elif number == SHAPE and kind == 2:
+            shape = read_varints(buf, value, stop)
+        else:
+            other = True                 # a payload
+    if ref is None:
+        return None                      # an ordinary Tensor
+    if other:
+        raise ValueError("a tensor reference with a payload beside it")
+    if len(ref) != 3:
+        raise ValueError(f"a tensor reference holds 3 numbers (region, offset, data type), got {len(ref)}")
+    if any(d >= 1 << 63 for d in shape):
+        raise ValueError(f"a tensor reference's shape has a negative dimension: {shape}")
+    return tuple(shape), ref[2], ref[0], ref[1]
+
+
 def map_entry(buf: Any, pos: int, end: int) -> tuple[int, int, int]:
     """The entry of a ``map<uint64, Tensor>`` in ``buf[pos:end]``, as protobuf writes one (its key, then its
     value): ``(key, value start, value stop)``; else ``Unexpected``."""
@@ -130,11 +168,15 @@ def map_entry(buf: Any, pos: int, end: int) -> tuple[int, int, int]:
     return entry[0][4], entry[1][4], entry[1][3]
 
 
-def running_step(raw: Any, hidden: Any) -> tuple[list[tuple[int, np.dtype, tuple, int, int]], int | None, int]:
+def running_step(raw: Any, hidden: Any, refs: dict | None = None) -> tuple[list[tuple[int, np.dtype, tuple, int, int]],
+                                                                           int | None, int]:
     """A RUNNING step's answer (an EnvironmentResponse) of the layout the steady-state paths take: each
     observation's ``(uid, dtype, shape, start, stop)`` (its payload's bytes: one field of float32, float64,
     int8 or uint8), in order; where the entries of ``hidden`` UIDs (``info``, the exact extras) begin,
     which must come last (None: none came); and where the StepResponse begins. ``Unexpected`` otherwise.
+    ``refs``: a dict that takes the observations sent as references into shared memory
+    (:func:`read_reference`), ``uid -> (dtype, shape, region, offset)``, their entries left in place (else
+    a reference is ``Unexpected``).
 
     >>> from dmrpc_gym.protocol.large_tensors import Pieces, STEP_TAG
     >>> pieces = Pieces(OBSERVATIONS_FIELD)
@@ -160,6 +202,17 @@ def running_step(raw: Any, hidden: Any) -> tuple[list[tuple[int, np.dtype, tuple
             continue
         if tail is not None:                 # nothing after the hidden entries
             raise Unexpected
+        if refs is not None:
+            try:
+                ref = read_reference(raw, begin, end)
+            except ValueError:
+                raise Unexpected from None
+            if ref is not None:
+                c = MEMORY_PAYLOADS.get(ref[1])
+                if c is None or uid in refs:
+                    raise Unexpected
+                refs[uid] = np.dtype(c.wire), ref[0], ref[2], ref[3]
+                continue
         shape, (payload, a, b) = parts(raw, begin, end, MEMORY_PAYLOADS)
         inner = list(fields(raw, a, b))
         if payload not in _FIXED_WIDTH or len(inner) != 1 or inner[0][:2] != (1, 2):

@@ -89,11 +89,14 @@ class Pieces:
     map is written here).
     """
 
-    __slots__ = ("tag", "parts")
+    __slots__ = ("tag", "parts", "regions")
 
-    def __init__(self, map_field: int):
+    def __init__(self, map_field: int, regions: Any = None):
         self.tag = bytes(((map_field << 3) | 2,))
         self.parts: list[Any] = []    # bytes, and memoryviews of bytes
+        #: Shared memory (a :class:`~dmrpc_gym.transport.shared_memory.RegionLink`, active), or None: a tensor
+        #: of its ``threshold`` bytes or more that it ``place``\ s travels as a reference into its region.
+        self.regions = regions
 
     def __bool__(self) -> bool:
         return bool(self.parts)
@@ -101,6 +104,8 @@ class Pieces:
     def add(self, uid: int, value: Any, dtype: Any) -> None:
         """Append the map entry ``uid -> value`` (as :func:`~dmrpc_gym.protocol.tensors.pack` packs it)."""
         if type(value) is np.ndarray:
+            if self.regions is not None and value.nbytes >= self.regions.threshold and self._placed(uid, value, dtype):
+                return
             arr, c = tensors.prepare(value, dtype)
             if c.kind is MEMORY and arr.nbytes >= LARGE:
                 self._add_memory(uid, arr, c)
@@ -126,12 +131,23 @@ class Pieces:
 
     def take(self, uid: int, value: Any, dtype: Any) -> bool:
         """Whether ``value`` (the Tensor of ``uid``) is large, and so was added to the pieces."""
+        if type(value) is np.ndarray and self.regions is not None and value.nbytes >= self.regions.threshold \
+                and self._placed(uid, value, dtype):
+            return True
         if type(value) is np.ndarray and value.nbytes >= LARGE:
             arr, c = tensors.prepare(value, dtype)
             if c.kind is MEMORY:
                 self._add_memory(uid, arr, c)
                 return True
         return False
+
+    def _placed(self, uid: int, value: np.ndarray, dtype: Any) -> bool:
+        """Whether the shared memory took ``value`` (its reference then added)."""
+        ref = self.regions.place(uid, value, dtype)
+        if ref is None:
+            return False
+        self.add_bytes(uid, ref)
+        return True
 
     def _add_memory(self, uid: int, arr: np.ndarray, c: DataTypeInfo) -> None:
         """Append the map entry ``uid -> arr`` (already in ``c``'s wire dtype)."""

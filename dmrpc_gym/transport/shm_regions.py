@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 __all__ = ["RegionError", "Region", "Allocator", "Credentials", "peer_credentials", "check_peer", "listen",
-           "connect", "send_region", "receive_region", "MAX_REGION", "ALIGN", "HEADER"]
+           "connect", "send_region", "receive_region", "receive_announced", "MAX_REGION", "ALIGN", "HEADER"]
 
 #: The largest region accepted from a peer unless the receiver says otherwise (1 GiB).
 MAX_REGION = 1 << 30
@@ -155,6 +155,8 @@ class Region:
         if offset % dtype.alignment:
             raise RegionError(f"an array of {dtype} must start at a multiple of {dtype.alignment}, got offset {offset}")
         flat = np.frombuffer(self._map, dtype, count, offset).reshape(shape)
+        if dtype.kind == "b" and count and flat.view(np.uint8).max() > 1:
+            raise RegionError(f"the bools at offset {offset} hold bytes other than 0 and 1")
         return flat.copy() if copy else flat
 
     def write(self, offset: int, array: np.ndarray) -> None:
@@ -268,10 +270,11 @@ def check_peer(sock: socket.socket, uid: int | None = None) -> Credentials:
     return found
 
 
-def listen(backlog: int = 8) -> tuple[socket.socket, str]:
-    """A Unix socket listening in the abstract namespace under 128 random bits: ``(socket, name)``.
-    No file is made (nothing to clean up); whoever connects is checked with :func:`check_peer`."""
-    name = f"dmrpc_gym-{secrets.token_hex(16)}"
+def listen(backlog: int = 8, name: str | None = None) -> tuple[socket.socket, str]:
+    """A Unix socket listening in the abstract namespace under 128 random bits (or ``name``, which should hold
+    as many): ``(socket, name)``. No file is made (nothing to clean up); whoever connects is checked with
+    :func:`check_peer`."""
+    name = name or f"dmrpc_gym-{secrets.token_hex(16)}"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.bind("\0" + name)
@@ -294,15 +297,22 @@ def connect(name: str, timeout: float | None = 10.0) -> socket.socket:
     return sock
 
 
-def send_region(sock: socket.socket, region: Region) -> None:
-    """Announce ``region`` to the peer and pass it its descriptor (``SCM_RIGHTS``)."""
-    socket.send_fds(sock, [HEADER.pack(_MAGIC, _VERSION, region.size)], [region.fd])
+def send_region(sock: socket.socket, region: Region, prefix: bytes = b"") -> None:
+    """Announce ``region`` to the peer and pass it its descriptor (``SCM_RIGHTS``), after ``prefix`` (in the
+    same message: what :func:`receive_announced` reads before the announcement)."""
+    socket.send_fds(sock, [prefix + HEADER.pack(_MAGIC, _VERSION, region.size)], [region.fd])
 
 
 def receive_region(sock: socket.socket, max_size: int = MAX_REGION) -> Region:
     """The region the peer sent with :func:`send_region`, checked (``RegionError`` naming what was wrong);
     ``EOFError`` when the peer closed the connection instead."""
-    data, fds, flags, _ = socket.recv_fds(sock, HEADER.size, 4)
+    return receive_announced(sock, max_size)[1]
+
+
+def receive_announced(sock: socket.socket, max_size: int = MAX_REGION, prefix: int = 0) -> tuple[bytes, Region]:
+    """:func:`receive_region` of a region sent after ``prefix`` bytes: ``(those bytes, the region)``."""
+    data, fds, flags, _ = socket.recv_fds(sock, prefix + HEADER.size, 4)
+    head, data = data[:prefix], data[prefix:]
     extra = fds[1:]
     for fd in extra:
         os.close(fd)
@@ -310,10 +320,10 @@ def receive_region(sock: socket.socket, max_size: int = MAX_REGION) -> Region:
     try:
         if flags & socket.MSG_CTRUNC:
             raise RegionError("the peer sent more descriptors than a region announcement holds (one)")
-        if not data and fd is None:
+        if not head and not data and fd is None:
             raise EOFError("the peer closed the connection before announcing a region")
-        if len(data) != HEADER.size:
-            raise RegionError(f"a region announcement is {HEADER.size} bytes, got {len(data)}")
+        if len(head) != prefix or len(data) != HEADER.size:
+            raise RegionError(f"a region announcement is {prefix + HEADER.size} bytes, got {len(head) + len(data)}")
         magic, version, size = HEADER.unpack(data)
         if magic != _MAGIC or version != _VERSION:
             raise RegionError(f"a region announcement starts with {_MAGIC!r} version {_VERSION}, got "
@@ -328,4 +338,4 @@ def receive_region(sock: socket.socket, max_size: int = MAX_REGION) -> Region:
         if fd is not None:
             os.close(fd)
         raise
-    return Region.adopt(fd, size)
+    return head, Region.adopt(fd, size)

@@ -18,9 +18,9 @@ import threading
 from typing import Any, Callable, Sequence
 
 from dmrpc_gym.server.envs.factories import Factory
-from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, ConnectionLimits, GrpcProtocol, behind_tls, listen_unix,
-                                 parse_address, remove_socket_file, server_context, token_metadata, unix_address,
-                                 unix_path)
+from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, MAX_SHARED, ConnectionLimits, GrpcProtocol, SharedMemoryHost,
+                                 behind_tls, listen_unix, parse_address, remove_socket_file, server_context,
+                                 token_metadata, unix_address, unix_path)
 from dmrpc_gym.server.serving.health import Health
 from dmrpc_gym.server.worlds.registry import WorldRegistry
 from dmrpc_gym.server.serving.metrics import MetricsEndpoint, check_metrics_port
@@ -91,6 +91,10 @@ class Server:
             Needs prometheus-client (the ``metrics`` extra): ``ImportError`` naming it otherwise.
         metrics_host: the interface of the metrics port (None: the host of the first TCP address,
             else 127.0.0.1).
+        shared_memory: offer shared memory to our clients on the same host (True, the default): their
+            large tensors then travel through a region of theirs (:mod:`~dmrpc_gym.transport.shared_memory`);
+            False (``serve --no-shared-memory``): plain messages only.
+        max_shared_memory: the largest region one connection may give the server, in bytes (default 1 GiB).
 
     Beside ``Process`` it serves ``grpc.health.v1.Health`` and server reflection
     (:mod:`~dmrpc_gym.server.serving.reflection`); :meth:`drain` lets running episodes finish before it stops.
@@ -115,8 +119,13 @@ class Server:
                  limits: ConnectionLimits | None = None, max_worlds: int = 1024,
                  max_worlds_per_connection: int = 64, orphan_lifetime: float = 60.0,
                  health_without_token: bool = False, metrics_port: int | None = None,
-                 metrics_host: str | None = None):
-        check_metrics_port(metrics_port)       # before anything is built: a bad port, a missing package
+                 metrics_host: str | None = None, shared_memory: bool = True, max_shared_memory: int = MAX_SHARED):
+        check_metrics_port(metrics_port)
+        if isinstance(max_shared_memory, bool) or not isinstance(max_shared_memory, int) or max_shared_memory < 1:
+            raise ValueError(f"max_shared_memory must be a whole number of bytes >= 1, got {max_shared_memory!r}")
+        self._shared_memory = (bool(shared_memory), max_shared_memory)
+        #: The shared-memory offer (:class:`~dmrpc_gym.transport.SharedMemoryHost`) once started, or None.
+        self.shared_memory: SharedMemoryHost | None = None       # before anything is built: a bad port, a missing package
         self.factory = Factory(factory, kind=kind, render=render)
         self.workers = default_workers() if workers is None else workers
         self._pool = WorkerPool(self.workers, inline_below=inline_below)   # checks the numbers
@@ -227,12 +236,22 @@ class Server:
         stats.registry, stats.connections, stats.loop = registry, connections, loop
         stats.max_connections = self.limits.max_connections
 
-        methods = served_methods(registry, Health(registry), self._health_without_token)
+        headers = RESPONSE_HEADERS
+        if self._shared_memory[0]:
+            try:
+                self.shared_memory = SharedMemoryHost(self._shared_memory[1])
+            except (OSError, AttributeError) as err:     # no abstract Unix sockets here (not Linux)
+                log.warning("shared memory is not offered: %s", err)
+            else:
+                self.shared_memory.start(loop)
+                headers += (self.shared_memory.header,)
+        stats.shared_memory = self.shared_memory
+        methods = served_methods(registry, Health(registry), self._health_without_token, self.shared_memory)
 
         def grpc() -> GrpcProtocol:
             return GrpcProtocol(methods, connections, token=self._token,
                                 max_message_size=self._max_message, limits=self.limits,
-                                app_headers=RESPONSE_HEADERS, traffic=stats.traffic)
+                                app_headers=headers, traffic=stats.traffic)
         protocol = behind_tls(grpc, self._tls, self.limits.handshake_timeout)
         where = []
         for bind in self._binds:
@@ -283,6 +302,8 @@ class Server:
             finally:
                 if self._registry is not None:
                     self._registry.close()
+                if self.shared_memory is not None:
+                    self.shared_memory.close()
                 # Let the streams' tasks unwind before the loop stops (else grpc
                 # reports each coroutine closed under it).
                 tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]

@@ -22,13 +22,15 @@ from dmrpc_gym.server.serving.health import Health, health_methods
 from dmrpc_gym.server.serving.reflection import reflection_methods
 from dmrpc_gym.server.worlds.registry import WorldRegistry
 from dmrpc_gym.server.serving.session import Session
-from dmrpc_gym.transport import Method
+from dmrpc_gym.transport import Method, SharedMemoryHost
 
 __all__ = ["served_methods"]
 
 
-def served_methods(registry: WorldRegistry, health: Health, health_without_token: bool = False) -> dict[str, Method]:
+def served_methods(registry: WorldRegistry, health: Health, health_without_token: bool = False,
+                   shared_memory: SharedMemoryHost | None = None) -> dict[str, Method]:
     """The server's method table: ``Process`` (a :class:`~dmrpc_gym.server.serving.session.Session` per
-    stream), health (without the token if ``health_without_token``) and reflection."""
-    return {METHOD_PATH: Method(lambda headers: Session(registry, headers)),
+    stream, offered ``shared_memory`` where given), health (without the token if ``health_without_token``)
+    and reflection."""
+    return {METHOD_PATH: Method(lambda headers: Session(registry, headers, shared_memory)),
             **health_methods(health, health_without_token), **reflection_methods()}

@@ -45,7 +45,7 @@ from dmrpc_gym.server.worlds.registry import WorldRegistry
 from dmrpc_gym.server.serving.stats import STATUS_PROPERTY
 from dmrpc_gym.server.serving.steady import SteadyServe
 from dmrpc_gym.protocol.wire import pb
-from dmrpc_gym.transport import StreamError
+from dmrpc_gym.transport import RegionLink, SharedMemoryHost, StreamError
 
 __all__ = ["Session"]
 
@@ -77,8 +77,12 @@ class Session:
     'step needs a joined world: send JoinWorldRequest first'
     """
 
-    def __init__(self, registry: WorldRegistry, headers: Mapping[str, str] | None = None):
+    def __init__(self, registry: WorldRegistry, headers: Mapping[str, str] | None = None,
+                 shared_memory: SharedMemoryHost | None = None):
         self.registry = registry
+        #: The stream's shared memory, where the server offers it and the client asked (:mod:`~dmrpc_gym.transport.shared_memory`).
+        self._shared = shared_memory
+        self.regions: RegionLink | None = None if shared_memory is None else shared_memory.link(headers or {})
         #: The render_mode a dmrpc_gym client named in its request headers (None: a foreign client).
         self.render_asked = (headers or {}).get(RENDER_METADATA)
         #: The world settings a dmrpc_gym client was given as Python lists (protocol.fidelity.lists_header).
@@ -102,9 +106,14 @@ class Session:
         are read in place (:func:`~dmrpc_gym.protocol.large_tensors.split`).
         """
         try:                                # (a steady answer was asked for once by the transport: none came)
-            large = None
+            large, asked = None, raw             # (asked: the request as it came, targets and all)
+            regions = self.regions
+            if regions is not None and regions.region is not None:    # references into the region: copied out
+                raw, large = regions.resolve(raw, large_tensors.ACTIONS)
+                large = large or None
             if len(raw) >= large_tensors.LARGE:
-                raw, large = large_tensors.split(raw, large_tensors.ACTIONS, large_tensors.NO_SPECS if self.agent is None else self.agent.specs)
+                raw, found = large_tensors.split(raw, large_tensors.ACTIONS, large_tensors.NO_SPECS if self.agent is None else self.agent.specs)
+                large = {**large, **found} if large else found
             request = _parse(raw)
         except Exception as exc:  # noqa: BLE001 - any parse failure is the client's
             return error_response(status.code(grpc.StatusCode.INVALID_ARGUMENT),
@@ -118,12 +127,14 @@ class Session:
                 if agent is None:
                     raise status.failed_precondition("step needs a joined world: send JoinWorldRequest first")
                 out = StepAnswer()
+                if regions is not None and regions.writes:       # the large observations: into the region
+                    out.regions = regions
                 lane = agent.lane
                 spent, start = lane.spent, perf_counter()
                 await agent.step(request.step, out, large)
                 agent.world.counts.record(perf_counter() - start, lane.spent - spent)
                 if self.steady is not None and large is None:   # its layout, for the steady path
-                    return self._steady.learn(raw, request.step, out.message())
+                    return self._steady.learn(asked, request.step, out.message())
                 return out.message()
             handler = self._handlers.get(which)
             if handler is None:
@@ -167,7 +178,7 @@ class Session:
                 f"send LeaveWorld first (one world per connection)")
         world = await self.registry.get(request.world_name, self.render_asked)
         self.agent = await world.join(request.settings, self.render_asked)
-        self._steady = SteadyServe.of(self.agent, self._failure)
+        self._steady = SteadyServe.of(self.agent, self._failure, self.regions)
         self.steady = None if self._steady is None else self._steady.answer
         log.info("joined world %r%s", world.name, f" as {self.agent.name!r}" if hasattr(self.agent, "name") else "")
         response.join_world.specs.CopyFrom(self.agent.specs)
@@ -231,3 +242,5 @@ class Session:
             log.exception("leaving the world of a closed stream failed")
         self.registry.creator_left(self)
         self.registry.watches.end(self)
+        if self._shared is not None:
+            self._shared.drop(self.regions)

@@ -116,6 +116,7 @@ class ServerStats:
         self.connections: Iterable[Any] = ()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.max_connections: int | None = None
+        self.shared_memory: Any = None           # the server's SharedMemoryHost, where it offers shared memory
 
     # -- counting (on the event loop) ------------------------------------------------------
     def world_made(self, counts: WorldCounts) -> None:
@@ -181,6 +182,7 @@ class ServerStats:
             "bytes_in": traffic.bytes_in, "bytes_out": traffic.bytes_out,
             "limits": {"max_worlds": registry.max_worlds if registry is not None else None,
                        "max_connections": self.max_connections},
+            "shared_memory": self._shared_memory(),
             "totals": self.totals(), "errors": errors, "refused": dict(traffic.refused),
             "worlds": [_world(world, now) for world in (registry.worlds() if registry is not None else ())],
         }
@@ -188,6 +190,14 @@ class ServerStats:
             document["histograms"] = {"buckets": list(BUCKETS), "kinds": {
                 kind: {"env": list(t.env), "server": list(t.server)} for kind, t in self.timings.items()}}
         return document
+
+    def _shared_memory(self) -> dict[str, Any]:
+        """Whether shared memory is offered, and how many streams use it (and their regions' bytes)."""
+        host = self.shared_memory
+        if host is None:
+            return {"offered": False, "streams": 0, "bytes": 0}
+        streams, size = host.in_use()
+        return {"offered": True, "streams": streams, "bytes": size}
 
     def read(self, histograms: bool = False, timeout: float = _READ_WAIT) -> dict[str, Any]:
         """:meth:`snapshot` from any thread: taken on the server's event loop, where the numbers

@@ -17,7 +17,10 @@ What it assumes (anything else declines before anything is done, and the general
 - the request: small, read by protobuf (no large actions), seen before with an action that is an
   immutable scalar (a Discrete's numpy integer, a Python number), no frame asked for;
 - the answer: its layout learned (a running step, observations of float32, float64, int8 or uint8 and a
-  DOUBLE reward; ``info`` and the exact extras, where asked for, last) and its size within ``room``.
+  DOUBLE reward; ``info`` and the exact extras, where asked for, last) and its size within ``room``;
+  observations the request asked for in shared memory (:mod:`~dmrpc_gym.transport.shared_memory`) are written
+  there, at the targets of the request the layout was learned from (part of its bytes), their references
+  being fixed bytes of the layout.
   An ``info`` is written by the general path's info encoder and goes at the end, the envelope's length
   grown by its size.
 
@@ -66,11 +69,13 @@ class _Layout:
     the other pieces and slots, and the entry. ``pieces[0]`` has the length of an answer without one.
     """
 
-    __slots__ = ("pieces", "slots", "size", "whole", "info", "body", "first")
+    __slots__ = ("pieces", "slots", "size", "whole", "info", "body", "first", "regions")
 
     def __init__(self, pieces: list[bytes], slots: list[tuple], whole: str | None, info: bool, first: bytes,
-                 body: int):
+                 body: int, regions: tuple = ()):
         self.pieces, self.slots = pieces, tuple(slots)
+        #: Observations written into shared memory: ``(name, dtype, shape, offset)``.
+        self.regions = regions
         #: The observation's one array, where an ndarray observation is it as it is (ValueCodec.whole).
         self.whole = whole
         self.info, self.body, self.first = info, body, first
@@ -90,19 +95,20 @@ class SteadyServe:
     (dtype('float32'), False)
     """
 
-    def __init__(self, agent: GymAgent, failure: Callable[[str, Exception], bytes]):
+    def __init__(self, agent: GymAgent, failure: Callable[[str, Exception], bytes], regions: Any = None):
         self.agent, self.failure = agent, failure
+        self.regions = regions               # the stream's shared memory (a RegionLink), or None
         self.interface = agent.interface
         self.kinds = bool(len(agent.interface.scalar_kinds))   # (scalar leaves: their kinds may need saying)
         self.requests: dict[bytes, tuple] = {}       # request bytes -> (action, plan, layout)
         self.layouts: dict[Any, _Layout | None] = {}  # plan -> the answer's layout (None: none fits)
 
     @classmethod
-    def of(cls, agent: Any, failure: Callable[[str, Exception], bytes]) -> SteadyServe | None:
+    def of(cls, agent: Any, failure: Callable[[str, Exception], bytes], regions: Any = None) -> SteadyServe | None:
         """The steady path of ``agent`` (None for agents other than a GymAgent's, or with the switch off)."""
         if type(agent) is not GymAgent or os.environ.get(STEADY_STEP_ENV, "1") == "0":
             return None
-        return cls(agent, failure)
+        return cls(agent, failure, regions)
 
     # -- an answer ------------------------------------------------------------------------------
     def answer(self, raw: bytes, room: int) -> bytes | None:
@@ -166,6 +172,13 @@ class SteadyServe:
             if array.dtype != dtype or array.shape != shape:
                 return None
             filled += (array.tobytes(), piece)
+        if layout.regions:
+            region = self.regions.region if self.regions is not None else None
+            for name, dtype, shape, offset in layout.regions:
+                array = flat.get(name)
+                if region is None or array is None or array.dtype != dtype or array.shape != shape:
+                    return None
+                region.write(offset, array)
         if tail:                                 # the envelope's length grows by the tail's
             filled[0] = STEP_TAG + varint(layout.body + len(tail)) + layout.first
             filled.append(tail)
@@ -197,9 +210,11 @@ class SteadyServe:
             return message
         if not isinstance(action, _IMMUTABLE) or plan.rgb:
             return message
-        if plan not in self.layouts:
-            self.layouts[plan] = self._layout(plan, b"".join(message))
-        layout = self.layouts[plan]
+        targets = self.regions.writes if self.regions is not None else None
+        key = (plan, tuple(targets.items())) if targets else plan      # (the answer's references: where they lie)
+        if key not in self.layouts:
+            self.layouts[key] = self._layout(plan, b"".join(message))
+        layout = self.layouts[key]
         if layout is not None:
             self.requests[raw] = (action, plan, layout)
         return message
@@ -208,7 +223,7 @@ class SteadyServe:
         """The layout of ``answer`` (a running step of ``plan``), if it is one taken here and filling it with
         this step's values (and its own ``info`` entry) gives the very bytes; else None."""
         try:
-            cuts, end, body_start = self._slots(plan, answer)
+            cuts, end, body_start, regions = self._slots(plan, answer)
         except (Unexpected, KeyError, ValueError):
             return None
         pieces, at, slots, reward = [], body_start, [], 0.0
@@ -222,8 +237,9 @@ class SteadyServe:
         first, body = pieces[0], end - body_start
         pieces[0] = STEP_TAG + varint(body) + first        # the envelope of an answer without info
         whole = self.interface.obs_codec.whole if plan.env else None
-        layout = _Layout(pieces, slots, whole if [s[0] for s in slots if s[0]] == [whole] else None,
-                         any(item[1] == KIND_INFO for item in plan.items), first, body)
+        named = [s[0] for s in slots if s[0]] + [r[0] for r in regions]
+        layout = _Layout(pieces, slots, whole if named == [whole] else None,
+                         any(item[1] == KIND_INFO for item in plan.items), first, body, regions)
         try:
             rebuilt = self._filled(plan, layout, self.agent.observation, reward, answer[end:])
         except Exception:  # noqa: BLE001 - an observation this path cannot write: the general path's
@@ -238,7 +254,15 @@ class SteadyServe:
         if hidden != sorted(hidden):                        # info and the extras asked for last
             raise Unexpected
         items = {uid: (kind, name, dt) for uid, kind, name, dt in plan.items}
-        values, tail, body_start = running_step(answer, {uid for uid, kind, *_ in plan.items if kind in _HIDDEN})
+        refs = {} if self.regions is not None and self.regions.region is not None else None
+        values, tail, body_start = running_step(answer, {uid for uid, kind, *_ in plan.items if kind in _HIDDEN}, refs)
+        targets = self.regions.writes if refs else {}
+        regions = []
+        for uid, (dtype, shape, number, offset) in (refs or {}).items():   # written there: as the general path did
+            kind, name, _ = items[uid]
+            if kind != KIND_ENV or number != 0 or targets.get(uid, (None,))[0] != offset:
+                raise Unexpected
+            regions.append((name, dtype, shape, offset))
         cuts = []
         for uid, dtype, shape, a, b in values:
             kind, name, dt = items[uid]
@@ -248,4 +272,4 @@ class SteadyServe:
                 cuts.append((a, b, (_REWARD_SLOT, None, None)))
             elif kind != KIND_DISCOUNT or dt != pb.DOUBLE:
                 raise Unexpected
-        return cuts, len(answer) if tail is None else tail, body_start
+        return cuts, len(answer) if tail is None else tail, body_start, tuple(regions)
