@@ -21,6 +21,7 @@ from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, END_HEADERS, EN
                                         PADDED, PING, PREFACE, PUSH_PROMISE, RST_STREAM, SETTINGS, U32, WINDOW_UPDATE,
                                         ProtocolError, frame, grpc_frame, read_head)
 from dmrpc_gym.transport.limits import ConnectionLimits
+from dmrpc_gym.transport.flow import SETTINGS_ACK
 from dmrpc_gym.transport.server.state import Http1Request, ServerState, StreamRefused
 from dmrpc_gym.transport.stream_states import Inbound, Outbound, rfc_state
 from dmrpc_gym.transport.windows import Window
@@ -48,7 +49,7 @@ def _frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
 
 def _server(now: float = 0.0, **limits) -> ServerState:
     state = ServerState(ConnectionLimits(**limits), max_message=1 << 20, now=now)
-    assert list(state.receive(PREFACE, now)) == [] and state.preface
+    assert list(state.receive(PREFACE, now)) == [] and state.started
     state.data_to_send()                           # our SETTINGS (see the first test)
     return state
 
@@ -66,8 +67,8 @@ def _events(state: ServerState, data: bytes, now: float = 0.0) -> list:
 # -- the server's state -----------------------------------------------------------------------------
 def test_the_preface_owes_our_settings_and_window_and_http1_is_told_apart():
     state = ServerState(ConnectionLimits(max_streams=7), max_message=1 << 20, now=0.0)
-    assert _events(state, PREFACE[:10]) == [] and not state.preface and state.data_to_send() == b""
-    assert _events(state, PREFACE[10:]) == [] and state.preface
+    assert _events(state, PREFACE[:10]) == [] and not state.started and state.data_to_send() == b""
+    assert _events(state, PREFACE[10:]) == [] and state.started
     kinds = [(kind, sid) for kind, _, sid, _ in _frames(state.data_to_send())]
     assert kinds == [(SETTINGS, 0), (WINDOW_UPDATE, 0)] and state.data_to_send() == b""
     http1 = ServerState(ConnectionLimits(), max_message=1 << 20, now=0.0)
@@ -261,13 +262,45 @@ def test_the_client_credits_what_it_receives_once_half_its_window_is_in():
     assert (stream.recv.size, stream.recv.credit) == (1000, 0)
 
 
-def test_the_client_reads_a_large_data_frame_in_place_and_admits_it_whole_at_its_end():
+def _started_client(**kwargs) -> ClientState:
+    """A client's state past the server's first SETTINGS (what its handshake takes)."""
+    state = ClientState(**kwargs)
+    assert [type(e) for e in state.receive(frame(SETTINGS, 0, 0, b""))] == [SettingsChanged] and state.started
+    state.data_to_send()
+    return state
+
+
+def test_the_client_takes_any_chunks_and_gives_the_events_of_every_whole_frame_in_them():
     state = ClientState()
+    pings = [frame(PING, 0, 0, bytes([i]) * 8) for i in range(3)]
+    data = frame(SETTINGS, 0, 0, b"") + b"".join(pings) + frame(PING, 1, 0, b"abcdefgh")
+    for size in (1, 5, 9, 17, 40, len(data)):
+        state, events = ClientState(), []
+        for at in range(0, len(data), size):
+            events += list(state.receive(data[at:at + size]))
+        assert [type(e) for e in events] == [SettingsChanged, PingAcked] and state.frames == 5 and not state.buf
+        assert state.data_to_send() == SETTINGS_ACK + b"".join(frame(PING, 1, 0, bytes([i]) * 8) for i in range(3))
+
+
+def test_the_client_handshake_takes_the_settings_alone_and_checks_they_come_first():
+    state = ClientState()
+    rest = frame(PING, 0, 0, b"12345678")
+    assert [type(e) for e in state.receive(frame(SETTINGS, 0, 0, b"") + rest, one=True)] == [SettingsChanged]
+    assert bytes(state.buf) == rest and state.ready()       # what follows the SETTINGS waits
+    with pytest.raises(ConnectionError, match="speaks HTTP/1.x"):
+        list(ClientState().receive(b"HTTP/1.1 400 Bad Request\r\n"))
+    with pytest.raises(ProtocolError, match="first frame is of type 6, not SETTINGS"):
+        list(ClientState().receive(rest))
+    assert list(ClientState().receive(frame(SETTINGS, 0, 0, b"")[:8])) == []     # not 9 bytes yet: it waits
+
+
+def test_the_client_reads_a_large_data_frame_in_place_and_admits_it_whole_at_its_end():
+    state = _started_client()
     stream = state.streams[1] = _Stream(1, recv=1 << 30)
     body = bytes(IN_PLACE * 2)
     data = frame(DATA, END_STREAM, 1, body)
     state.buf += data[:1000]
-    assert state.need() == 0                                  # the rest is to be read in place
+    assert state.ready()                                      # the rest is to be read in place
     (first,) = [Data(e.stream, e.flags, bytes(e.data)) for e in state.receive()]
     assert first.stream is stream and first.data == body[:991] and not first.flags & END_STREAM
     assert state.part == [stream, END_STREAM, len(body), len(body) - 991] and not state.buf
@@ -275,14 +308,15 @@ def test_the_client_reads_a_large_data_frame_in_place_and_admits_it_whole_at_its
     assert state.part_read(100) is None and state.part[3] == 100
     end = state.part_read(0)
     assert type(end) is Data and end.flags == END_STREAM and end.data == b"" and state.part is None
-    assert stream.recv.size == (1 << 30) - len(body) and state.frames == 1
+    assert stream.recv.size == (1 << 30) - len(body) and state.frames == 2      # (after the SETTINGS)
     small = frame(DATA, 0, 1, b"x" * 100)
     state.buf += small[:50]
-    assert state.need() == len(small) and list(state.receive()) == []   # a small frame waits to be whole
+    assert not state.ready() and list(state.receive()) == []   # a small frame waits to be whole
+    assert bytes(state.buf) == small[:50]
 
 
 def test_the_client_takes_data_by_its_stream_credits_a_closed_one_and_refuses_stream_0():
-    state = ClientState(threshold=10)
+    state = _started_client(threshold=10)
     stream = state.streams[1] = _Stream(1)
     state.next_id = 5
     state.buf += frame(DATA, PADDED, 1, b"\x02ab\x00\x00") + frame(DATA, 0, 3, b"z" * 20)
@@ -290,7 +324,7 @@ def test_the_client_takes_data_by_its_stream_credits_a_closed_one_and_refuses_st
     assert [(type(e), e.data) for e in events] == [(Data, b"ab")]   # stream 3: closed, its bytes dropped
     owed = _frames(state.data_to_send())
     assert [(kind, sid) for kind, _, sid, _ in owed] == [(WINDOW_UPDATE, 0)]   # the connection's credit: 25
-    assert U32.unpack(owed[0][3])[0] == 25 and stream.recv.credit == 5 and state.frames == 2
+    assert U32.unpack(owed[0][3])[0] == 25 and stream.recv.credit == 5 and state.frames == 3   # (SETTINGS first)
     state.buf += frame(DATA, 0, 0, b"x")
     with pytest.raises(ProtocolError, match="a DATA frame on stream 0"):
         list(state.receive())

@@ -91,10 +91,8 @@ class ControlFrames:
         An HTTP/1.x server (its answer starts ``HTTP/``) is a ``ConnectionError`` at once.
         """
         self._begin()
-        self._fill(9)
-        self.state.check_first_frame()
         while not self._settled:
-            self._read_frame()
+            self._read_frame(one=True)      # the SETTINGS (checked: the state's start); what follows them waits
         self._end_call()
 
     def _check_header_list(self, headers: list[tuple[str, str]]) -> None:
