@@ -25,13 +25,15 @@ taken, a header block decoded).
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
+
+import hpack
 
 from dmrpc_gym.transport.flow import SETTINGS_ACK, Flow, StreamReset
 from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_WINDOW, END_STREAM, FRAME_SIZE_ERROR,
                                         GOAWAY, HEADERS, IN_PLACE, MAX_WINDOW, PADDED, PING, PROTOCOL_ERROR,
                                         PUSH_PROMISE, RST_STREAM, SETTINGS, U32, WINDOW_UPDATE, ProtocolError,
-                                        check_frame, ping_frame, read_head)
+                                        check_frame, header_frames, ping_frame, read_head)
 from dmrpc_gym.transport.headers import HeaderBlock
 
 __all__ = ["ConnectionState", "Event", "Headers", "Data", "PeerReset", "ResetOwed", "WindowsOpened",
@@ -126,7 +128,8 @@ class ConnectionState(Flow):
     (how a stall is told, and what tests compare between paths).
     """
 
-    __slots__ = ("streams", "frames", "blocks", "headers_in", "decoder", "outbox", "buf", "part", "started", "now")
+    __slots__ = ("streams", "frames", "blocks", "headers_in", "decoder", "encoder", "outbox", "buf", "part",
+                 "started", "now")
 
     #: The largest frame this end accepts (what it advertises; here, the largest there is).
     MAX_FRAME_IN = (1 << 24) - 1
@@ -139,6 +142,7 @@ class ConnectionState(Flow):
         self.blocks = 0
         self.headers_in = headers_in if headers_in is not None else HeaderBlock()
         self.decoder = self.headers_in.decoder()
+        self.encoder = hpack.Encoder()  # our header blocks (its table sized by the peer's SETTINGS)
         self.outbox: list[bytes] = []
         self.buf = bytearray()          # what was received and is not a whole frame yet
         #: A large DATA frame whose payload goes straight into its message, not through :attr:`buf`:
@@ -247,13 +251,10 @@ class ConnectionState(Flow):
             yield stream
         elif stream is None:
             pass                                   # dropped, and credited when admitted
-        elif self.streams.get(stream.id) is stream:
-            if n:
-                event = Data(stream, flags if not left else flags & ~END_STREAM, view[:n])
-                yield event
-                _release(event)
-        else:                                      # ended meanwhile: what it held is given back
-            self.part_lost(n)
+        elif n and self.streams.get(stream.id) is stream:    # (ended meanwhile: its bytes dropped)
+            event = Data(stream, flags if not left else flags & ~END_STREAM, view[:n])
+            yield event
+            _release(event)
         if not left:
             self.part_done(stream, length)
         return view[n:]
@@ -278,6 +279,16 @@ class ConnectionState(Flow):
         owed = self.consumed(n)
         if owed:
             self.outbox.append(owed)
+
+    # -- bytes out --------------------------------------------------------------------------------------
+    def frame_headers(self, sid: int, fields: Sequence[tuple[str, str]], end_stream: bool = False,
+                      huffman: bool = True) -> bytes:
+        """Frame a header block (request or response headers, trailers with ``end_stream``): ``fields``
+        HPACK-encoded by the connection's encoder, in a HEADERS frame and as many CONTINUATION frames as
+        the peer's SETTINGS_MAX_FRAME_SIZE needs; the bytes to send, in this order (the encoder's table
+        follows what it encoded)."""
+        block = self.encoder.encode(fields, huffman=huffman)
+        return header_frames(sid, END_STREAM if end_stream else 0, block, self.peer.max_frame)
 
     def data_to_send(self) -> bytes:
         """The bytes the state owes the peer (acknowledgements, WINDOW_UPDATEs), taken: b"" when none."""
@@ -305,6 +316,7 @@ class ConnectionState(Flow):
             if flags & ACK:
                 return None
             self.peer.apply(payload, list(self.streams.values()))
+            self.encoder.header_table_size = self.peer.header_table
             self.outbox.append(SETTINGS_ACK)
             return _SETTINGS_CHANGED
         if kind == WINDOW_UPDATE:
@@ -356,9 +368,6 @@ class ConnectionState(Flow):
 
     def part_done(self, stream: Any, length: int) -> None:
         """The large DATA frame read straight into its message is whole (``stream`` as admitted)."""
-
-    def part_lost(self, n: int) -> None:
-        """``n`` bytes of a large DATA frame whose stream ended meanwhile were dropped."""
 
     def opening(self, sid: int) -> None:
         """A header frame on ``sid`` is about to be taken: ``ProtocolError`` where this end forbids it."""

@@ -105,12 +105,28 @@ def test_a_frame_begun_waits_in_the_state_and_a_large_one_is_given_in_pieces():
     assert state.unfinished() == ("frame", 1)
 
 
+def test_the_stream_holds_what_was_admitted_until_consumed_or_released():
+    state = _server()
+    stream = state.streams[1] = _Stream(1, recv=1 << 22)
+    request = grpc_frame(bytes(IN_PLACE * 2), 1)
+    _events(state, request[:1000])                 # a large frame begun: admitted, and held, whole
+    assert stream.held == len(request) - 9 and state.part is not None
+    del state.streams[1]                           # the stream ended meanwhile: the rest is dropped
+    assert _events(state, request[1000:]) == [] and state.part is None and state.frames == 1
+    state.consume(stream, 100)
+    assert stream.held == len(request) - 109
+    state.release(stream)                          # what it held comes back to the connection
+    assert stream.held == 0 and state.recv.credit == len(request) - 9      # all of it, once: under the threshold
+    assert state.data_to_send() == b""
+
+
 def test_padding_is_consumed_at_once_and_the_credit_comes_back_past_the_threshold():
     state = _server()
     stream = state.streams[1] = _Stream(1, recv=state.window)
     padded = frame(DATA, PADDED, 1, b"\x03" + b"abc" + b"\x00" * 3)
     (data,) = _events(state, padded)
     assert data.data == b"abc" and state.recv.credit == 4 and stream.recv.credit == 4   # pad length byte + pad
+    assert stream.held == 3                       # what the session has to consume: the payload, not its padding
     state.consume(stream, state.threshold)
     owed = _frames(state.data_to_send())
     assert [(kind, sid) for kind, _, sid, _ in owed] == [(WINDOW_UPDATE, 0), (WINDOW_UPDATE, 1)]
@@ -358,3 +374,23 @@ def test_the_io_classes_leave_the_frames_to_their_state():
         source = (transport / name).read_text()
         assert not any(decoder in source for decoder in ("read_head", "check_frame", "parse_settings",
                                                           "from_bytes")), name
+
+
+# -- framing header blocks (the state's HPACK encoder) ------------------------------------------------
+def test_both_ends_frame_their_header_blocks_by_the_peers_settings():
+    server = ServerState(ConnectionLimits(), max_message=1 << 20, now=0.0)
+    fields = [(":status", "200"), ("x-long", "v" * 40000)]
+    raw = server.frame_headers(1, fields, end_stream=True)
+    frames = _frames(raw)
+    assert [kind for kind, *_ in frames] == [HEADERS, CONTINUATION, CONTINUATION]     # 16384 a frame, by default
+    assert frames[0][1] & END_STREAM and not frames[0][1] & END_HEADERS and frames[-1][1] & END_HEADERS
+    assert hpack.Decoder().decode(b"".join(p for *_, p in frames)) == fields
+    client = ClientState()
+    settings = struct.pack(">HL", 1, 0) + struct.pack(">HL", 5, 1 << 20) + struct.pack(">HL", 6, 100)
+    list(client.receive(frame(SETTINGS, 0, 0, settings)))       # table 0, frames of 1 MiB, lists of 100 bytes
+    assert client.encoder.header_table_size == 0
+    sid, opening = client.frame_request([(":path", "/x")])
+    assert (sid, client.next_id) == (1, 3) and [k for k, *_ in _frames(opening)] == [HEADERS]
+    with pytest.raises(ValueError, match="SETTINGS_MAX_HEADER_LIST_SIZE of 100"):
+        client.frame_request([("x", "y" * 100)])
+    assert client.next_id == 3                                  # no id taken by a refused request

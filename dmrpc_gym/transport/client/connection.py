@@ -28,15 +28,13 @@ import threading
 import time
 from typing import Iterator
 
-import hpack
-
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.client import interrupts
 from dmrpc_gym.transport.connection_state import (Data, GoAway, Headers, PeerReset, PingAcked, ResetOwed,
                                                   SettingsChanged, WindowsOpened)
 from dmrpc_gym.transport.frames import (DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM, GATHER_SECONDS,
                                         MAX_WINDOW, PREFACE, SETTING_FRAME, SETTING_PUSH, SETTING_WINDOW, ProtocolError,
-                                        frame, grpc_frame, header_frames, settings_frame, window_update_frame)
+                                        frame, grpc_frame, settings_frame, window_update_frame)
 from dmrpc_gym.transport.client.state import CREDIT_AT, ClientState
 from dmrpc_gym.transport.stream_states import Outbound
 from dmrpc_gym.transport.client.clock import CallClock
@@ -78,7 +76,6 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
         self._members = threading.Lock()         # guards streams and closed, for close_stream without lock
         self._rbuf = bytearray(RECV_CHUNK)
         self._rview = memoryview(self._rbuf)
-        self._encoder = hpack.Encoder()
         #: The connection's I/O-free state (:class:`~dmrpc_gym.transport.client.state.ClientState`): the
         #: server's settings, the windows both ways and the credit given back once half our window is
         #: received, the stream table, the header block being received, the ACKs owed.
@@ -118,12 +115,11 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
             if compression:
                 headers.append(("grpc-encoding", compression))
             headers += [(k.lower(), v) for k, v in metadata]
-            self._check_header_list(headers)
             state = self.state
-            stream = GrpcStream(self, state.next_id, compression, max_message_size, state.peer.initial_window)
-            state.next_id += 2
-            try:     # before the server's SETTINGS arrive its frame limit is the default 16384
-                self.send(header_frames(stream.id, 0, self._encoder.encode(headers), self.state.peer.max_frame))
+            sid, opening = state.frame_request(headers)
+            stream = GrpcStream(self, sid, compression, max_message_size, state.peer.initial_window)
+            try:
+                self.send(opening)
             except OSError as err:
                 self._dead = err
                 raise ConnectionError(f"the connection was lost as a stream opened: {err}") from None

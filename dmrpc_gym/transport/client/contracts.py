@@ -18,8 +18,6 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Callable, Protocol
 
-import hpack
-
 from dmrpc_gym.transport.client.state import ClientState
 from dmrpc_gym.transport.frames import ProtocolError
 from dmrpc_gym.transport.headers import HeaderBlock
@@ -36,7 +34,6 @@ class ControlHost(Protocol):
     streams: dict[int, GrpcStream]
     _sock: socket.socket
     _dead: Exception | None
-    _encoder: hpack.Encoder
     _goaway: str | None
     state: ClientState
     _ping_every: float | None

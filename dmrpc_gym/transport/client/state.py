@@ -49,6 +49,21 @@ class ClientState(ConnectionState):
         super().__init__(MAX_WINDOW, CREDIT_AT if threshold is None else threshold)
         self.next_id = 1
 
+    def frame_request(self, fields: list[tuple[str, str]]) -> tuple[int, bytes]:
+        """Open the next stream: its id and its request headers framed (HEADERS, CONTINUATION as the
+        server's frame size needs: before its SETTINGS, the default 16384). ``ValueError`` for headers past
+        the server's SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 6.5.2: names and values plus 32 bytes each),
+        as gRPC's clients refuse them, instead of a stream the server ends (no id is taken then)."""
+        limit = self.peer.max_header_list
+        if limit is not None:
+            size = sum(len(k) + len(v.encode() if isinstance(v, str) else v) + 32 for k, v in fields)
+            if size > limit:
+                raise ValueError(f"the request's headers (metadata= and the token included) are {size} bytes, "
+                                 f"more than the server's SETTINGS_MAX_HEADER_LIST_SIZE of {limit}: send less metadata")
+        sid = self.next_id
+        self.next_id += 2
+        return sid, self.frame_headers(sid, fields)
+
     def start(self, buf: bytearray) -> bool:
         """The server's first 9 bytes (in ``buf``) must begin its SETTINGS: True once they do, False before
         they have come. Text (an HTTP/1.x answer) is a ``ConnectionError`` quoting its first line; another

@@ -20,8 +20,6 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-import hpack
-
 from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.frames import StreamError
 from dmrpc_gym.transport.server.state import ServerState
@@ -49,7 +47,6 @@ class RepliesHost(Protocol):
     state: ServerState
     _transport: asyncio.Transport | None
     _app_headers: tuple[tuple[str, str], ...]
-    _encoder: hpack.Encoder
     _closed: bool
     _held: list[bytes] | None
     _fd: int | None

@@ -140,8 +140,9 @@ class ServerState(ConnectionState):
         return Data(stream, flags, payload)
 
     def admit_data(self, sid: int, n: int) -> Any:
-        """A DATA frame of ``n`` bytes on ``sid`` is admitted (both receive windows): the stream it feeds;
-        None when its bytes are dropped (credited: the WINDOW_UPDATE owed is in :meth:`data_to_send`);
+        """A DATA frame of ``n`` bytes on ``sid`` is admitted (both receive windows): the stream it feeds,
+        which holds them (``stream.held``) until the session consumes them (:meth:`consume`) or the
+        stream ends (:meth:`release`); None when its bytes are dropped (credited: the WINDOW_UPDATE owed is in :meth:`data_to_send`);
         :class:`ResetOwed` (STREAM_CLOSED) for DATA after the client's END_STREAM (credited too)."""
         stream = self.streams.get(sid)
         self.admit(n, stream)
@@ -153,12 +154,19 @@ class ServerState(ConnectionState):
         if stream.inbound is Inbound.DONE:
             self.credit_connection(n)
             return ResetOwed(stream, STREAM_CLOSED)     # DATA after the client's END_STREAM
+        stream.held += n
         return stream
 
-    admit_part = admit_data        # a large DATA frame is admitted whole as it begins
+    #: A large DATA frame is admitted whole as it begins (and held whole: what of it comes after its
+    #: stream ended is given back with the rest the stream held, by :meth:`release`).
+    admit_part = admit_data
 
-    def part_lost(self, n: int) -> None:
-        self.credit_connection(n)     # refused meanwhile: what it held is given back
+    def release(self, stream: Any) -> None:
+        """``stream`` is over: what it held and the session did not consume is given back to the
+        connection (the WINDOW_UPDATE owed, if any, in :meth:`data_to_send`)."""
+        if stream.held:
+            self.credit_connection(stream.held)
+            stream.held = 0
 
     def consume(self, stream: Any, n: int) -> None:
         """The session took ``n`` bytes of ``stream``'s requests: the client may send as many more (the
