@@ -11,11 +11,15 @@ an event loop or a clock: times are passed in. Each end derives its own
 events it gives back (:class:`Event` and its kinds below).
 
 Named operations, used by every path of both ends (the general path, large messages, the steady
-paths): ``received`` (admit a whole small DATA frame and get the WINDOW_UPDATE owed), ``admit`` /
-``consumed`` (the same in two steps), ``take`` / ``room`` / ``spend`` (spend send window for a message),
-:func:`~dmrpc_gym.transport.frames.grpc_frame` (frame a message), :meth:`ConnectionState.frame` (one
-whole control or header frame: SETTINGS applied and acknowledged, a PING answered, a WINDOW_UPDATE
-taken, a header block decoded).
+paths): :meth:`ConnectionState.receive` (the one frame loop: bytes as read in, the events of every
+whole frame out; each end says what differs by its hooks ``start``, ``in_place``, ``data``,
+``admit_part`` and ``part_done``; :meth:`~ConnectionState.part_read` for a large DATA frame the I/O
+class reads in place), ``received`` (admit a whole small DATA frame and get the WINDOW_UPDATE owed),
+``admit`` / ``consumed`` (the same in two steps), ``take`` / ``room`` / ``spend`` (spend send window for a
+message), :meth:`~ConnectionState.frame_headers` (frame a header block: HPACK, HEADERS and
+CONTINUATION) and :func:`~dmrpc_gym.transport.frames.grpc_frame` (frame a message),
+:meth:`ConnectionState.frame` (one whole control or header frame: SETTINGS applied and acknowledged,
+a PING answered, a WINDOW_UPDATE taken, a header block decoded).
 
 >>> from dmrpc_gym.transport.frames import PING, frame
 >>> state = ConnectionState(window=65535, threshold=32768)
