@@ -157,13 +157,14 @@ class ConnectionState(Flow):
 
     # -- bytes in: the one frame loop of both ends ---------------------------------------------------
     def receive(self, data: Any = b"", now: float = 0.0, one: bool = False, whole: bool = False) -> Iterator[Event]:
-        """The events of the frames ``data`` (any bytes received, after what :attr:`buf` holds) completes,
-        in order; what is left of a frame waits in :attr:`buf` (``ProtocolError``: the connection ends
-        with that GOAWAY). ``now``: when the bytes came; ``one``: the first whole frame only (the rest
-        waits); ``whole``: whole frames only (a large DATA frame begun waits in :attr:`buf`). A large DATA frame (:meth:`in_place`) is given as far as it came, and :attr:`part` then
-        says what is left: the next bytes given go straight to its message, or the I/O class reads them
-        in place and says so (:meth:`part_read`). Handle each event before asking for the next: a DATA
-        payload may be a view into the buffer."""
+        """The events of the frames ``data`` (any bytes received, after what :attr:`buf` holds) completes, in order;
+        what is left of a frame waits in :attr:`buf` (``ProtocolError``: the connection ends with that
+        GOAWAY). ``now``: when the bytes came; ``one``: the first whole frame only (the rest waits);
+        ``whole``: whole frames only (a large DATA frame begun waits in :attr:`buf`). A large DATA frame
+        (:meth:`in_place`) is given as far as it came, and :attr:`part` then says what is left: the next
+        bytes given go straight to its message, or the I/O class reads them in place and says so
+        (:meth:`part_read`). Handle each event before asking for the next: a DATA payload may be a view
+        into the buffer."""
         self.now = now
         buf = self.buf
         if self.part is not None:       # a large DATA frame's payload: straight into its message

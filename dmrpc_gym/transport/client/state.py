@@ -1,18 +1,20 @@
 """The client's state of its HTTP/2 connection, free of I/O: bytes in, events and bytes to send out.
 
-:class:`ClientState` is the client's :class:`~dmrpc_gym.transport.connection_state.ConnectionState`:
-the server's settings, the windows and the credit policy (a client gives credit back as it
-receives), the stream table (each :class:`~dmrpc_gym.transport.client.stream.GrpcStream` with its
-two halves' states), the header block being received, the counters, and the client's duties in
-return: the ACK of every SETTINGS and PING the server sends (:meth:`~ClientState.data_to_send`).
-The connection (:class:`~dmrpc_gym.transport.client.connection.GrpcConnection`) gives it what each
-``recv`` returned (:meth:`~ClientState.receive`, the frame loop both ends share) and acts on the events
-of every whole frame in it; the rest waits in :attr:`~ClientState.buf`. The server's first frame
-must be its SETTINGS (:meth:`~ClientState.start`). DATA is admitted and credited at once
-(``received``: the WINDOW_UPDATEs owed). A large DATA frame whose payload is not all here is read
-by the connection from the socket straight into its message (``part``: the stream, the flags, the
-length, what is left): the state counts it as it goes (:meth:`~ClientState.part_read`) and admits
-it whole at its end.
+:class:`ClientState` is the client's :class:`~dmrpc_gym.transport.connection_state.ConnectionState`: the
+server's settings, the windows and the credit policy (a client gives credit back as it receives), the
+stream table (each :class:`~dmrpc_gym.transport.client.stream.GrpcStream` with its two halves' states),
+the header block being received, the counters, and the client's duties in return: the ACK of every
+SETTINGS and PING the server sends
+(:meth:`~dmrpc_gym.transport.connection_state.ConnectionState.data_to_send`). The connection
+(:class:`~dmrpc_gym.transport.client.connection.GrpcConnection`) gives it what each ``recv`` returned
+(:meth:`~dmrpc_gym.transport.connection_state.ConnectionState.receive`, the frame loop both ends share)
+and acts on the events of every whole frame in it; the rest waits in its ``buf``. The server's first
+frame must be its SETTINGS (:meth:`~ClientState.start`). DATA is admitted and credited at once
+(``received``: the WINDOW_UPDATEs owed). A large DATA frame whose payload is not all here is read by the
+connection from the socket straight into its message (``part``: the stream, the flags, the length, what
+is left): the state counts it as it goes
+(:meth:`~dmrpc_gym.transport.connection_state.ConnectionState.part_read`) and admits it whole at its
+end.
 
 >>> from dmrpc_gym.transport.frames import PING, SETTINGS, frame
 >>> state = ClientState()

@@ -2,16 +2,18 @@
 
 :class:`ServerState` is the server's :class:`~dmrpc_gym.transport.connection_state.ConnectionState`.
 Beyond what both ends keep (settings, windows and credit, the stream table, header blocks, counters)
-it holds what a server adds: the client's preface, the frame being buffered, a large DATA frame
-read in place (``part``), the highest stream id begun, whether the connection drains (a GOAWAY
-either way), and the connection's *policing*: what a client can make the server do without a
-request (answer PINGs, reset streams, hold a frame, a header block or a preface it never
-finishes), held against its :class:`~dmrpc_gym.transport.limits.ConnectionLimits`.
+it holds what a server adds: the client's preface (its :meth:`~ServerState.start`), DATA admitted to
+the stream it feeds and held there until consumed, the highest stream id begun, whether the
+connection drains (a GOAWAY either way), and the connection's *policing*: what a client can make
+the server do without a request (answer PINGs, reset streams, hold a frame, a header block or a
+preface it never finishes), held against its :class:`~dmrpc_gym.transport.limits.ConnectionLimits`.
 
-:meth:`~ServerState.receive` (the shared state's frame loop) takes the bytes of one read and gives,
-one at a time, the events of the frames they complete (a generator: a DATA payload may be a view into the read buffer, valid
-until the next event); :meth:`~ServerState.data_to_send` gives the bytes owed in return (SETTINGS,
-their ACKs, PING ACKs, WINDOW_UPDATEs, refusals). Times are passed in (``now``), never read.
+:meth:`~dmrpc_gym.transport.connection_state.ConnectionState.receive` (the frame loop both ends share)
+takes the bytes of one read and gives, one at a time, the events of the frames they complete (a
+generator: a DATA payload may be a view into the read buffer, valid until the next event);
+:meth:`~dmrpc_gym.transport.connection_state.ConnectionState.data_to_send` gives the bytes owed in
+return (SETTINGS, their ACKs, PING ACKs, WINDOW_UPDATEs, refusals). Times are passed in (``now``),
+never read.
 
 >>> from dmrpc_gym.transport.frames import PREFACE, PING, frame
 >>> from dmrpc_gym.transport.limits import ConnectionLimits
@@ -140,10 +142,11 @@ class ServerState(ConnectionState):
         return Data(stream, flags, payload)
 
     def admit_data(self, sid: int, n: int) -> Any:
-        """A DATA frame of ``n`` bytes on ``sid`` is admitted (both receive windows): the stream it feeds,
-        which holds them (``stream.held``) until the session consumes them (:meth:`consume`) or the
-        stream ends (:meth:`release`); None when its bytes are dropped (credited: the WINDOW_UPDATE owed is in :meth:`data_to_send`);
-        :class:`ResetOwed` (STREAM_CLOSED) for DATA after the client's END_STREAM (credited too)."""
+        """A DATA frame of ``n`` bytes on ``sid`` is admitted (both receive windows): the stream it feeds, which
+        holds them (``stream.held``) until the session consumes them (:meth:`consume`) or the stream ends
+        (:meth:`release`); None when its bytes are dropped (credited: the WINDOW_UPDATE owed is in
+        :meth:`data_to_send`); :class:`ResetOwed` (STREAM_CLOSED) for DATA after the client's END_STREAM
+        (credited too)."""
         stream = self.streams.get(sid)
         self.admit(n, stream)
         if stream is None:
