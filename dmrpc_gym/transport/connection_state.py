@@ -11,11 +11,15 @@ an event loop or a clock: times are passed in. Each end derives its own
 events it gives back (:class:`Event` and its kinds below).
 
 Named operations, used by every path of both ends (the general path, large messages, the steady
-paths): ``received`` (admit a whole small DATA frame and get the WINDOW_UPDATE owed), ``admit`` /
-``consumed`` (the same in two steps), ``take`` / ``room`` / ``spend`` (spend send window for a message),
-:func:`~dmrpc_gym.transport.frames.grpc_frame` (frame a message), :meth:`ConnectionState.frame` (one
-whole control or header frame: SETTINGS applied and acknowledged, a PING answered, a WINDOW_UPDATE
-taken, a header block decoded).
+paths): :meth:`ConnectionState.receive` (the one frame loop: bytes as read in, the events of every
+whole frame out; each end says what differs by its hooks ``start``, ``in_place``, ``data``,
+``admit_part`` and ``part_done``; :meth:`~ConnectionState.part_read` for a large DATA frame the I/O
+class reads in place), ``received`` (admit a whole small DATA frame and get the WINDOW_UPDATE owed),
+``admit`` / ``consumed`` (the same in two steps), ``take`` / ``room`` / ``spend`` (spend send window for a
+message), :meth:`~ConnectionState.frame_headers` (frame a header block: HPACK, HEADERS and
+CONTINUATION) and :func:`~dmrpc_gym.transport.frames.grpc_frame` (frame a message),
+:meth:`ConnectionState.frame` (one whole control or header frame: SETTINGS applied and acknowledged,
+a PING answered, a WINDOW_UPDATE taken, a header block decoded).
 
 >>> from dmrpc_gym.transport.frames import PING, frame
 >>> state = ConnectionState(window=65535, threshold=32768)
@@ -25,12 +29,15 @@ taken, a header block decoded).
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Iterator, Sequence
+
+import hpack
 
 from dmrpc_gym.transport.flow import SETTINGS_ACK, Flow, StreamReset
-from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DEFAULT_WINDOW, GOAWAY, HEADERS, MAX_WINDOW, PING,
-                                        PROTOCOL_ERROR, PUSH_PROMISE, RST_STREAM, SETTINGS, U32, WINDOW_UPDATE,
-                                        ProtocolError, check_frame, ping_frame)
+from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, DEFAULT_WINDOW, END_STREAM, FRAME_SIZE_ERROR,
+                                        GOAWAY, HEADERS, IN_PLACE, MAX_WINDOW, PADDED, PING, PROTOCOL_ERROR,
+                                        PUSH_PROMISE, RST_STREAM, SETTINGS, U32, WINDOW_UPDATE, ProtocolError,
+                                        check_frame, header_frames, ping_frame, read_head)
 from dmrpc_gym.transport.headers import HeaderBlock
 
 __all__ = ["ConnectionState", "Event", "Headers", "Data", "PeerReset", "ResetOwed", "WindowsOpened",
@@ -125,7 +132,11 @@ class ConnectionState(Flow):
     (how a stall is told, and what tests compare between paths).
     """
 
-    __slots__ = ("streams", "frames", "blocks", "headers_in", "decoder", "outbox")
+    __slots__ = ("streams", "frames", "blocks", "headers_in", "decoder", "encoder", "outbox", "buf", "part",
+                 "started", "now")
+
+    #: The largest frame this end accepts (what it advertises; here, the largest there is).
+    MAX_FRAME_IN = (1 << 24) - 1
 
     def __init__(self, window: int = DEFAULT_WINDOW, threshold: int = MAX_WINDOW // 2 + 1,
                  headers_in: HeaderBlock | None = None):
@@ -135,7 +146,154 @@ class ConnectionState(Flow):
         self.blocks = 0
         self.headers_in = headers_in if headers_in is not None else HeaderBlock()
         self.decoder = self.headers_in.decoder()
+        self.encoder = hpack.Encoder()  # our header blocks (its table sized by the peer's SETTINGS)
         self.outbox: list[bytes] = []
+        self.buf = bytearray()          # what was received and is not a whole frame yet
+        #: A large DATA frame whose payload goes straight into its message, not through :attr:`buf`:
+        #: ``[stream (or what admit_part gave), flags, length, bytes left]``.
+        self.part: list | None = None
+        self.started = False            # the peer's opening (a server: the client preface) has come
+        self.now = 0.0                  # the time of the bytes being taken (as :meth:`receive` was given it)
+
+    # -- bytes in: the one frame loop of both ends ---------------------------------------------------
+    def receive(self, data: Any = b"", now: float = 0.0, one: bool = False, whole: bool = False) -> Iterator[Event]:
+        """The events of the frames ``data`` (any bytes received, after what :attr:`buf` holds) completes, in order;
+        what is left of a frame waits in :attr:`buf` (``ProtocolError``: the connection ends with that
+        GOAWAY). ``now``: when the bytes came; ``one``: the first whole frame only (the rest waits);
+        ``whole``: whole frames only (a large DATA frame begun waits in :attr:`buf`). A large DATA frame
+        (:meth:`in_place`) is given as far as it came, and :attr:`part` then says what is left: the next
+        bytes given go straight to its message, or the I/O class reads them in place and says so
+        (:meth:`part_read`). Handle each event before asking for the next: a DATA payload may be a view
+        into the buffer."""
+        self.now = now
+        buf = self.buf
+        if self.part is not None:       # a large DATA frame's payload: straight into its message
+            data = yield from self._take_part(data)
+            if len(data) >= 9 and not buf:          # and so is the next one's, if it is begun and large
+                length, kind, flags, sid = read_head(data)
+                if len(data) < 9 + length and self.in_place(length, kind, flags, sid):
+                    self._begin_part(flags, sid, length)
+                    data = yield from self._take_part(data[9:])
+        if data:
+            buf += data
+        if not self.started:
+            begun = self.start(buf)      # True: frames follow; False: wait; an event: it, then wait
+            if begun is not True:
+                if begun:
+                    yield begun
+                return
+        headers_in = self.headers_in
+        while len(buf) >= 9:
+            length, kind, flags, sid = read_head(buf)
+            if length > self.MAX_FRAME_IN:
+                raise ProtocolError(FRAME_SIZE_ERROR, f"a frame of {length} bytes exceeds our "
+                                                      f"SETTINGS_MAX_FRAME_SIZE of {self.MAX_FRAME_IN}")
+            if kind == HEADERS or kind == CONTINUATION:    # judged before its payload is buffered
+                headers_in.admit(kind, flags, length)
+            end = 9 + length
+            if len(buf) < end:
+                if not whole and self.in_place(length, kind, flags, sid):     # the rest comes straight into its message
+                    self._begin_part(flags, sid, length)
+                    with memoryview(buf) as view:
+                        yield from self._take_part(view[9:])
+                    del buf[:]
+                return
+            if kind == DATA and headers_in.data is None:
+                if length >= IN_PLACE:                    # copied once, into its message
+                    with memoryview(buf) as view:
+                        event = self.data(flags, sid, view[9:end])
+                        if event is not None:
+                            yield event
+                            _release(event)           # (the buffer shrinks next: no view may outlive it)
+                else:
+                    event = self.data(flags, sid, bytes(buf[9:end]))
+                    if event is not None:
+                        yield event
+            else:
+                event = self.frame(kind, flags, sid, bytes(buf[9:end]))
+                if event is not None:
+                    yield event
+            del buf[:end]
+            self.frames += 1
+            if one:
+                return
+
+    def ready(self) -> bool:
+        """Whether :meth:`receive` can take something of :attr:`buf` without more bytes: the peer's opening
+        to check, a whole frame, or the beginning of a large DATA frame to go straight into its message."""
+        buf = self.buf
+        if len(buf) < 9:
+            return False
+        if not self.started:
+            return True
+        length, kind, flags, sid = read_head(buf)
+        return len(buf) >= 9 + length or self.in_place(length, kind, flags, sid)
+
+    def in_place(self, length: int, kind: int, flags: int, sid: int) -> bool:
+        """Whether a frame so announced, not all received, is a large DATA frame whose payload is to go
+        straight into its message (not padded, no header block open, within :attr:`MAX_FRAME_IN`)."""
+        return (kind == DATA and IN_PLACE <= length <= self.MAX_FRAME_IN and not flags & PADDED
+                and self.headers_in.data is None)
+
+    def _begin_part(self, flags: int, sid: int, length: int) -> None:
+        self.part = [self.admit_part(sid, length), flags, length, length]
+
+    def _take_part(self, data: Any) -> Iterator[Event]:
+        """The events of the next bytes of the large DATA frame begun, taken from ``data``; returns what
+        follows the frame in ``data``."""
+        part = self.part
+        stream, flags, length, left = part
+        view = memoryview(data)
+        n = min(left, len(view))
+        left -= n
+        if left:
+            part[3] = left
+        else:
+            self.part = None
+            self.frames += 1
+        if type(stream) is ResetOwed:            # DATA after END_STREAM: reset once, the rest dropped
+            part[0] = None
+            yield stream
+        elif stream is None:
+            pass                                   # dropped, and credited when admitted
+        elif n and self.streams.get(stream.id) is stream:    # (ended meanwhile: its bytes dropped)
+            event = Data(stream, flags if not left else flags & ~END_STREAM, view[:n])
+            yield event
+            _release(event)
+        if not left:
+            self.part_done(stream, length)
+        return view[n:]
+
+    def part_read(self, left: int) -> Event | None:
+        """The I/O class read the large DATA frame begun in place, straight into its message: ``left``
+        bytes are still to come. At 0 it is whole: counted, done with (:meth:`part_done`), and its
+        END_STREAM given (an empty :class:`Data`) where it had one."""
+        part = self.part
+        part[3] = left
+        if left:
+            return None
+        self.part = None
+        self.frames += 1
+        stream, flags, length, _ = part
+        self.part_done(stream, length)
+        return Data(stream, END_STREAM, b"") if flags & END_STREAM else None
+
+    def credit_connection(self, n: int) -> None:
+        """``n`` bytes of no open stream are done with: the connection's credit only (the WINDOW_UPDATE
+        owed, if any, in :meth:`data_to_send`)."""
+        owed = self.consumed(n)
+        if owed:
+            self.outbox.append(owed)
+
+    # -- bytes out --------------------------------------------------------------------------------------
+    def frame_headers(self, sid: int, fields: Sequence[tuple[str, str]], end_stream: bool = False,
+                      huffman: bool = True) -> bytes:
+        """Frame a header block (request or response headers, trailers with ``end_stream``): ``fields``
+        HPACK-encoded by the connection's encoder, in a HEADERS frame and as many CONTINUATION frames as
+        the peer's SETTINGS_MAX_FRAME_SIZE needs; the bytes to send, in this order (the encoder's table
+        follows what it encoded)."""
+        block = self.encoder.encode(fields, huffman=huffman)
+        return header_frames(sid, END_STREAM if end_stream else 0, block, self.peer.max_frame)
 
     def data_to_send(self) -> bytes:
         """The bytes the state owes the peer (acknowledgements, WINDOW_UPDATEs), taken: b"" when none."""
@@ -163,6 +321,7 @@ class ConnectionState(Flow):
             if flags & ACK:
                 return None
             self.peer.apply(payload, list(self.streams.values()))
+            self.encoder.header_table_size = self.peer.header_table
             self.outbox.append(SETTINGS_ACK)
             return _SETTINGS_CHANGED
         if kind == WINDOW_UPDATE:
@@ -197,6 +356,24 @@ class ConnectionState(Flow):
     #: The debug text of the connection error for a PUSH_PROMISE received.
     PUSH_REFUSED = "a PUSH_PROMISE, which this end disabled"
 
+    def start(self, buf: bytearray) -> bool | Event:
+        """Before the first frame: whether the peer's opening in ``buf`` is whole (True: frames follow;
+        False: more is to come; an event: it, and nothing more is read). Here: nothing to wait for."""
+        self.started = True
+        return True
+
+    def data(self, flags: int, sid: int, payload: Any) -> Event | None:
+        """A whole DATA frame, admitted by this end's rules: its event (padding off), or None."""
+        raise NotImplementedError
+
+    def admit_part(self, sid: int, length: int) -> Any:
+        """A large DATA frame of ``length`` bytes on ``sid`` begins, its payload to go straight into its
+        message: what :attr:`part` holds for it (the stream; None: its bytes are dropped)."""
+        return self.streams.get(sid)
+
+    def part_done(self, stream: Any, length: int) -> None:
+        """The large DATA frame read straight into its message is whole (``stream`` as admitted)."""
+
     def opening(self, sid: int) -> None:
         """A header frame on ``sid`` is about to be taken: ``ProtocolError`` where this end forbids it."""
 
@@ -214,3 +391,10 @@ class ConnectionState(Flow):
         """RST_STREAM ``code`` on ``sid``: :class:`PeerReset` for a stream in the table, else None."""
         stream = self.streams.get(sid)
         return None if stream is None else PeerReset(stream, code)
+
+
+def _release(event: Event) -> None:
+    """A DATA event's view into the read buffer is let go once the event was handled (the buffer is then
+    resized; the handler copied what it keeps, as ``MessageSplitter.feed`` does)."""
+    if type(event) is Data and type(event.data) is memoryview:
+        event.data.release()

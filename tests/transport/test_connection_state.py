@@ -21,6 +21,7 @@ from dmrpc_gym.transport.frames import (ACK, CONTINUATION, DATA, END_HEADERS, EN
                                         PADDED, PING, PREFACE, PUSH_PROMISE, RST_STREAM, SETTINGS, U32, WINDOW_UPDATE,
                                         ProtocolError, frame, grpc_frame, read_head)
 from dmrpc_gym.transport.limits import ConnectionLimits
+from dmrpc_gym.transport.flow import SETTINGS_ACK
 from dmrpc_gym.transport.server.state import Http1Request, ServerState, StreamRefused
 from dmrpc_gym.transport.stream_states import Inbound, Outbound, rfc_state
 from dmrpc_gym.transport.windows import Window
@@ -48,7 +49,7 @@ def _frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
 
 def _server(now: float = 0.0, **limits) -> ServerState:
     state = ServerState(ConnectionLimits(**limits), max_message=1 << 20, now=now)
-    assert list(state.receive(PREFACE, now)) == [] and state.preface
+    assert list(state.receive(PREFACE, now)) == [] and state.started
     state.data_to_send()                           # our SETTINGS (see the first test)
     return state
 
@@ -66,8 +67,8 @@ def _events(state: ServerState, data: bytes, now: float = 0.0) -> list:
 # -- the server's state -----------------------------------------------------------------------------
 def test_the_preface_owes_our_settings_and_window_and_http1_is_told_apart():
     state = ServerState(ConnectionLimits(max_streams=7), max_message=1 << 20, now=0.0)
-    assert _events(state, PREFACE[:10]) == [] and not state.preface and state.data_to_send() == b""
-    assert _events(state, PREFACE[10:]) == [] and state.preface
+    assert _events(state, PREFACE[:10]) == [] and not state.started and state.data_to_send() == b""
+    assert _events(state, PREFACE[10:]) == [] and state.started
     kinds = [(kind, sid) for kind, _, sid, _ in _frames(state.data_to_send())]
     assert kinds == [(SETTINGS, 0), (WINDOW_UPDATE, 0)] and state.data_to_send() == b""
     http1 = ServerState(ConnectionLimits(), max_message=1 << 20, now=0.0)
@@ -104,12 +105,28 @@ def test_a_frame_begun_waits_in_the_state_and_a_large_one_is_given_in_pieces():
     assert state.unfinished() == ("frame", 1)
 
 
+def test_the_stream_holds_what_was_admitted_until_consumed_or_released():
+    state = _server()
+    stream = state.streams[1] = _Stream(1, recv=1 << 22)
+    request = grpc_frame(bytes(IN_PLACE * 2), 1)
+    _events(state, request[:1000])                 # a large frame begun: admitted, and held, whole
+    assert stream.held == len(request) - 9 and state.part is not None
+    del state.streams[1]                           # the stream ended meanwhile: the rest is dropped
+    assert _events(state, request[1000:]) == [] and state.part is None and state.frames == 1
+    state.consume(stream, 100)
+    assert stream.held == len(request) - 109
+    state.release(stream)                          # what it held comes back to the connection
+    assert stream.held == 0 and state.recv.credit == len(request) - 9      # all of it, once: under the threshold
+    assert state.data_to_send() == b""
+
+
 def test_padding_is_consumed_at_once_and_the_credit_comes_back_past_the_threshold():
     state = _server()
     stream = state.streams[1] = _Stream(1, recv=state.window)
     padded = frame(DATA, PADDED, 1, b"\x03" + b"abc" + b"\x00" * 3)
     (data,) = _events(state, padded)
     assert data.data == b"abc" and state.recv.credit == 4 and stream.recv.credit == 4   # pad length byte + pad
+    assert stream.held == 3                       # what the session has to consume: the payload, not its padding
     state.consume(stream, state.threshold)
     owed = _frames(state.data_to_send())
     assert [(kind, sid) for kind, _, sid, _ in owed] == [(WINDOW_UPDATE, 0), (WINDOW_UPDATE, 1)]
@@ -261,13 +278,45 @@ def test_the_client_credits_what_it_receives_once_half_its_window_is_in():
     assert (stream.recv.size, stream.recv.credit) == (1000, 0)
 
 
-def test_the_client_reads_a_large_data_frame_in_place_and_admits_it_whole_at_its_end():
+def _started_client(**kwargs) -> ClientState:
+    """A client's state past the server's first SETTINGS (what its handshake takes)."""
+    state = ClientState(**kwargs)
+    assert [type(e) for e in state.receive(frame(SETTINGS, 0, 0, b""))] == [SettingsChanged] and state.started
+    state.data_to_send()
+    return state
+
+
+def test_the_client_takes_any_chunks_and_gives_the_events_of_every_whole_frame_in_them():
     state = ClientState()
+    pings = [frame(PING, 0, 0, bytes([i]) * 8) for i in range(3)]
+    data = frame(SETTINGS, 0, 0, b"") + b"".join(pings) + frame(PING, 1, 0, b"abcdefgh")
+    for size in (1, 5, 9, 17, 40, len(data)):
+        state, events = ClientState(), []
+        for at in range(0, len(data), size):
+            events += list(state.receive(data[at:at + size]))
+        assert [type(e) for e in events] == [SettingsChanged, PingAcked] and state.frames == 5 and not state.buf
+        assert state.data_to_send() == SETTINGS_ACK + b"".join(frame(PING, 1, 0, bytes([i]) * 8) for i in range(3))
+
+
+def test_the_client_handshake_takes_the_settings_alone_and_checks_they_come_first():
+    state = ClientState()
+    rest = frame(PING, 0, 0, b"12345678")
+    assert [type(e) for e in state.receive(frame(SETTINGS, 0, 0, b"") + rest, one=True)] == [SettingsChanged]
+    assert bytes(state.buf) == rest and state.ready()       # what follows the SETTINGS waits
+    with pytest.raises(ConnectionError, match="speaks HTTP/1.x"):
+        list(ClientState().receive(b"HTTP/1.1 400 Bad Request\r\n"))
+    with pytest.raises(ProtocolError, match="first frame is of type 6, not SETTINGS"):
+        list(ClientState().receive(rest))
+    assert list(ClientState().receive(frame(SETTINGS, 0, 0, b"")[:8])) == []     # not 9 bytes yet: it waits
+
+
+def test_the_client_reads_a_large_data_frame_in_place_and_admits_it_whole_at_its_end():
+    state = _started_client()
     stream = state.streams[1] = _Stream(1, recv=1 << 30)
     body = bytes(IN_PLACE * 2)
     data = frame(DATA, END_STREAM, 1, body)
     state.buf += data[:1000]
-    assert state.need() == 0                                  # the rest is to be read in place
+    assert state.ready()                                      # the rest is to be read in place
     (first,) = [Data(e.stream, e.flags, bytes(e.data)) for e in state.receive()]
     assert first.stream is stream and first.data == body[:991] and not first.flags & END_STREAM
     assert state.part == [stream, END_STREAM, len(body), len(body) - 991] and not state.buf
@@ -275,14 +324,15 @@ def test_the_client_reads_a_large_data_frame_in_place_and_admits_it_whole_at_its
     assert state.part_read(100) is None and state.part[3] == 100
     end = state.part_read(0)
     assert type(end) is Data and end.flags == END_STREAM and end.data == b"" and state.part is None
-    assert stream.recv.size == (1 << 30) - len(body) and state.frames == 1
+    assert stream.recv.size == (1 << 30) - len(body) and state.frames == 2      # (after the SETTINGS)
     small = frame(DATA, 0, 1, b"x" * 100)
     state.buf += small[:50]
-    assert state.need() == len(small) and list(state.receive()) == []   # a small frame waits to be whole
+    assert not state.ready() and list(state.receive()) == []   # a small frame waits to be whole
+    assert bytes(state.buf) == small[:50]
 
 
 def test_the_client_takes_data_by_its_stream_credits_a_closed_one_and_refuses_stream_0():
-    state = ClientState(threshold=10)
+    state = _started_client(threshold=10)
     stream = state.streams[1] = _Stream(1)
     state.next_id = 5
     state.buf += frame(DATA, PADDED, 1, b"\x02ab\x00\x00") + frame(DATA, 0, 3, b"z" * 20)
@@ -290,7 +340,7 @@ def test_the_client_takes_data_by_its_stream_credits_a_closed_one_and_refuses_st
     assert [(type(e), e.data) for e in events] == [(Data, b"ab")]   # stream 3: closed, its bytes dropped
     owed = _frames(state.data_to_send())
     assert [(kind, sid) for kind, _, sid, _ in owed] == [(WINDOW_UPDATE, 0)]   # the connection's credit: 25
-    assert U32.unpack(owed[0][3])[0] == 25 and stream.recv.credit == 5 and state.frames == 2
+    assert U32.unpack(owed[0][3])[0] == 25 and stream.recv.credit == 5 and state.frames == 3   # (SETTINGS first)
     state.buf += frame(DATA, 0, 0, b"x")
     with pytest.raises(ProtocolError, match="a DATA frame on stream 0"):
         list(state.receive())
@@ -324,3 +374,23 @@ def test_the_io_classes_leave_the_frames_to_their_state():
         source = (transport / name).read_text()
         assert not any(decoder in source for decoder in ("read_head", "check_frame", "parse_settings",
                                                           "from_bytes")), name
+
+
+# -- framing header blocks (the state's HPACK encoder) ------------------------------------------------
+def test_both_ends_frame_their_header_blocks_by_the_peers_settings():
+    server = ServerState(ConnectionLimits(), max_message=1 << 20, now=0.0)
+    fields = [(":status", "200"), ("x-long", "v" * 40000)]
+    raw = server.frame_headers(1, fields, end_stream=True)
+    frames = _frames(raw)
+    assert [kind for kind, *_ in frames] == [HEADERS, CONTINUATION, CONTINUATION]     # 16384 a frame, by default
+    assert frames[0][1] & END_STREAM and not frames[0][1] & END_HEADERS and frames[-1][1] & END_HEADERS
+    assert hpack.Decoder().decode(b"".join(p for *_, p in frames)) == fields
+    client = ClientState()
+    settings = struct.pack(">HL", 1, 0) + struct.pack(">HL", 5, 1 << 20) + struct.pack(">HL", 6, 100)
+    list(client.receive(frame(SETTINGS, 0, 0, settings)))       # table 0, frames of 1 MiB, lists of 100 bytes
+    assert client.encoder.header_table_size == 0
+    sid, opening = client.frame_request([(":path", "/x")])
+    assert (sid, client.next_id) == (1, 3) and [k for k, *_ in _frames(opening)] == [HEADERS]
+    with pytest.raises(ValueError, match="SETTINGS_MAX_HEADER_LIST_SIZE of 100"):
+        client.frame_request([("x", "y" * 100)])
+    assert client.next_id == 3                                  # no id taken by a refused request

@@ -28,15 +28,13 @@ import threading
 import time
 from typing import Iterator
 
-import hpack
-
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.client import interrupts
 from dmrpc_gym.transport.connection_state import (Data, GoAway, Headers, PeerReset, PingAcked, ResetOwed,
                                                   SettingsChanged, WindowsOpened)
 from dmrpc_gym.transport.frames import (DATA, DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, END_STREAM, GATHER_SECONDS,
                                         MAX_WINDOW, PREFACE, SETTING_FRAME, SETTING_PUSH, SETTING_WINDOW, ProtocolError,
-                                        frame, grpc_frame, header_frames, settings_frame, window_update_frame)
+                                        frame, grpc_frame, settings_frame, window_update_frame)
 from dmrpc_gym.transport.client.state import CREDIT_AT, ClientState
 from dmrpc_gym.transport.stream_states import Outbound
 from dmrpc_gym.transport.client.clock import CallClock
@@ -78,7 +76,6 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
         self._members = threading.Lock()         # guards streams and closed, for close_stream without lock
         self._rbuf = bytearray(RECV_CHUNK)
         self._rview = memoryview(self._rbuf)
-        self._encoder = hpack.Encoder()
         #: The connection's I/O-free state (:class:`~dmrpc_gym.transport.client.state.ClientState`): the
         #: server's settings, the windows both ways and the credit given back once half our window is
         #: received, the stream table, the header block being received, the ACKs owed.
@@ -118,12 +115,11 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
             if compression:
                 headers.append(("grpc-encoding", compression))
             headers += [(k.lower(), v) for k, v in metadata]
-            self._check_header_list(headers)
             state = self.state
-            stream = GrpcStream(self, state.next_id, compression, max_message_size, state.peer.initial_window)
-            state.next_id += 2
-            try:     # before the server's SETTINGS arrive its frame limit is the default 16384
-                self.send(header_frames(stream.id, 0, self._encoder.encode(headers), self.state.peer.max_frame))
+            sid, opening = state.frame_request(headers)
+            stream = GrpcStream(self, sid, compression, max_message_size, state.peer.initial_window)
+            try:
+                self.send(opening)
             except OSError as err:
                 self._dead = err
                 raise ConnectionError(f"the connection was lost as a stream opened: {err}") from None
@@ -324,10 +320,11 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
             pass
 
     # -- frames ----------------------------------------------------------------
-    def _fill(self, n: int, exact: bool = False) -> None:
-        """Receive until ``n`` bytes are buffered (``exact``: not a byte more); an EOF is a ``ConnectionError``."""
+    def _recv(self, limit: int = 0) -> None:
+        """One ``recv`` (``limit``: at most that many bytes; 0: what the socket holds, to a chunk) into the
+        state's buffer; an EOF is a ``ConnectionError``."""
         buf, silent_from = self.state.buf, None
-        while len(buf) < n:
+        while True:
             if self._dead is not None:
                 raise self._dead
             guard = self._kernel and interrupts.guarded()
@@ -339,13 +336,13 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
                 interrupts.wait_ready(self._sock, self._timeout)
                 try:
                     interrupts.hold()
-                    got = self._sock.recv_into(self._rbuf, n - len(buf) if exact else 0)
+                    got = self._sock.recv_into(self._rbuf, limit)
                     buf += self._rview[:got]
                 finally:
                     interrupts.release()
             else:      # into a buffer kept for the purpose: recv(n) would allocate n bytes every call
                 try:
-                    got = self._sock.recv_into(self._rbuf, n - len(buf) if exact else 0)
+                    got = self._sock.recv_into(self._rbuf, limit)
                 except (BlockingIOError, ssl.SSLWantReadError):   # keepalive on: a second with nothing
                     silent_from = self._heard_nothing(silent_from)
                     continue
@@ -354,29 +351,28 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
                 why = f" after GOAWAY ({self._goaway})" if self._goaway else ""
                 self._dead = ConnectionResetError(f"the server closed the connection{why}")
                 raise self._dead
+            return
 
-    def _read_frame(self) -> None:
-        """Read until the state can take the next frame, and act on its events; a large DATA frame begun
-        is read in place, straight into its message."""
+    def _read_frame(self, one: bool = False) -> None:
+        """Read once (unless the state can take something of what it holds already), and act on the
+        events of every whole frame the state then holds (``one``: of the first only); a large DATA frame
+        begun is read in place, straight into its message."""
         state = self.state
         if state.part is None:
-            if len(state.buf) < 9:
-                self._fill(9, self._header_alone)
+            if not state.ready():     # after a large message's frame, a header is read alone (large_messages)
+                self._recv(9 - len(state.buf) if self._header_alone and len(state.buf) < 9 else 0)
             self._header_alone = False
-            need = state.need()
-            if need:
-                self._fill(need)
-            self._take_frames(one=True)
+            self._take_frames(one=one)
         if state.part is not None:
             self._read_data_direct()
 
-    def _take_frames(self, parts: bool = True, one: bool = False) -> None:
-        """Act on the events of the whole frames the state holds (``one``: of the first only; ``parts``: and
-        of a large DATA frame begun, as far as it came); what it owes the server in return (ACKs,
-        WINDOW_UPDATEs) goes without waiting."""
+    def _take_frames(self, one: bool = False, whole: bool = False) -> None:
+        """Act on the events of the whole frames the state holds (``one``: of the first only; ``whole``: not
+        of a large DATA frame begun); what it owes the server in return (ACKs, WINDOW_UPDATEs) goes
+        without waiting."""
         state = self.state
         try:
-            for event in state.receive(parts=parts, one=one):
+            for event in state.receive(one=one, whole=whole):
                 if state.outbox:
                     self._owe(state.data_to_send())
                 _ACTIONS[type(event)](self, event)

@@ -1,6 +1,6 @@
 """What a client's HTTP/2 connection does with the events of the server's control frames, which its
 state (:class:`~dmrpc_gym.transport.client.state.ClientState`) takes: SETTINGS (awaited at the
-handshake; their limits held to, the header list's included), a stream's bad WINDOW_UPDATE, RST_STREAM,
+handshake), a stream's bad WINDOW_UPDATE, RST_STREAM,
 GOAWAY, PING ACKs; the ACKs the state owes, sent without waiting; and the GOAWAY it sends on a protocol error.
 
 A mixin of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection`; every method
@@ -51,8 +51,7 @@ class ControlFrames:
 
     def _on_settings(self, event: SettingsChanged) -> None:
         """The server's SETTINGS were applied by the state (and their ACK is owed)."""
-        peer = self.state.peer
-        self._encoder.header_table_size = peer.header_table
+        peer = self.state.peer                # (the state sized its header encoder by them)
         if peer.max_streams == 0:          # our streams are over the peer's limit
             for stream in list(self.streams.values()):
                 stream.end(GrpcStatus.UNAVAILABLE, "the server allows no streams now (SETTINGS_MAX_CONCURRENT_STREAMS 0)")
@@ -91,18 +90,6 @@ class ControlFrames:
         An HTTP/1.x server (its answer starts ``HTTP/``) is a ``ConnectionError`` at once.
         """
         self._begin()
-        self._fill(9)
-        self.state.check_first_frame()
         while not self._settled:
-            self._read_frame()
+            self._read_frame(one=True)      # the SETTINGS (checked: the state's start); what follows them waits
         self._end_call()
-
-    def _check_header_list(self, headers: list[tuple[str, str]]) -> None:
-        """``ValueError`` for request headers past the server's SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 6.5.2:
-        names and values plus 32 bytes each), as gRPC's clients refuse them, instead of a stream the server ends."""
-        limit = self.state.peer.max_header_list
-        if limit is not None:
-            size = sum(len(k) + len(v.encode() if isinstance(v, str) else v) + 32 for k, v in headers)
-            if size > limit:
-                raise ValueError(f"the request's headers (metadata= and the token included) are {size} bytes, "
-                                 f"more than the server's SETTINGS_MAX_HEADER_LIST_SIZE of {limit}: send less metadata")

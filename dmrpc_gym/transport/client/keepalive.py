@@ -129,7 +129,7 @@ class IdleConnection:
                 self._dead = ConnectionResetError("the server closed the connection while it was idle"
                                                   + (f" (GOAWAY: {self._goaway})" if self._goaway else ""))
                 return False
-            self._take_frames(parts=False)   # whole frames only (a large one begun: the next call reads it)
+            self._take_frames(whole=True)     # whole frames only (a large one begun: the next call reads it)
             if self._goaway is not None and all(s.ended is not None for s in list(self.streams.values())):
                 sock.close()     # drained by GOAWAY, our streams over: nothing can use it (the next call says why)
                 return False

@@ -20,8 +20,6 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-import hpack
-
 from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.frames import StreamError
 from dmrpc_gym.transport.server.state import ServerState
@@ -49,7 +47,6 @@ class RepliesHost(Protocol):
     state: ServerState
     _transport: asyncio.Transport | None
     _app_headers: tuple[tuple[str, str], ...]
-    _encoder: hpack.Encoder
     _closed: bool
     _held: list[bytes] | None
     _fd: int | None
@@ -118,7 +115,7 @@ class SteadyState(Protocol):
     """What the steady path requires of the connection's state (:class:`~dmrpc_gym.transport.server.state.ServerState`).
 
     It takes a frame only where the state holds nothing begun (``buf`` empty, no ``part``, no header
-    block open in ``headers_in``) after the ``preface``, on a stream of ``streams``; it moves the
+    block open in ``headers_in``) once ``started`` (the preface came), on a stream of ``streams``; it moves the
     state with one call per direction of a step, the calls the general path's bookkeeping makes:
     ``received`` (the DATA frame admitted by both receive windows and consumed: the WINDOW_UPDATEs
     owed), ``refund`` where the handler declines (the general path then admits it), and ``take``
@@ -128,7 +125,7 @@ class SteadyState(Protocol):
 
     buf: bytearray
     part: list | None
-    preface: bool
+    started: bool
     headers_in: HeaderBlock
     streams: dict[int, Stream]
     frames: int

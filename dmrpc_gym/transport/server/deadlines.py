@@ -43,11 +43,11 @@ class Watching:
         why = state.overdue(loop.time())
         unfinished = state.unfinished()
         if why is None:
-            if not state.preface or unfinished is not None or not state.streams:
+            if not state.started or unfinished is not None or not state.streams:
                 self._tick = loop.call_later(state.tick, self._on_tick)
             return
         log.info("closing an HTTP/2 connection: %s", why)
-        if not state.preface:
+        if not state.started:
             self._closed = True
             self._transport.close()
         else:

@@ -24,8 +24,6 @@ import os
 import socket
 from typing import Callable, Mapping, Sequence, Union
 
-import hpack
-
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport.codes import GrpcStatus
 from dmrpc_gym.transport.base import STEADY_STEP_ENV
@@ -86,7 +84,6 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
         #: the client may send what the session has consumed, and one largest message more), the stream
         #: table, the frames being read, the counters and the policing of PINGs, resets and stalls.
         self.state = ServerState(self._limits, max_message_size, 0.0)
-        self._encoder = hpack.Encoder()
         self._tick: asyncio.TimerHandle | None = None
         self._window_open = asyncio.Event()
         self._can_write = asyncio.Event()  # set while asyncio's write buffer takes more (to wait on)
@@ -194,8 +191,7 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
 
     # -- events (transport.connection_state) ---------------------------------------------
     def _on_settings(self, event: SettingsChanged) -> None:
-        self._encoder.header_table_size = self.state.peer.header_table
-        self._window_open.set()
+        self._window_open.set()         # (the state sized its header encoder by them)
 
     def _on_windows(self, event: WindowsOpened) -> None:
         self._window_open.set()
@@ -259,8 +255,7 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
     def _finish(self, stream: Stream) -> None:
         """The stream is over: close its session (once) and forget it; what it held is given back."""
         if stream.held:
-            self.state.credit_connection(stream.held)
-            stream.held = 0
+            self.state.release(stream)
             self._write_owed()
         session, stream.session, stream.steady_host = stream.session, None, None
         if session is not None:

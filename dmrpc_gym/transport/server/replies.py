@@ -14,7 +14,7 @@ import urllib.parse
 
 from dmrpc_gym.transport import compression as encodings
 from dmrpc_gym.transport import frames
-from dmrpc_gym.transport.frames import (DATA, END_STREAM, GATHER_SECONDS, NO_ERROR, WRITE_CHUNK,
+from dmrpc_gym.transport.frames import (DATA, GATHER_SECONDS, NO_ERROR, WRITE_CHUNK,
                                         MessageTooLarge, StreamError, rst_stream_frame)
 from dmrpc_gym.transport.server.stream import Inbound, Outbound, Stream
 
@@ -91,8 +91,7 @@ class Replies:
         if stream.outbound is not Outbound.OPEN:
             if stream.outbound is Outbound.ENDED:
                 raise asyncio.CancelledError()    # trailers or a reset went: no more answers on it
-            self._write(frames.header_frames(stream.id, 0, self._encoder.encode(self._headers(stream)),
-                                         self.state.peer.max_frame))
+            self._write(self.state.frame_headers(stream.id, self._headers(stream)))
         if type(message) is list:
             n = sum(map(len, message)) + 5
             if n <= WRITE_CHUNK or stream.compress is not None:
@@ -165,8 +164,7 @@ class Replies:
                 message = f"{message[:MAX_STATUS_MESSAGE]}... ({len(message) - MAX_STATUS_MESSAGE} more characters)"
             fields.append(("grpc-message", urllib.parse.quote(message, safe=" !#$&'()*+,/:;=?@[]~")))
         fields.extend(extra)
-        block = self._encoder.encode(fields, huffman=len(message) < 256)
-        self._write(frames.header_frames(stream.id, END_STREAM, block, self.state.peer.max_frame))
+        self._write(self.state.frame_headers(stream.id, fields, end_stream=True, huffman=len(message) < 256))
 
     def _refuse(self, stream: Stream, err: StreamError, client_done: bool) -> None:
         """End one stream with ``err``'s status; the client need send no more (RST_STREAM NO_ERROR)."""

@@ -31,8 +31,8 @@ class Requests:
 
     def _feed(self, stream: Stream, flags: int, payload) -> None:
         """``payload`` (a DATA frame's, or part of one: then ``flags`` has no END_STREAM) into the stream's
-        messages; the requests it completes are answered."""
-        stream.held += len(payload)
+        messages; the requests it completes are answered (the state counted its bytes in ``stream.held``
+        as it admitted them)."""
         inbox = stream.inbox
         before = len(inbox)
         try:

@@ -2,21 +2,23 @@
 
 :class:`ServerState` is the server's :class:`~dmrpc_gym.transport.connection_state.ConnectionState`.
 Beyond what both ends keep (settings, windows and credit, the stream table, header blocks, counters)
-it holds what a server adds: the client's preface, the frame being buffered, a large DATA frame
-read in place (``part``), the highest stream id begun, whether the connection drains (a GOAWAY
-either way), and the connection's *policing*: what a client can make the server do without a
-request (answer PINGs, reset streams, hold a frame, a header block or a preface it never
-finishes), held against its :class:`~dmrpc_gym.transport.limits.ConnectionLimits`.
+it holds what a server adds: the client's preface (its :meth:`~ServerState.start`), DATA admitted to
+the stream it feeds and held there until consumed, the highest stream id begun, whether the
+connection drains (a GOAWAY either way), and the connection's *policing*: what a client can make
+the server do without a request (answer PINGs, reset streams, hold a frame, a header block or a
+preface it never finishes), held against its :class:`~dmrpc_gym.transport.limits.ConnectionLimits`.
 
-:meth:`ServerState.receive` takes the bytes of one read and gives, one at a time, the events of
-the frames they complete (a generator: a DATA payload may be a view into the read buffer, valid
-until the next event); :meth:`~ServerState.data_to_send` gives the bytes owed in return (SETTINGS,
-their ACKs, PING ACKs, WINDOW_UPDATEs, refusals). Times are passed in (``now``), never read.
+:meth:`~dmrpc_gym.transport.connection_state.ConnectionState.receive` (the frame loop both ends share)
+takes the bytes of one read and gives, one at a time, the events of the frames they complete (a
+generator: a DATA payload may be a view into the read buffer, valid until the next event);
+:meth:`~dmrpc_gym.transport.connection_state.ConnectionState.data_to_send` gives the bytes owed in
+return (SETTINGS, their ACKs, PING ACKs, WINDOW_UPDATEs, refusals). Times are passed in (``now``),
+never read.
 
 >>> from dmrpc_gym.transport.frames import PREFACE, PING, frame
 >>> from dmrpc_gym.transport.limits import ConnectionLimits
 >>> state = ServerState(ConnectionLimits(min_ping_interval=1, max_ping_strikes=1), max_message=1 << 20, now=0.0)
->>> list(state.receive(PREFACE + frame(PING, 0, 0, b"12345678"), now=0.0)), state.preface, state.frames
+>>> list(state.receive(PREFACE + frame(PING, 0, 0, b"12345678"), now=0.0)), state.started, state.frames
 ([], True, 1)
 >>> state.data_to_send()[-17:] == frame(PING, 1, 0, b"12345678")     # after our SETTINGS: the PING's ACK
 True
@@ -28,14 +30,13 @@ True
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 from dmrpc_gym.transport.connection_state import ConnectionState, Data, Event, Headers, ResetOwed
-from dmrpc_gym.transport.frames import (CONTINUATION, DATA, DEFAULT_WINDOW, END_STREAM, ENHANCE_YOUR_CALM, MAX_WINDOW,
-                                        FRAME_SIZE_ERROR, HEADERS, IN_PLACE, PADDED, PREFACE, PROTOCOL_ERROR,
-                                        REFUSED_STREAM, SETTING_FRAME, SETTING_HEADER_LIST, SETTING_STREAMS,
-                                        SETTING_WINDOW, STREAM_CLOSED, ProtocolError, read_head, rst_stream_frame,
-                                        settings_frame, unpad, window_update_frame)
+from dmrpc_gym.transport.frames import (DEFAULT_WINDOW, END_STREAM, ENHANCE_YOUR_CALM, MAX_WINDOW, PADDED, PREFACE,
+                                        PROTOCOL_ERROR, REFUSED_STREAM, SETTING_FRAME, SETTING_HEADER_LIST,
+                                        SETTING_STREAMS, SETTING_WINDOW, STREAM_CLOSED, ProtocolError,
+                                        rst_stream_frame, settings_frame, unpad, window_update_frame)
 from dmrpc_gym.transport.headers import HeaderBlock
 from dmrpc_gym.transport.limits import IDLE_PING_INTERVAL, KEEPALIVE_PING, LINGER_BYTES, MIN_KEEPALIVE, ConnectionLimits
 from dmrpc_gym.transport.server.stream import HEADER_LIMIT
@@ -87,18 +88,16 @@ class ServerState(ConnectionState):
     window, :func:`receive_window`); ``now``: when it began.
     """
 
-    __slots__ = ("limits", "window", "preface", "buf", "part", "last_stream", "draining", "now", "tick",
+    __slots__ = ("limits", "window", "last_stream", "draining", "tick",
                  "strikes", "last_ping", "resets", "reset_second", "since", "stall", "drop_left")
 
     PUSH_REFUSED = "a client sent PUSH_PROMISE"
+    MAX_FRAME_IN = OUR_FRAME
 
     def __init__(self, limits: ConnectionLimits, max_message: int, now: float):
         self.window = receive_window(max_message)
         super().__init__(self.window, CREDIT_AT, HeaderBlock(limits.max_header_list_size, HEADER_LIMIT))
         self.limits = limits
-        self.preface = False          # the client's preface has come (our SETTINGS are then owed)
-        self.buf = bytearray()        # the frame begun and not whole
-        self.part: list | None = None  # a large DATA frame read in place: [stream or None, flags, bytes left]
         self.last_stream = 0
         self.draining = False         # a GOAWAY went either way: no new streams
         self.now = now
@@ -111,80 +110,27 @@ class ServerState(ConnectionState):
         self.stall: tuple | None = None   # (what is unfinished, since when)
         self.drop_left: int | None = None   # what the linger after the peer's error may still read
 
-    # -- bytes in ------------------------------------------------------------------------------------
-    def receive(self, data: Any, now: float) -> Iterator[Event]:
-        """The events of the frames ``data`` completes, in order (``ProtocolError``: the connection ends
-        with that GOAWAY). Handle each before asking for the next: a DATA payload may be a view."""
-        self.now = now
-        buf = self.buf
-        if self.part is not None:     # a large DATA frame's payload: straight into its message
-            data = yield from self._take_part(data)
-            if len(data) >= 9 and not buf:          # and so is the next one's, if it is begun and large
-                length, kind, flags, sid = read_head(data)
-                if (kind == DATA and IN_PLACE <= length <= OUR_FRAME and not flags & PADDED
-                        and self.headers_in.data is None and len(data) < 9 + length):
-                    self._begin_part(flags, sid, length)
-                    data = yield from self._take_part(data[9:])
-        buf += data
-        if not self.preface:
-            if not self._check_preface(buf):
-                if self.buf is not buf:
-                    yield Http1Request()
-                return
-        headers_in = self.headers_in
-        while len(buf) >= 9:
-            length, kind, flags, sid = read_head(buf)
-            if length > OUR_FRAME:
-                raise ProtocolError(FRAME_SIZE_ERROR, f"a frame of {length} bytes exceeds our "
-                                                      f"SETTINGS_MAX_FRAME_SIZE of {OUR_FRAME}")
-            if kind == HEADERS or kind == CONTINUATION:    # judged before its payload is buffered
-                headers_in.admit(kind, flags, length)
-            end = 9 + length
-            if len(buf) < end:
-                if kind == DATA and length >= IN_PLACE and not flags & PADDED and headers_in.data is None:
-                    self._begin_part(flags, sid, length)      # the rest comes straight into its message
-                    with memoryview(buf) as view:
-                        yield from self._take_part(view[9:])
-                    del buf[:]
-                return
-            if kind == DATA and headers_in.data is None:
-                if length >= IN_PLACE:                    # copied once, into its message
-                    with memoryview(buf) as view:
-                        event = self._data(flags, sid, view[9:end])
-                        if event is not None:
-                            yield event
-                            _release(event)           # (the buffer shrinks next: no view may outlive it)
-                else:
-                    event = self._data(flags, sid, bytes(buf[9:end]))
-                    if event is not None:
-                        yield event
-            else:
-                event = self.frame(kind, flags, sid, bytes(buf[9:end]))
-                if event is not None:
-                    yield event
-            del buf[:end]
-            self.frames += 1
-
-    def _check_preface(self, buf: bytearray) -> bool:
+    # -- bytes in (the frame loop is the shared state's receive) ------------------------------------
+    def start(self, buf: bytearray) -> bool | Event:
         """Whether the client preface is complete (our SETTINGS are then owed); an HTTP/1.x request
-        leaves a new, empty ``buf``; anything else is a ``ProtocolError``."""
+        is :class:`Http1Request` (and leaves a new, empty ``buf``); anything else is a ``ProtocolError``."""
         head = bytes(buf[:len(PREFACE)])
         if not PREFACE.startswith(head):
             self.buf = bytearray()
             if head[:1].isalpha():
-                return False
+                return Http1Request()
             raise ProtocolError(PROTOCOL_ERROR, "the client did not send the HTTP/2 preface")
         if len(buf) < len(PREFACE):
             return False
         del buf[:len(PREFACE)]
-        self.preface = True
+        self.started = True
         settings = ((SETTING_STREAMS, self.limits.max_streams), (SETTING_WINDOW, self.window),
                     (SETTING_FRAME, OUR_FRAME), (SETTING_HEADER_LIST, self.limits.max_header_list_size))
         self.outbox.append(settings_frame(settings) + window_update_frame(0, self.window - DEFAULT_WINDOW))
         return True
 
     # -- DATA ----------------------------------------------------------------------------------------
-    def _data(self, flags: int, sid: int, payload: Any) -> Event | None:
+    def data(self, flags: int, sid: int, payload: Any) -> Event | None:
         """A whole DATA frame: its event, padding taken off (and consumed), or None when dropped."""
         stream = self.admit_data(sid, len(payload))
         if stream is None or type(stream) is ResetOwed:
@@ -196,9 +142,11 @@ class ServerState(ConnectionState):
         return Data(stream, flags, payload)
 
     def admit_data(self, sid: int, n: int) -> Any:
-        """A DATA frame of ``n`` bytes on ``sid`` is admitted (both receive windows): the stream it feeds;
-        None when its bytes are dropped (credited: the WINDOW_UPDATE owed is in :meth:`data_to_send`);
-        :class:`ResetOwed` (STREAM_CLOSED) for DATA after the client's END_STREAM (credited too)."""
+        """A DATA frame of ``n`` bytes on ``sid`` is admitted (both receive windows): the stream it feeds, which
+        holds them (``stream.held``) until the session consumes them (:meth:`consume`) or the stream ends
+        (:meth:`release`); None when its bytes are dropped (credited: the WINDOW_UPDATE owed is in
+        :meth:`data_to_send`); :class:`ResetOwed` (STREAM_CLOSED) for DATA after the client's END_STREAM
+        (credited too)."""
         stream = self.streams.get(sid)
         self.admit(n, stream)
         if stream is None:
@@ -209,38 +157,19 @@ class ServerState(ConnectionState):
         if stream.inbound is Inbound.DONE:
             self.credit_connection(n)
             return ResetOwed(stream, STREAM_CLOSED)     # DATA after the client's END_STREAM
+        stream.held += n
         return stream
 
-    def _begin_part(self, flags: int, sid: int, length: int) -> None:
-        """A large DATA frame (not padded) has begun and is not all here: it is admitted whole now, and
-        its payload goes from each read straight into its message (:meth:`_take_part`)."""
-        self.part = [self.admit_data(sid, length), flags, length]
+    #: A large DATA frame is admitted whole as it begins (and held whole: what of it comes after its
+    #: stream ended is given back with the rest the stream held, by :meth:`release`).
+    admit_part = admit_data
 
-    def _take_part(self, data: Any) -> Iterator[Event]:
-        """The events of the next bytes of the large DATA frame begun, taken from ``data``; returns what
-        follows the frame in ``data``."""
-        part = self.part
-        stream, flags, left = part
-        view = memoryview(data)
-        n = min(left, len(view))
-        left -= n
-        if left:
-            part[2] = left
-        else:
-            self.part = None
-            self.frames += 1
-        if type(stream) is ResetOwed:            # DATA after END_STREAM: reset once, the rest dropped
-            part[0] = None
-            yield stream
-        elif stream is None:
-            pass                                   # dropped, and credited when admitted
-        elif self.streams.get(stream.id) is stream:
-            event = Data(stream, flags if not left else flags & ~END_STREAM, view[:n])
-            yield event
-            _release(event)
-        else:                                      # refused meanwhile: what it held is given back; the rest too
-            self.credit_connection(n)
-        return view[n:]
+    def release(self, stream: Any) -> None:
+        """``stream`` is over: what it held and the session did not consume is given back to the
+        connection (the WINDOW_UPDATE owed, if any, in :meth:`data_to_send`)."""
+        if stream.held:
+            self.credit_connection(stream.held)
+            stream.held = 0
 
     def consume(self, stream: Any, n: int) -> None:
         """The session took ``n`` bytes of ``stream``'s requests: the client may send as many more (the
@@ -248,12 +177,6 @@ class ServerState(ConnectionState):
         stream.held -= n
         open_in = stream.inbound is Inbound.OPEN and stream.outbound is not Outbound.ENDED
         owed = self.consumed(n, stream if open_in else None)
-        if owed:
-            self.outbox.append(owed)
-
-    def credit_connection(self, n: int) -> None:
-        """``n`` bytes of no open stream are done with: the connection's credit only."""
-        owed = self.consumed(n)
         if owed:
             self.outbox.append(owed)
 
@@ -351,7 +274,7 @@ class ServerState(ConnectionState):
         within ``handshake_timeout``, a frame or header block unfinished past ``frame_timeout``, no
         open stream for ``idle_timeout``."""
         limits = self.limits
-        if not self.preface:
+        if not self.started:
             if now - self.since > limits.handshake_timeout:
                 return (f"no HTTP/2 preface within {limits.handshake_timeout:g} s "
                         "(ConnectionLimits.handshake_timeout)")
@@ -370,9 +293,3 @@ class ServerState(ConnectionState):
             return f"no open stream for {limits.idle_timeout:g} s (ConnectionLimits.idle_timeout)"
         return None
 
-
-def _release(event: Event) -> None:
-    """A DATA event's view into the read buffer is let go once the event was handled (the buffer is then
-    resized; the handler copied what it keeps, as ``MessageSplitter.feed`` does)."""
-    if type(event) is Data and type(event.data) is memoryview:
-        event.data.release()

@@ -63,7 +63,7 @@ class Steady:
         """``data_received`` on the steady path: the whole steady requests that begin ``data`` are
         answered here, the rest goes to the general path."""
         state = self.state
-        if (state.buf or state.part is not None or self._lingering or not state.preface
+        if (state.buf or state.part is not None or self._lingering or not state.started
                 or state.headers_in.data is not None):
             return self._frames_received(data)
         streams = state.streams
