@@ -15,15 +15,19 @@ What it assumes (anything else declines before anything is done, and the general
   interrupted, on the interface the request was learned on, whose lane runs the step inline now (as the
   general path would, :meth:`~dmrpc_gym.server.running.workers.Lane.inline`);
 - the request: small, read by protobuf (no large actions), seen before with an action that is an
-  immutable scalar (a Discrete's numpy integer, a Python number), no frame asked for;
+  immutable scalar (a Discrete's numpy integer, a Python number) or a numeric numpy array (a Box's: kept
+  read-only, and each step given a fresh copy of it, as the general path gives a freshly decoded one),
+  no frame asked for;
 - the answer: its layout learned (a running step, observations of float32, float64, int8 or uint8 and a
   DOUBLE reward; ``info`` and the exact extras, where asked for, last) and its size within ``room``.
   An ``info`` is written by the general path's info encoder and goes at the end, the envelope's length
-  grown by its size.
+  grown by its size; so do the exact extras of a running step whose reward is a number of another type
+  than ``float`` (Pendulum's ``np.float64``: they say only that type, the same bytes every step, made once
+  per type by the general path's own functions).
 
 Once the env has stepped there is no declining: a step that does not fit the layout (it ended, exact
-extras to say, a reward of another type, an observation of another dtype or shape) is written by the general
-encoder, the very code the general path runs after its step. ``DMRPC_STEADY_STEP=0`` turns this off
+extras to say of the observation's scalars, a reward that is no number, an observation of another dtype
+or shape) is written by the general encoder, the very code the general path runs after its step. ``DMRPC_STEADY_STEP=0`` turns this off
 (read per connection, :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol`).
 """
 from __future__ import annotations
@@ -36,7 +40,8 @@ from typing import Any, Callable
 import numpy as np
 
 from dmrpc_gym.protocol.large_tensors import OBSERVATIONS, STEP_TAG, entry_bytes
-from dmrpc_gym.protocol.info import INFO_UID
+from dmrpc_gym.protocol.fidelity import EXACT_UID, exact_step
+from dmrpc_gym.protocol.info import INFO_UID, info_tensor_bytes, pack_info
 from dmrpc_gym.protocol.protowire import varint
 from dmrpc_gym.protocol.field_reader import Unexpected, running_step
 from dmrpc_gym.protocol.wire import pb
@@ -50,6 +55,8 @@ __all__ = ["SteadyServe"]
 _MEMO = 256                         # request byte strings remembered per agent
 _SMALL = 1 << 12                    # requests longer than this are not remembered
 _IMMUTABLE = (np.generic, int, float, bool)
+_ARRAY = np.ndarray
+_NUMBERS = (int, np.number, np.bool_)     # rewards whose exact extras name only their type (exact_step)
 _PACK_DOUBLE, _UNPACK_DOUBLE = struct.Struct("<d").pack, struct.Struct("<d").unpack
 _ENTRY_TAG = bytes(((OBSERVATIONS << 3) | 2,))       # an entry of the StepResponse's observations map
 _HIDDEN = (KIND_INFO, KIND_EXACT)                            # observations no spec lists: they go last
@@ -66,7 +73,7 @@ class _Layout:
     the other pieces and slots, and the entry. ``pieces[0]`` has the length of an answer without one.
     """
 
-    __slots__ = ("pieces", "slots", "size", "whole", "info", "body", "first")
+    __slots__ = ("pieces", "slots", "size", "whole", "info", "body", "first", "info_first")
 
     def __init__(self, pieces: list[bytes], slots: list[tuple], whole: str | None, info: bool, first: bytes,
                  body: int):
@@ -74,6 +81,8 @@ class _Layout:
         #: The observation's one array, where an ndarray observation is it as it is (ValueCodec.whole).
         self.whole = whole
         self.info, self.body, self.first = info, body, first
+        #: Where both are asked for, whether ``info`` comes before the exact extras (the plan's order).
+        self.info_first = True
         self.size = len(pieces[0]) - len(first) + body     # without an info entry
 
 
@@ -96,6 +105,7 @@ class SteadyServe:
         self.kinds = bool(len(agent.interface.scalar_kinds))   # (scalar leaves: their kinds may need saying)
         self.requests: dict[bytes, tuple] = {}       # request bytes -> (action, plan, layout)
         self.layouts: dict[Any, _Layout | None] = {}  # plan -> the answer's layout (None: none fits)
+        self.extras: dict[type, bytes | None] = {float: b""}   # reward type -> its running step's exact entry
 
     @classmethod
     def of(cls, agent: Any, failure: Callable[[str, Exception], bytes]) -> SteadyServe | None:
@@ -114,6 +124,8 @@ class SteadyServe:
         agent = self.agent
         if agent.sequence is not _RUNNING or agent.interface is not self.interface or layout.size > room:
             return None
+        if type(action) is _ARRAY:
+            action = action.copy()               # the env's own, as a freshly decoded one is
         lane = agent.lane
         spent = lane.spent
         try:
@@ -124,15 +136,17 @@ class SteadyServe:
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
             return self.failure("step", agent.step_failed(exc))
         try:
-            if terminated or truncated or type(raw_reward) is not float \
+            extras = b"" if type(raw_reward) is float or not plan.exact else self._extras(raw_reward)
+            if terminated or truncated or extras is None \
                     or (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
                 message = self._general(plan, *agent.stepped(obs, raw_reward, terminated, truncated), raw_reward,
                                         (terminated, truncated), info)
             else:
                 reward = agent.ran(obs, raw_reward)
-                tail = b""                       # info goes last, where it is asked for
+                tail = extras                    # info and the extras go last, where they are asked for
                 if info and layout.info:
-                    tail = entry_bytes(_ENTRY_TAG, INFO_UID, self.interface.info_tensor(info))
+                    said = entry_bytes(_ENTRY_TAG, INFO_UID, self.interface.info_tensor(info))
+                    tail = said + extras if layout.info_first else extras + said
                 message = self._filled(plan, layout, obs, reward, tail) \
                     or self._general(plan, _RUNNING_STATE, reward, 1.0, raw_reward, (False, False), info)
         except Exception as exc:  # noqa: BLE001 - as Session.handle: a refusal or a server bug, answered
@@ -140,6 +154,22 @@ class SteadyServe:
         # as Session.handle (from the env call's start: the lookup before it is a few attribute reads)
         agent.world.counts.record(perf_counter() - lane.started, lane.spent - spent)
         return message
+
+    def _extras(self, raw_reward: Any) -> bytes | None:
+        """The exact-extras entry of a running step whose reward is ``raw_reward`` (no observation scalars to
+        say): what the general encoder writes for it, made once per reward type; None for a reward that is no
+        number (the general path answers)."""
+        kind = type(raw_reward)
+        try:
+            return self.extras[kind]
+        except KeyError:
+            pass
+        said = None
+        if isinstance(raw_reward, _NUMBERS) and len(self.extras) < _MEMO:
+            exact = exact_step(raw_reward, False, False)
+            said = entry_bytes(_ENTRY_TAG, EXACT_UID, info_tensor_bytes(pack_info(exact))) if exact else b""
+            self.extras[kind] = said
+        return said
 
     def _filled(self, plan: Any, layout: _Layout, obs: Any, reward: float, tail: bytes) -> bytes | None:
         """The answer to a running step: the layout filled, with ``tail`` (the serialized ``info`` entry, or
@@ -195,7 +225,12 @@ class SteadyServe:
             plan = self.interface.plan(request.requested_observations)
         except Exception:  # noqa: BLE001 - the general path answered it with its refusal
             return message
-        if not isinstance(action, _IMMUTABLE) or plan.rgb:
+        if type(action) is _ARRAY and action.dtype.kind in "biuf":
+            action = action.copy()               # kept as it was asked for: each step gets a copy
+            action.flags.writeable = False
+        elif not isinstance(action, _IMMUTABLE) or plan.rgb:
+            return message
+        if plan.rgb:
             return message
         if plan not in self.layouts:
             self.layouts[plan] = self._layout(plan, b"".join(message))
@@ -224,6 +259,8 @@ class SteadyServe:
         whole = self.interface.obs_codec.whole if plan.env else None
         layout = _Layout(pieces, slots, whole if [s[0] for s in slots if s[0]] == [whole] else None,
                          any(item[1] == KIND_INFO for item in plan.items), first, body)
+        hidden = [item[1] for item in plan.items if item[1] in _HIDDEN]
+        layout.info_first = hidden[:1] != [KIND_EXACT]
         try:
             rebuilt = self._filled(plan, layout, self.agent.observation, reward, answer[end:])
         except Exception:  # noqa: BLE001 - an observation this path cannot write: the general path's
