@@ -1,7 +1,7 @@
 """The server's steady-state answers (issue 32) against the general path: a differential test.
 
 Hypothesis draws a served env (a Box, a Dict with a scalar leaf, or integer observations; rewards of
-several types; episodes that end; ``info`` now and then; an env that raises; a Box action with a reward that is
+several types; episodes that end; ``info`` now and then; an env whose step and then reset raise; a Box action with a reward that is
 always an ``np.float64``, as Pendulum's), and a client's script:
 steps with valid and invalid actions, asking for every observation or some (with ``info`` and the exact
 extras, as our client asks, or without), resets, PINGs, WINDOW_UPDATEs and SETTINGS, each request
@@ -59,8 +59,10 @@ class Scripted(gym.Env):
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        self.n = 0                           # (an env the server reuses starts over as a new one)
-        return self._obs(), {}
+        failed, self.n = self.n == self.fail_at, 0   # (an env the server reuses starts over as a new one)
+        if failed:                           # the reset after the failed step fails too; the next one starts
+            raise RuntimeError("scripted reset failure")
+        return self._obs(), {"started": True} if self.info_every else {}
 
     def step(self, action):
         self.n += 1

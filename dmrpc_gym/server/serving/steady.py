@@ -60,7 +60,7 @@ _NUMBERS = (int, np.number, np.bool_)     # rewards whose exact extras name only
 _PACK_DOUBLE, _UNPACK_DOUBLE = struct.Struct("<d").pack, struct.Struct("<d").unpack
 _ENTRY_TAG = bytes(((OBSERVATIONS << 3) | 2,))       # an entry of the StepResponse's observations map
 _HIDDEN = (KIND_INFO, KIND_EXACT)                            # observations no spec lists: they go last
-_RUNNING = Sequence.RUNNING
+_RUNNING, _IDLE = Sequence.RUNNING, Sequence.IDLE
 _RUNNING_STATE = pb.RUNNING
 _REWARD_SLOT = ""                   # the slot name of the reward (observation names are never empty)
 
@@ -122,8 +122,10 @@ class SteadyServe:
         except KeyError:
             return None
         agent = self.agent
-        if agent.sequence is not _RUNNING or agent.interface is not self.interface or layout.size > room:
+        if agent.interface is not self.interface or layout.size > room:
             return None
+        if agent.sequence is not _RUNNING:
+            return self._start(plan) if agent.sequence is _IDLE else None
         if type(action) is _ARRAY:
             action = action.copy()               # the env's own, as a freshly decoded one is
         lane = agent.lane
@@ -152,6 +154,25 @@ class SteadyServe:
         except Exception as exc:  # noqa: BLE001 - as Session.handle: a refusal or a server bug, answered
             return self.failure("step", exc)
         # as Session.handle (from the env call's start: the lookup before it is a few attribute reads)
+        agent.world.counts.record(perf_counter() - lane.started, lane.spent - spent)
+        return message
+
+    def _start(self, plan: Any) -> bytes | None:
+        """The answer to a step that starts a sequence (the agent IDLE: its actions are ignored), where the
+        agent can start it now (:meth:`~dmrpc_gym.server.worlds.gym_world.GymAgent.start_inline`); written by
+        the general encoder as the general path writes it; None: nothing done."""
+        agent = self.agent
+        lane = agent.lane
+        spent = lane.spent
+        started = agent.start_inline()
+        if started is False:
+            return None
+        try:
+            if started is not True:
+                raise started
+            message = self._general(plan, _RUNNING_STATE, 0.0, 1.0, 0.0, (False, False), agent._info)
+        except Exception as exc:  # noqa: BLE001 - as Session.handle: a refusal or a server bug, answered
+            return self.failure("step", exc)
         agent.world.counts.record(perf_counter() - lane.started, lane.spent - spent)
         return message
 
