@@ -21,8 +21,11 @@ What it assumes (anything else takes the general path, which stays the reference
   general path memoizes their StepRequest; other actions are checked and encoded by the general path
   each step, then framed here; large actions (sent outside protobuf) go the general way;
 - answers: every observation a float32, float64, int8 or uint8 tensor (fixed width: a value changes
-  no length), the answer under :data:`~dmrpc_gym.protocol.field_reader.LARGE` bytes, state RUNNING, and the
-  same observations in the same order with the same shapes as the answer the layout was learned from;
+  no length), the answer under :data:`~dmrpc_gym.protocol.field_reader.LARGE` bytes, and the same
+  observations in the same order with the same shapes as the answer the layout was learned from (a RUNNING
+  one); its state RUNNING or, read by :meth:`SteadyStep.decode` only (a round trip hands such an answer to
+  the general read), TERMINATED or INTERRUPTED in the same byte (an episode's end: a vector env of short
+  episodes meets one every few steps), with the discount and the reward in their slots as ever;
   the ``info`` and exact-extras observations, where the agent asks for them, come last, each at most
   once, as the tail of the layout (:class:`~dmrpc_gym.transport.ByteLayout`): of any size, provided the
   envelope's length keeps the width of its varint, and read by :meth:`SteadyStep._tail` as the general
@@ -48,7 +51,8 @@ from dmrpc_gym.client.fidelity import NOTHING_SAID, exactly
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol.fidelity import EXACT_UID
 from dmrpc_gym.protocol.info import INFO_UID
-from dmrpc_gym.protocol.field_reader import LARGE, OBSERVATIONS_FIELD, Unexpected, fields, map_entry, running_step
+from dmrpc_gym.protocol.field_reader import LARGE, OBSERVATIONS_FIELD, STATE_FIELD, Unexpected, fields, map_entry, \
+    running_step
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.client.states import State
 from dmrpc_gym.transport import STEADY_STEP_ENV, NOT_SENT, ByteLayout, grpc_frame
@@ -59,6 +63,8 @@ _MEMO = 256                          # frames remembered per agent, as the gener
 _MEMO_TYPES = (int, bool, np.integer, np.bool_)
 _frombuffer = np.frombuffer
 _RUNNING = State.RUNNING
+#: The states an answer of the learned layout may say besides RUNNING, and their byte on the wire.
+_ENDS = ((State.TERMINATED, pb.TERMINATED), (State.INTERRUPTED, pb.INTERRUPTED))
 _NOTHING = (None, None)
 
 
@@ -101,7 +107,11 @@ class SteadyStep:
         self.hidden: tuple[pb.Tensor | None, pb.Tensor | None] = _NOTHING
         self.asked = {uid for uid in (INFO_UID, EXACT_UID) if uid in agent.requested}
         self.given_up = False
-        self.size, self.pieces = 0, []        # the message's size and fixed pieces (start, stop, bytes)
+        #: The layouts an answer is checked against, in turn: ``(state, layout, size, pieces)`` (the message's
+        #: size and fixed pieces ``(start, stop, bytes)``: what is checked when the layout has no tail), RUNNING's first.
+        self.candidates: tuple = ()
+        #: The state of the answer :meth:`decode` read last (what :meth:`wrap` says).
+        self.state = _RUNNING
         #: The latest answer :meth:`decode` saw while no layout was learned (what :meth:`learn` learns from).
         self.seen: bytes | None = None
 
@@ -120,6 +130,7 @@ class SteadyStep:
             return self.agent.receive_step()     # (which learns the layout, when there is none yet)
         if message is NOT_SENT:
             return None
+        self.state = _RUNNING
         return self.wrap(self._named(message))
 
     def _frame(self, action: Any) -> tuple[bytes, int] | None:
@@ -138,25 +149,34 @@ class SteadyStep:
     def decode(self, message: bytes) -> dict | None:
         """The observations of an answer (however it was framed) that has the learned layout, by name;
         else None (the general path reads it). Only reads: :meth:`wrap` makes the step's result."""
-        layout = self.layout
-        if layout is None:
+        if self.layout is None:
             self.seen = message                  # what the layout is learned from, if this step is one
             return None
-        if layout.tail is None:
-            if len(message) != self.size:
-                return None
-            for a, b, piece in self.pieces:
-                if message[a:b] != piece:
-                    return None
-        else:                                    # lengths to check: as a frame, as the round trip checks it
-            self.hidden = _NOTHING
-            view = memoryview(grpc_frame(message, self.link.stream.id))
-            checks = layout.checks if len(view) == layout.total else layout.fitting(view, len(view))
-            if checks is None:
-                return None
-            for a, b, piece in checks:
-                if view[a:b] != piece:
-                    return None
+        view = None
+        for state, layout, size, pieces in self.candidates:     # RUNNING's first: the others only at an end
+            if layout.tail is None:
+                if len(message) != size:
+                    continue
+                for a, b, piece in pieces:
+                    if message[a:b] != piece:
+                        break
+                else:
+                    break
+            else:                                # lengths to check: as a frame, as the round trip checks it
+                self.hidden = _NOTHING
+                if view is None:
+                    view = memoryview(grpc_frame(message, self.link.stream.id))
+                checks = layout.checks if len(view) == layout.total else layout.fitting(view, len(view))
+                if checks is None:
+                    continue
+                for a, b, piece in checks:
+                    if view[a:b] != piece:
+                        break
+                else:
+                    break
+        else:
+            return None
+        self.state = state
         return self._named(bytearray(message))
 
     def _named(self, message: bytearray) -> dict:
@@ -168,15 +188,15 @@ class SteadyStep:
         return named
 
     def wrap(self, named: dict) -> tuple:
-        """The step's ``(obs, reward, terminated, truncated, info)`` from its observations (a running step
-        of the learned layout, whose tail :meth:`_tail` read): the general path's own ``step_result``, as its
-        ``_stepped`` calls it."""
-        agent = self.agent
-        agent.state = _RUNNING
+        """The step's ``(obs, reward, terminated, truncated, info)`` from its observations (an answer of the
+        learned layout, saying :attr:`state`, whose tail :meth:`_tail` read): the general path's own
+        ``step_result``, as its ``_stepped`` calls it."""
+        agent, state = self.agent, self.state
+        agent.state = state
         agent.last_observations = named
         info, extras = self.hidden
         carried = None if info is None else agent.read_info(info)
-        result = agent.step_result(named, _RUNNING, carried)
+        result = agent.step_result(named, state, carried)
         if extras is None:
             if agent.exact is not None:
                 agent.exact.said = NOTHING_SAID
@@ -215,7 +235,7 @@ class SteadyStep:
             return
         raw = bytes(raw)
         try:
-            slots, tail = self._walk(raw)
+            slots, tail, state_at = self._walk(raw)
         except (Unexpected, KeyError, ValueError):
             self.given_up = True
             return
@@ -236,22 +256,35 @@ class SteadyStep:
             self.given_up = True
             return
         cuts = sorted((a, b) for _, a, b, *_ in self.slots)
-        self.layout = ByteLayout(raw, self.link.stream.id, cuts, tail, self._tail)
-        self.size, self.pieces, at = len(raw), [], 0
+        candidates = [self._candidate(_RUNNING, raw, cuts, tail)]
+        if state_at is not None:                 # the same answer, saying that the sequence ended
+            candidates += [self._candidate(state, raw[:state_at] + bytes((byte,)) + raw[state_at + 1:], cuts, tail)
+                           for state, byte in _ENDS]
+        self.candidates = tuple(candidates)
+        self.layout = candidates[0][1]
+
+    def _candidate(self, state: State, raw: bytes, cuts: list, tail: int | None) -> tuple:
+        """``(state, layout, size, pieces)`` of answers like ``raw`` (see :attr:`candidates`)."""
+        pieces, at = [], 0
         for a, b in [*cuts, (len(raw), len(raw))]:
             if a > at:
-                self.pieces.append((at, a, raw[at:a]))
+                pieces.append((at, a, raw[at:a]))
             at = b
+        return state, ByteLayout(raw, self.link.stream.id, cuts, tail, self._tail), len(raw), tuple(pieces)
 
     def _walk(self, raw: bytes):
-        """The observation slots ``(name, start, stop, dtype, shape)`` of a StepResponse envelope, and where
+        """The observation slots ``(name, start, stop, dtype, shape)`` of a StepResponse envelope, where
         its info and exact-extras entries begin (they must come last; the end where the agent asks for them
-        and none came; None where it asks for neither); ``Unexpected`` where the answer is not of a layout
-        taken here."""
-        values, tail, _ = running_step(raw, self.asked)
+        and none came; None where it asks for neither), and where its state's one byte is (None: not one
+        byte of its own); ``Unexpected`` where the answer is not of a layout taken here."""
+        values, tail, body = running_step(raw, self.asked)
         by_uid = self.agent.specs.observations.by_uid
         slots = [(by_uid[uid].name, a, b, dtype, shape, uid) for uid, dtype, shape, a, b in values]
-        return slots, len(raw) if tail is None and self.asked else tail
+        state_at = None
+        for number, kind, start, stop, _ in fields(raw, body, len(raw)):
+            if number == STATE_FIELD and kind == 0 and stop - start == 2:
+                state_at = start + 1
+        return slots, len(raw) if tail is None and self.asked else tail, state_at
 
 
 def _same(ours: dict, theirs: dict) -> bool:

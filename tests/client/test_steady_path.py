@@ -35,6 +35,7 @@ _FIXED = [np.float32, np.float64, np.int8, np.uint8]           # what the steady
 _DTYPES = _FIXED * 3 + [np.int32, np.int64, np.bool_]
 _SHAPES = [(), (3,), (2, 2)]
 _KINDS = ["same"] * 6 + ["terminated", "interrupted", "error", "shape", "missing", "extra", "order", "info", "flip"]
+_PLAIN = ["same"] * 6 + ["terminated", "interrupted"]      # (an episode's end: a vector env meets one often)
 
 
 @pytest.fixture(autouse=True)
@@ -98,7 +99,7 @@ def entry(uid: int, tensor: bytes) -> bytes:
 def answers(draw, layout: list, info: bool):
     """One step's answer: ``(kind, scripted_h2.Answer)``."""
     plain = draw(st.integers(0, 2)) > 0                 # the steady case, framed as our server frames it
-    kind = "same" if plain else draw(st.sampled_from(_KINDS))
+    kind = draw(st.sampled_from(_PLAIN)) if plain else draw(st.sampled_from(_KINDS))
     if kind == "error":
         message = pb.EnvironmentResponse(error={"code": 3, "message": "refused"}).SerializeToString()
     else:
@@ -187,11 +188,13 @@ def same(a, b) -> bool:
 
 
 def test_the_steady_path_and_the_general_path_agree(monkeypatch):
+    from dmrpc_gym.client.states import State
     from dmrpc_gym.client.steady_step import SteadyStep
-    steady_used, finished, named = [], [], SteadyStep._named
+    steady_used, finished, ended, named = [], [], [], SteadyStep._named
 
     def counted(self, message):
         finished.append(self.hidden[0] is not None)        # (an answer taken on the steady path: with an info?)
+        ended.append(self.state is not State.RUNNING)      # (one that ends the episode?)
         return named(self, message)
 
     monkeypatch.setattr(SteadyStep, "_named", counted)
@@ -209,8 +212,9 @@ def test_the_steady_path_and_the_general_path_agree(monkeypatch):
 
     check()
     print(f"{sum(steady_used)} of {len(steady_used)} examples learned a layout; {len(finished)} answers taken on the steady path, "
-          f"{sum(finished)} of them with an info")
+          f"{sum(finished)} of them with an info, {sum(ended)} ending the episode")
     assert any(steady_used) and finished, "no example took the steady path"
+    assert any(ended), "no answer that ends an episode took the steady path"
 
 
 def test_answers_whose_info_changes_size_take_the_steady_path_while_their_envelope_keeps_its_width(monkeypatch):
@@ -295,6 +299,74 @@ def test_a_vector_env_reads_steady_answers_and_matches_the_general_path():
             os.environ.pop(STEADY_STEP_ENV, None)
     assert learned == {False: [False] * 3, True: [True] * 3}
     assert same(results[True], results[False])
+
+
+class _Ending(gym.Env):
+    """Pendulum-like (a Box action, an ``np.float64`` reward) with short episodes: terminated every 7th
+    step of an episode, truncated every 5th, both every 11th step of the env (then the exact extras say so);
+    an ``info`` now and then, from ``reset`` too."""
+
+    observation_space = gym.spaces.Box(-10, 10, (3,), np.float32)
+    action_space = gym.spaces.Box(-2, 2, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.n, self.t = 0, 0 if seed is None else seed
+        return np.full(3, self.t % 10, np.float32), ({"seed": seed} if seed is not None else {})
+
+    def step(self, action):
+        self.n, self.t = self.n + 1, self.t + 1
+        obs = np.array([np.cos(self.t), np.sin(self.t), float(action[0])], np.float32)
+        info = {"t": self.t} if self.t % 4 == 0 else {}
+        both = self.t % 11 == 0
+        return obs, np.float64(float(action[0]) * self.t), both or self.n % 7 == 0, both or self.n % 5 == 0, info
+
+
+def test_a_vector_env_of_ending_episodes_and_box_actions_matches_the_general_path():
+    """Episodes that end (terminated, truncated, both) every few steps, the autoreset steps after them,
+    Box actions and ``np.float64`` rewards: the steady path on both ends (an end read at the offsets, the
+    restart answered at once by the server) gives what the general path gives, value for value."""
+    from dmrpc_gym import DmRpcVectorEnv
+    from dmrpc_gym.client.states import State
+    from dmrpc_gym.client.steady_step import SteadyStep
+    from dmrpc_gym.server import Server
+    from dmrpc_gym.server.serving.steady import SteadyServe
+
+    ends, starts = [], []
+    named, start = SteadyStep._named, SteadyServe._start
+
+    def counted(self, message):
+        ends.append(self.state is not State.RUNNING)
+        return named(self, message)
+
+    def started(self, plan):
+        answer = start(self, plan)
+        starts.append(answer is not None)
+        return answer
+
+    rng = np.random.default_rng(1)
+    actions = [np.full((3, 1), 0.5, np.float32) if i % 3 else rng.uniform(-2, 2, (3, 1)).astype(np.float32)
+               for i in range(80)]
+    results = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SteadyStep, "_named", counted)
+        patch.setattr(SteadyServe, "_start", started)
+        for steady in (False, True):
+            os.environ[STEADY_STEP_ENV] = "1" if steady else "0"
+            try:
+                with Server(_Ending, kind="gym", workers=0) as server:
+                    envs = DmRpcVectorEnv(3, server.address)
+                    try:
+                        results[steady] = [envs.reset(seed=4)] + [envs.step(a) for a in actions]
+                    finally:
+                        envs.close()
+            finally:
+                os.environ.pop(STEADY_STEP_ENV, None)
+    assert same(results[True], results[False])
+    flags = np.array([step[2] for step in results[True][1:]]), np.array([step[3] for step in results[True][1:]])
+    assert flags[0].any() and flags[1].any() and (flags[0] & flags[1]).any()     # each kind of end came
+    assert sum(ends) > 20, f"{sum(ends)} ends read at the offsets"
+    assert sum(starts) > 20, f"{sum(starts)} restarts answered at once"
 
 
 class _Interrupt(BaseException):
