@@ -152,21 +152,18 @@ class SteadyStep:
         if self.layout is None:
             self.seen = message                  # what the layout is learned from, if this step is one
             return None
-        view = None
+        self.hidden, view = _NOTHING, None
         for state, layout, size, pieces in self.candidates:     # RUNNING's first: the others only at an end
-            if layout.tail is None:
-                if len(message) != size:
-                    continue
+            if len(message) == size:             # (with a tail: none came)
                 for a, b, piece in pieces:
                     if message[a:b] != piece:
                         break
                 else:
                     break
-            else:                                # lengths to check: as a frame, as the round trip checks it
-                self.hidden = _NOTHING
+            elif layout.tail is not None:        # a tail came: its lengths checked as a frame, as a round trip does
                 if view is None:
                     view = memoryview(grpc_frame(message, self.link.stream.id))
-                checks = layout.checks if len(view) == layout.total else layout.fitting(view, len(view))
+                checks = layout.fitting(view, len(view))
                 if checks is None:
                     continue
                 for a, b, piece in checks:
@@ -264,13 +261,19 @@ class SteadyStep:
         self.layout = candidates[0][1]
 
     def _candidate(self, state: State, raw: bytes, cuts: list, tail: int | None) -> tuple:
-        """``(state, layout, size, pieces)`` of answers like ``raw`` (see :attr:`candidates`)."""
+        """``(state, layout, size, pieces)`` of answers like ``raw`` (see :attr:`candidates`): with a tail, the
+        size and pieces of such an answer that has none (the layout's checks of a frame, less the frame's
+        header and the gRPC prefix, which follow from the size: -1 where no such answer can be)."""
+        layout = ByteLayout(raw, self.link.stream.id, cuts, tail, self._tail)
+        if tail is not None:
+            pieces = [(max(a - 14, 0), b - 14, piece[max(14 - a, 0):]) for a, b, piece in layout.checks if b > 14]
+            return state, layout, layout.total - 14 if layout.total >= 0 else -1, tuple(pieces)
         pieces, at = [], 0
         for a, b in [*cuts, (len(raw), len(raw))]:
             if a > at:
                 pieces.append((at, a, raw[at:a]))
             at = b
-        return state, ByteLayout(raw, self.link.stream.id, cuts, tail, self._tail), len(raw), tuple(pieces)
+        return state, layout, len(raw), tuple(pieces)
 
     def _walk(self, raw: bytes):
         """The observation slots ``(name, start, stop, dtype, shape)`` of a StepResponse envelope, where
