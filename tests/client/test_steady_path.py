@@ -339,8 +339,8 @@ def test_a_vector_env_of_ending_episodes_and_box_actions_matches_the_general_pat
         ends.append(self.state is not State.RUNNING)
         return named(self, message)
 
-    def started(self, plan):
-        answer = start(self, plan)
+    def started(self, *args):
+        answer = start(self, *args)
         starts.append(answer is not None)
         return answer
 

@@ -19,15 +19,17 @@ What it assumes (anything else declines before anything is done, and the general
   read-only, and each step given a fresh copy of it, as the general path gives a freshly decoded one),
   no frame asked for;
 - the answer: its layout learned (a running step, observations of float32, float64, int8 or uint8 and a
-  DOUBLE reward; ``info`` and the exact extras, where asked for, last) and its size within ``room``.
+  DOUBLE reward, and, where the answer is the same but for its state and its discount, those of a step that
+  ends the sequence and of the step that starts the next; ``info`` and the exact extras, where asked for, last) and its size within ``room``.
   An ``info`` is written by the general path's info encoder and goes at the end, the envelope's length
   grown by its size; so do the exact extras of a running step whose reward is a number of another type
   than ``float`` (Pendulum's ``np.float64``: they say only that type, the same bytes every step, made once
   per type by the general path's own functions).
 
-Once the env has stepped there is no declining: a step that does not fit the layout (it ended, exact
-extras to say of the observation's scalars, a reward that is no number, an observation of another dtype
-or shape) is written by the general encoder, the very code the general path runs after its step. ``DMRPC_STEADY_STEP=0`` turns this off
+Once the env has stepped there is no declining: a step that does not fit the layout (exact extras to say
+of the observation's scalars or of an end both terminated and truncated, a reward that is no number, an
+observation of another dtype or shape) is written by the general encoder, the very code the general path
+runs after its step. ``DMRPC_STEADY_STEP=0`` turns this off
 (read per connection, :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol`).
 """
 from __future__ import annotations
@@ -43,11 +45,12 @@ from dmrpc_gym.protocol.large_tensors import OBSERVATIONS, STEP_TAG, entry_bytes
 from dmrpc_gym.protocol.fidelity import EXACT_UID, exact_step
 from dmrpc_gym.protocol.info import INFO_UID, info_tensor_bytes, pack_info
 from dmrpc_gym.protocol.protowire import varint
-from dmrpc_gym.protocol.field_reader import Unexpected, running_step
+from dmrpc_gym.protocol.field_reader import STATE_FIELD, Unexpected, fields, running_step
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport import STEADY_STEP_ENV
 from dmrpc_gym.server.worlds.gym_world import GymAgent, Sequence
-from dmrpc_gym.server.worlds.interface import KIND_DISCOUNT, KIND_ENV, KIND_EXACT, KIND_INFO, KIND_REWARD, StepAnswer
+from dmrpc_gym.server.worlds.interface import KIND_DISCOUNT, KIND_ENV, KIND_EXACT, KIND_INFO, KIND_REWARD, StepAnswer, \
+    sequence_state
 from dmrpc_gym.server.running.workers import NOT_NOW
 
 __all__ = ["SteadyServe"]
@@ -73,7 +76,7 @@ class _Layout:
     the other pieces and slots, and the entry. ``pieces[0]`` has the length of an answer without one.
     """
 
-    __slots__ = ("pieces", "slots", "size", "whole", "info", "body", "first", "info_first")
+    __slots__ = ("pieces", "slots", "size", "whole", "info", "body", "first", "info_first", "ends")
 
     def __init__(self, pieces: list[bytes], slots: list[tuple], whole: str | None, info: bool, first: bytes,
                  body: int):
@@ -83,6 +86,8 @@ class _Layout:
         self.info, self.body, self.first = info, body, first
         #: Where both are asked for, whether ``info`` comes before the exact extras (the plan's order).
         self.info_first = True
+        #: The layouts of the same answer saying that the sequence ended, by state (TERMINATED, INTERRUPTED).
+        self.ends: dict[int, _Layout] = {}
         self.size = len(pieces[0]) - len(first) + body     # without an info entry
 
 
@@ -125,7 +130,7 @@ class SteadyServe:
         if agent.interface is not self.interface or layout.size > room:
             return None
         if agent.sequence is not _RUNNING:
-            return self._start(plan) if agent.sequence is _IDLE else None
+            return self._start(plan, layout) if agent.sequence is _IDLE else None
         if type(action) is _ARRAY:
             action = action.copy()               # the env's own, as a freshly decoded one is
         lane = agent.lane
@@ -139,28 +144,28 @@ class SteadyServe:
             return self.failure("step", agent.step_failed(exc))
         try:
             extras = b"" if type(raw_reward) is float or not plan.exact else self._extras(raw_reward)
-            if terminated or truncated or extras is None \
-                    or (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
-                message = self._general(plan, *agent.stepped(obs, raw_reward, terminated, truncated), raw_reward,
-                                        (terminated, truncated), info)
+            if terminated or truncated:          # (exact extras say that both are set: the general encoder's)
+                state, reward, discount = agent.stepped(obs, raw_reward, terminated, truncated)
+                if terminated and truncated and plan.exact:
+                    extras = None
+                message = self._answer(plan, layout.ends.get(state), obs, state, reward, discount, raw_reward,
+                                       (terminated, truncated), info, extras)
+            elif extras is None:                 # (a reward that is no number: the general path's)
+                message = self._general(plan, *agent.stepped(obs, raw_reward, False, False), raw_reward,
+                                        (False, False), info)
             else:
-                reward = agent.ran(obs, raw_reward)
-                tail = extras                    # info and the extras go last, where they are asked for
-                if info and layout.info:
-                    said = entry_bytes(_ENTRY_TAG, INFO_UID, self.interface.info_tensor(info))
-                    tail = said + extras if layout.info_first else extras + said
-                message = self._filled(plan, layout, obs, reward, tail) \
-                    or self._general(plan, _RUNNING_STATE, reward, 1.0, raw_reward, (False, False), info)
+                message = self._answer(plan, layout, obs, _RUNNING_STATE, agent.ran(obs, raw_reward), 1.0,
+                                       raw_reward, (False, False), info, extras)
         except Exception as exc:  # noqa: BLE001 - as Session.handle: a refusal or a server bug, answered
             return self.failure("step", exc)
         # as Session.handle (from the env call's start: the lookup before it is a few attribute reads)
         agent.world.counts.record(perf_counter() - lane.started, lane.spent - spent)
         return message
 
-    def _start(self, plan: Any) -> bytes | None:
+    def _start(self, plan: Any, layout: _Layout) -> bytes | None:
         """The answer to a step that starts a sequence (the agent IDLE: its actions are ignored), where the
-        agent can start it now (:meth:`~dmrpc_gym.server.worlds.gym_world.GymAgent.start_inline`); written by
-        the general encoder as the general path writes it; None: nothing done."""
+        agent can start it now (:meth:`~dmrpc_gym.server.worlds.gym_world.GymAgent.start_inline`), as the
+        general path writes it (:meth:`_answer`); None: nothing done."""
         agent = self.agent
         lane = agent.lane
         spent = lane.spent
@@ -170,11 +175,29 @@ class SteadyServe:
         try:
             if started is not True:
                 raise started
-            message = self._general(plan, _RUNNING_STATE, 0.0, 1.0, 0.0, (False, False), agent._info)
+            message = self._answer(plan, layout, agent.observation, _RUNNING_STATE, 0.0, 1.0, 0.0, (False, False),
+                                   agent.start_info, b"")
         except Exception as exc:  # noqa: BLE001 - as Session.handle: a refusal or a server bug, answered
             return self.failure("step", exc)
         agent.world.counts.record(perf_counter() - lane.started, lane.spent - spent)
         return message
+
+    def _answer(self, plan: Any, layout: _Layout | None, obs: Any, state: int, reward: float, discount: float,
+                raw: Any, ends: tuple, info: Any, extras: bytes | None) -> bytes:
+        """A step's answer (the env stepped or started; ``state``, ``reward``, ``discount``: what the agent made
+        of it): ``layout`` filled, with ``info``'s entry and ``extras`` (the exact extras' entry) at its end;
+        where it cannot be (no layout, no extras, scalars to say, an observation that does not fit), the
+        general encoder's."""
+        if layout is not None and extras is not None \
+                and not (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
+            tail = extras                        # info and the extras go last, where they are asked for
+            if info and layout.info:
+                said = entry_bytes(_ENTRY_TAG, INFO_UID, self.interface.info_tensor(info))
+                tail = said + extras if layout.info_first else extras + said
+            message = self._filled(plan, layout, obs, reward, tail)
+            if message is not None:
+                return message
+        return self._general(plan, state, reward, discount, raw, ends, info)
 
     def _extras(self, raw_reward: Any) -> bytes | None:
         """The exact-extras entry of a running step whose reward is ``raw_reward`` (no observation scalars to
@@ -249,7 +272,7 @@ class SteadyServe:
         if type(action) is _ARRAY and action.dtype.kind in "biuf":
             action = action.copy()               # kept as it was asked for: each step gets a copy
             action.flags.writeable = False
-        elif not isinstance(action, _IMMUTABLE) or plan.rgb:
+        elif not isinstance(action, _IMMUTABLE):
             return message
         if plan.rgb:
             return message
@@ -262,11 +285,26 @@ class SteadyServe:
 
     def _layout(self, plan: Any, answer: bytes) -> _Layout | None:
         """The layout of ``answer`` (a running step of ``plan``), if it is one taken here and filling it with
-        this step's values (and its own ``info`` entry) gives the very bytes; else None."""
+        this step's values (and its own ``info`` entry) gives the very bytes; else None. With it, in
+        :attr:`_Layout.ends`, those of the same answer saying TERMINATED (its discount 0) and INTERRUPTED,
+        where its state is one byte of its own (the same checks)."""
         try:
-            cuts, end, body_start = self._slots(plan, answer)
+            cuts, end, body_start, state_at, discount_at = self._slots(plan, answer)
         except (Unexpected, KeyError, ValueError):
             return None
+        layout = self._pieces(plan, answer, cuts, end, body_start)
+        if layout is not None and state_at is not None:
+            for state, discount in (sequence_state(True, False), sequence_state(False, True)):
+                ended = answer[:state_at] + bytes((state,)) + answer[state_at + 1:]
+                if discount_at is not None:
+                    ended = ended[:discount_at] + _PACK_DOUBLE(discount) + ended[discount_at + 8:]
+                variant = self._pieces(plan, ended, cuts, end, body_start)
+                if variant is not None:
+                    layout.ends[state] = variant
+        return layout
+
+    def _pieces(self, plan: Any, answer: bytes, cuts: list, end: int, body_start: int) -> _Layout | None:
+        """The layout of ``answer`` cut at ``cuts`` (see :meth:`_layout`), or None."""
         pieces, at, slots, reward = [], body_start, [], 0.0
         for a, b, slot in cuts:
             pieces.append(answer[at:a])
@@ -288,16 +326,17 @@ class SteadyServe:
             return None
         return layout if rebuilt == answer else None
 
-    def _slots(self, plan: Any, answer: bytes) -> tuple[list[tuple], int, int]:
+    def _slots(self, plan: Any, answer: bytes) -> tuple[list[tuple], int, int, int | None, int | None]:
         """``(start, stop, (name, dtype, shape))`` of each value of ``answer``, where its ``info`` and exact
-        extras begin (they come last; its end without them) and where its StepResponse begins;
-        ``Unexpected`` where it has another layout."""
+        extras begin (they come last; its end without them), where its StepResponse begins, where its state's
+        one byte is and where its DOUBLE discount's 8 bytes are (None: no such thing); ``Unexpected`` where it
+        has another layout."""
         hidden = [item[1] in _HIDDEN for item in plan.items]
         if hidden != sorted(hidden):                        # info and the extras asked for last
             raise Unexpected
         items = {uid: (kind, name, dt) for uid, kind, name, dt in plan.items}
         values, tail, body_start = running_step(answer, {uid for uid, kind, *_ in plan.items if kind in _HIDDEN})
-        cuts = []
+        cuts, discount_at, state_at = [], None, None
         for uid, dtype, shape, a, b in values:
             kind, name, dt = items[uid]
             if kind == KIND_ENV:
@@ -306,4 +345,10 @@ class SteadyServe:
                 cuts.append((a, b, (_REWARD_SLOT, None, None)))
             elif kind != KIND_DISCOUNT or dt != pb.DOUBLE:
                 raise Unexpected
-        return cuts, len(answer) if tail is None else tail, body_start
+            else:
+                discount_at = a
+        end = len(answer) if tail is None else tail
+        for number, kind, a, b, _ in fields(answer, body_start, end):
+            if number == STATE_FIELD and kind == 0 and b - a == 2:
+                state_at = a + 1
+        return cuts, end, body_start, state_at, discount_at

@@ -251,6 +251,11 @@ class GymAgent:
         """The env's latest observation, as it gave it (what the latest answer carried)."""
         return self._obs
 
+    @property
+    def start_info(self) -> Any:
+        """What ``env.reset`` returned as its info, sent with the step that started the sequence."""
+        return self._info
+
     def _recipe(self) -> dict[str, Any]:
         return {**self.world.kwargs, **self.overrides}
 
