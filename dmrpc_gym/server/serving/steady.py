@@ -144,18 +144,19 @@ class SteadyServe:
             return self.failure("step", agent.step_failed(exc))
         try:
             extras = b"" if type(raw_reward) is float or not plan.exact else self._extras(raw_reward)
-            if terminated or truncated:          # (exact extras say that both are set: the general encoder's)
+            if extras is None or (terminated and truncated and plan.exact) \
+                    or (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
+                message = self._general(plan, *agent.stepped(obs, raw_reward, terminated, truncated), raw_reward,
+                                        (terminated, truncated), info)
+            elif terminated or truncated:
                 state, reward, discount = agent.stepped(obs, raw_reward, terminated, truncated)
-                if terminated and truncated and plan.exact:
-                    extras = None
                 message = self._answer(plan, layout.ends.get(state), obs, state, reward, discount, raw_reward,
                                        (terminated, truncated), info, extras)
-            elif extras is None:                 # (a reward that is no number: the general path's)
-                message = self._general(plan, *agent.stepped(obs, raw_reward, False, False), raw_reward,
-                                        (False, False), info)
             else:
-                message = self._answer(plan, layout, obs, _RUNNING_STATE, agent.ran(obs, raw_reward), 1.0,
-                                       raw_reward, (False, False), info, extras)
+                reward = agent.ran(obs, raw_reward)
+                tail = self._said(layout, info, extras) if info and layout.info else extras
+                message = self._filled(plan, layout, obs, reward, tail) \
+                    or self._general(plan, _RUNNING_STATE, reward, 1.0, raw_reward, (False, False), info)
         except Exception as exc:  # noqa: BLE001 - as Session.handle: a refusal or a server bug, answered
             return self.failure("step", exc)
         # as Session.handle (from the env call's start: the lookup before it is a few attribute reads)
@@ -183,21 +184,23 @@ class SteadyServe:
         return message
 
     def _answer(self, plan: Any, layout: _Layout | None, obs: Any, state: int, reward: float, discount: float,
-                raw: Any, ends: tuple, info: Any, extras: bytes | None) -> bytes:
-        """A step's answer (the env stepped or started; ``state``, ``reward``, ``discount``: what the agent made
-        of it): ``layout`` filled, with ``info``'s entry and ``extras`` (the exact extras' entry) at its end;
-        where it cannot be (no layout, no extras, scalars to say, an observation that does not fit), the
-        general encoder's."""
-        if layout is not None and extras is not None \
-                and not (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
-            tail = extras                        # info and the extras go last, where they are asked for
-            if info and layout.info:
-                said = entry_bytes(_ENTRY_TAG, INFO_UID, self.interface.info_tensor(info))
-                tail = said + extras if layout.info_first else extras + said
+                raw: Any, ends: tuple, info: Any, extras: bytes) -> bytes:
+        """The answer of a step that ended a sequence or started one (``state``, ``reward``, ``discount``: what
+        the agent made of it): ``layout`` filled, with ``info``'s entry and ``extras`` (the exact extras' entry)
+        at its end; where it cannot be (no layout, scalars to say, an observation that does not fit), the
+        general encoder's. (A running step's is the same, written out in :meth:`answer`: a call fewer.)"""
+        if layout is not None and not (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
+            tail = self._said(layout, info, extras) if info and layout.info else extras
             message = self._filled(plan, layout, obs, reward, tail)
             if message is not None:
                 return message
         return self._general(plan, state, reward, discount, raw, ends, info)
+
+    def _said(self, layout: _Layout, info: Any, extras: bytes) -> bytes:
+        """The tail of an answer with an ``info``: its entry (the general path's info encoder's) and
+        ``extras``, in the plan's order."""
+        said = entry_bytes(_ENTRY_TAG, INFO_UID, self.interface.info_tensor(info))
+        return said + extras if layout.info_first else extras + said
 
     def _extras(self, raw_reward: Any) -> bytes | None:
         """The exact-extras entry of a running step whose reward is ``raw_reward`` (no observation scalars to
