@@ -173,16 +173,16 @@ class Batch:
         if self._unsettled:
             self._settle()
         self._unsettled = True
-        requests = {}
+        requests, envs = {}, self.envs
         for i, action in jobs.items():
-            agent = self.envs[i].agent
+            agent = envs[i].agent
             try:
                 requests[i] = agent.step_request(None if isinstance(action, Restart) else action)
             except ValueError as err:
                 raise ValueError(f"sub-env {i}: {err}") from None
 
         def send(i: int) -> bool:
-            env, owed, job = self.envs[i], self._owed[i], jobs[i]
+            env, owed, job = envs[i], self._owed[i], jobs[i]
             if isinstance(job, Restart) and env.agent.submit_reset(
                     env.reset_settings if job.settings is None else job.settings):
                 owed.append(Owed.RESET)
@@ -193,7 +193,8 @@ class Batch:
         shared = self.env_kwargs.get("connections")
         with shared.corked() if shared is not None else contextlib.nullcontext():
             owed, failures = submit_all(requests, send)
-        self._raise_failures(failures, lost)   # raised: what was sent is settled before the next exchange
+        if failures:                           # raised: what was sent is settled before the next exchange
+            self._raise_failures(failures, lost)
         plan = {i: isinstance(jobs[i], Restart) for i in owed}
         self._flying.update(plan)
         return plan
@@ -213,17 +214,18 @@ class Batch:
             for i in plan:
                 self._flying.pop(i, None)
             self._unsettled = self._stray_answers()
+        elapsed, limit = self._elapsed, self.max_episode_steps
         for i, result in results.items():
             if plan[i]:
-                self._elapsed[i] = 0
+                elapsed[i] = 0
                 obs, _, _, _, info = result
                 results[i] = (obs, 0.0, False, False, info)
             else:
-                self._elapsed[i] += 1
-                if self.max_episode_steps is not None and self._elapsed[i] >= self.max_episode_steps \
-                        and not result[2]:
+                elapsed[i] += 1
+                if limit is not None and elapsed[i] >= limit and not result[2]:
                     results[i] = result[:3] + (True,) + result[4:]
-        self._raise_failures(failures, lost)
+        if failures:
+            self._raise_failures(failures, lost)
         return results
 
     def step(self, jobs: Mapping[int, Any], lost: dict[int, BaseException] | None = None) -> dict[int, StepResult]:
@@ -309,7 +311,11 @@ class Batch:
     def _stray_answers(self) -> bool:
         """Whether answers are owed that no exchange will read (left by a failed or interrupted
         one): the sub-envs in flight are owed theirs on purpose."""
-        return any(owed for i, owed in enumerate(self._owed) if i not in self._flying)
+        flying = self._flying
+        for i, owed in enumerate(self._owed):   # (a loop, not any(): a vector step's calls are counted)
+            if owed and i not in flying:
+                return True
+        return False
 
     def _check_open(self) -> None:
         if self.closed:
