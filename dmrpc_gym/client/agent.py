@@ -53,7 +53,8 @@ def select(names: Sequence[str], wanted: str | Sequence[str] | None, kind: str) 
 
 
 _STATES = {int(s): s for s in State}
-_MEMO = 256                  # remembered StepRequests per agent, for integer actions
+_MEMO = 256                  # remembered StepRequests per agent, for integer actions and small numeric arrays
+_MEMO_BYTES = 256            # an array action's bytes, at most, for its request to be remembered
 _MEMO_TYPES = (int, bool, np.integer, np.bool_)
 # Scalar reward/discount observations of these types are read straight from their Tensor.
 _QUICK_DTYPES = (pb.FLOAT, pb.DOUBLE, pb.INT32, pb.INT64, pb.UINT32, pb.UINT64)
@@ -245,10 +246,15 @@ class RemoteAgent:
         Multi-connection envs build every request first, so that a bad action
         for one agent is refused before anything is sent for any of them.
         """
-        key = (type(action), action) if isinstance(action, _MEMO_TYPES) else None
+        kind = type(action)
+        if kind is np.ndarray:             # a Box's: by its dtype, shape and bytes (numbers only: their bytes say them)
+            key = (kind, action.dtype.str, action.shape, action.tobytes()) \
+                if action.nbytes <= _MEMO_BYTES and action.dtype.kind in "biuf" else None
+        else:
+            key = (kind, action) if isinstance(action, _MEMO_TYPES) else None
         request = self._requests.get(key) if key is not None else None
         if request is not None:
-            return request, None           # Discrete actions: built once, shared (never modified)
+            return request, None           # Discrete actions, small Box ones: built once, shared (never modified)
         request, pieces = pb.StepRequest(requested_observations=self.requested), large_tensors.Pieces(large_tensors.ACTIONS)
         if action is not None:
             self._pack_actions(action, request, pieces)

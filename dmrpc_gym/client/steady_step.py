@@ -107,9 +107,13 @@ class SteadyStep:
         self.hidden: tuple[pb.Tensor | None, pb.Tensor | None] = _NOTHING
         self.asked = {uid for uid in (INFO_UID, EXACT_UID) if uid in agent.requested}
         self.given_up = False
-        #: The layouts an answer is checked against, in turn: ``(state, layout, size, pieces)`` (the message's
-        #: size and fixed pieces ``(start, stop, bytes)``: what is checked when the layout has no tail), RUNNING's first.
+        #: The layouts an answer is checked against, in turn: ``(state, layout, size, pieces, hidden)`` (the
+        #: message's size and fixed pieces ``(start, stop, bytes)``: what is checked when no tail came; ``hidden``:
+        #: what :meth:`_tail` read of a tail that is part of the pieces, or None), RUNNING's first.
         self.candidates: tuple = ()
+        self.cuts: list[tuple[int, int]] = []   # the slots' (start, stop), in order
+        #: What a round trip whose answer has :attr:`layout` read of its tail (see :meth:`_constant`).
+        self.first_hidden = _NOTHING
         #: The state of the answer :meth:`decode` read last (what :meth:`wrap` says).
         self.state = _RUNNING
         #: The latest answer :meth:`decode` saw while no layout was learned (what :meth:`learn` learns from).
@@ -124,13 +128,17 @@ class SteadyStep:
             framed = self._frame(action)
             if framed is None:
                 return None
-        self.hidden = _NOTHING
+        self.hidden = self.first_hidden
         message = self.agent.connection.steady_write(self.link, framed, self.layout)
         if message is None:
             return self.agent.receive_step()     # (which learns the layout, when there is none yet)
         if message is NOT_SENT:
             return None
         self.state = _RUNNING
+        hidden = self.hidden
+        if hidden is not self.first_hidden and hidden[0] is None and hidden[1] is not None \
+                and self.candidates[0][4] is None:
+            self._constant(bytes(message))       # (a tail of the exact extras alone, read by _tail)
         return self.wrap(self._named(message))
 
     def _frame(self, action: Any) -> tuple[bytes, int] | None:
@@ -153,12 +161,14 @@ class SteadyStep:
             self.seen = message                  # what the layout is learned from, if this step is one
             return None
         self.hidden, view = _NOTHING, None
-        for state, layout, size, pieces in self.candidates:     # RUNNING's first: the others only at an end
-            if len(message) == size:             # (with a tail: none came)
+        for state, layout, size, pieces, hidden in self.candidates:     # RUNNING's first: the others at an end
+            if len(message) == size:             # (with a tail: none came, or the one of the pieces)
                 for a, b, piece in pieces:
                     if message[a:b] != piece:
                         break
                 else:
+                    if hidden is not None:
+                        self.hidden = hidden
                     break
             elif layout.tail is not None:        # a tail came: its lengths checked as a frame, as a round trip does
                 if view is None:
@@ -170,6 +180,9 @@ class SteadyStep:
                     if view[a:b] != piece:
                         break
                 else:
+                    if state is _RUNNING and self.hidden[0] is None and self.hidden[1] is not None \
+                            and self.candidates[0][4] is None:
+                        self._constant(bytes(message))
                     break
         else:
             return None
@@ -257,23 +270,32 @@ class SteadyStep:
         if state_at is not None:                 # the same answer, saying that the sequence ended
             candidates += [self._candidate(state, raw[:state_at] + bytes((byte,)) + raw[state_at + 1:], cuts, tail)
                            for state, byte in _ENDS]
-        self.candidates = tuple(candidates)
+        self.candidates, self.cuts = tuple(candidates), cuts
         self.layout = candidates[0][1]
 
+    def _constant(self, raw: bytes) -> None:
+        """``raw``, a running answer of the learned layout whose tail holds the exact extras alone (they say the
+        reward's type: Pendulum's ``np.float64``, the same bytes every step), becomes the first of
+        :attr:`candidates`, its tail a part of its pieces, read once (:attr:`hidden` now); and the layout a
+        round trip checks (:attr:`layout`, with :attr:`first_hidden`)."""
+        state, layout, size, pieces, _ = self._candidate(_RUNNING, raw, self.cuts, None)
+        self.candidates = ((state, layout, size, pieces, self.hidden), *self.candidates)
+        self.layout, self.first_hidden = layout, self.hidden
+
     def _candidate(self, state: State, raw: bytes, cuts: list, tail: int | None) -> tuple:
-        """``(state, layout, size, pieces)`` of answers like ``raw`` (see :attr:`candidates`): with a tail, the
+        """``(state, layout, size, pieces, None)`` of answers like ``raw`` (see :attr:`candidates`): with a tail, the
         size and pieces of such an answer that has none (the layout's checks of a frame, less the frame's
         header and the gRPC prefix, which follow from the size: -1 where no such answer can be)."""
         layout = ByteLayout(raw, self.link.stream.id, cuts, tail, self._tail)
         if tail is not None:
             pieces = [(max(a - 14, 0), b - 14, piece[max(14 - a, 0):]) for a, b, piece in layout.checks if b > 14]
-            return state, layout, layout.total - 14 if layout.total >= 0 else -1, tuple(pieces)
+            return state, layout, layout.total - 14 if layout.total >= 0 else -1, tuple(pieces), None
         pieces, at = [], 0
         for a, b in [*cuts, (len(raw), len(raw))]:
             if a > at:
                 pieces.append((at, a, raw[at:a]))
             at = b
-        return state, layout, len(raw), tuple(pieces)
+        return state, layout, len(raw), tuple(pieces), None
 
     def _walk(self, raw: bytes):
         """The observation slots ``(name, start, stop, dtype, shape)`` of a StepResponse envelope, where

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from scripted_h2 import ScriptedServer, ping
-from fuzzing import fuzz_settings
+from fuzzing import both_paths, fuzz_settings  # noqa: F401 - both_paths: a fixture
 
 from dmrpc_gym import DmRpcEnv
 from dmrpc_gym.client.steady_step import STEADY_STEP_ENV
@@ -358,6 +358,8 @@ def test_a_vector_env_of_ending_episodes_and_box_actions_matches_the_general_pat
                     envs = DmRpcVectorEnv(3, server.address)
                     try:
                         results[steady] = [envs.reset(seed=4)] + [envs.step(a) for a in actions]
+                        constant = [e.agent._steady is not None and e.agent._steady.candidates[0][4] is not None
+                                    for e in envs.envs]
                     finally:
                         envs.close()
             finally:
@@ -367,6 +369,48 @@ def test_a_vector_env_of_ending_episodes_and_box_actions_matches_the_general_pat
     assert flags[0].any() and flags[1].any() and (flags[0] & flags[1]).any()     # each kind of end came
     assert sum(ends) > 20, f"{sum(ends)} ends read at the offsets"
     assert sum(starts) > 20, f"{sum(starts)} restarts answered at once"
+    assert constant == [True] * 3, "the exact extras' tail (the reward's type) was not learned as constant"
+
+
+def test_a_single_env_of_ending_episodes_and_box_actions_matches_the_general_path():
+    """The same env through ``DmRpcEnv`` (round trips, the exact extras' tail learned as constant), reset
+    where an episode ended, steady path on and off: the same values."""
+    from dmrpc_gym.server import Server
+    results, learned = {}, {}
+    actions = [np.full(1, 0.5 if i % 3 else -1.5, np.float32) for i in range(60)]
+    for steady in (False, True):
+        os.environ[STEADY_STEP_ENV] = "1" if steady else "0"
+        try:
+            with Server(_Ending, kind="gym") as server, DmRpcEnv(server.address) as env:
+                out = [env.reset(seed=2)]
+                for action in actions:
+                    out.append(env.step(action))
+                    if out[-1][2] or out[-1][3]:
+                        out.append(env.reset())
+                learned[steady] = env._agent._steady is not None and env._agent._steady.first_hidden[1] is not None
+            results[steady] = out
+        finally:
+            os.environ.pop(STEADY_STEP_ENV, None)
+    assert learned == {False: False, True: True}
+    assert same(results[True], results[False])
+
+
+@pytest.mark.usefixtures("both_paths")
+def test_a_box_actions_request_is_remembered_by_its_bytes_not_its_array():
+    """An array action changed in place between steps is sent as it is now; one out of bounds is refused
+    every time it is given (a refused action is never remembered)."""
+    from dmrpc_gym.server import Server
+    with Server(_Ending, kind="gym") as server, DmRpcEnv(server.address) as env:
+        env.reset(seed=0)
+        action, seen = np.zeros(1, np.float32), []
+        for value in [0.0, 1.0, 0.0, 1.0, -1.5]:
+            action[0] = value
+            obs, *_ = env.step(action)
+            seen.append(float(obs[2]))
+        for _ in range(2):
+            with pytest.raises(ValueError):
+                env.step(np.full(1, 5.0, np.float32))
+    assert seen == [0.0, 1.0, 0.0, 1.0, -1.5]
 
 
 class _Interrupt(BaseException):
