@@ -21,7 +21,7 @@ its own client and server::
     python benchmarks/bench_counts.py --tree /tmp/old                  # calls per step, this tree and /tmp/old
     python benchmarks/bench_counts.py --callgrind --steps 1000         # and instructions (minutes)
 
-``--world CartPole-v1`` (or ``Pendulum-v1``: ``bench_host.py``'s envs and actions, episodes that end) and
+``--world CartPole-v1`` (or ``Pendulum-v1``, ``"28 KB"``: ``bench_host.py``'s envs and actions) and
 ``--vector N`` (a ``DmRpcVectorEnv`` of N sub-envs on one server: the figures are then per vector step)
 count the same way what ``bench_host.py`` times (issue 40, item 3). The server steps every env inline there
 (``workers=0``), so that no timing-driven choice moves the count; the gymnasium envs are seeded, and their
@@ -76,7 +76,7 @@ def _world(name: str):
         from constant_world import Constant
         return Constant
     import bench_host
-    return bench_host.factory(name)
+    return bench_host.factory(bench_host.OBSERVATIONS.get(name, name))
 
 
 def _action(world: str, vector: int):
@@ -298,7 +298,7 @@ def main() -> None:
     parser.add_argument("--callgrind", action="store_true", help="also count instructions (needs valgrind)")
     parser.add_argument("--skip-this", action="store_true", help="measure only the --tree checkouts")
     parser.add_argument("--world", default="constant",
-                        help="constant (default), CartPole-v1 or Pendulum-v1 (bench_host.py's envs and actions)")
+                        help="constant (default), or one of bench_host.py's observations (CartPole-v1, Pendulum-v1, '28 KB', ...)")
     parser.add_argument("--vector", type=int, default=0, help="a DmRpcVectorEnv of this many sub-envs (0: DmRpcEnv)")
     args = parser.parse_args()
     if args.role[:1] == ["client"]:
