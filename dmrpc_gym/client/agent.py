@@ -53,6 +53,7 @@ def select(names: Sequence[str], wanted: str | Sequence[str] | None, kind: str) 
 
 
 _STATES = {int(s): s for s in State}
+_TERMINATED, _INTERRUPTED = State.TERMINATED, State.INTERRUPTED      # (a step reads them: globals, not lookups)
 _MEMO = 256                  # remembered StepRequests per agent, for integer actions and small numeric arrays
 _MEMO_BYTES = 256            # an array action's bytes, at most, for its request to be remembered
 _MEMO_TYPES = (int, bool, np.integer, np.bool_)
@@ -271,7 +272,7 @@ class RemoteAgent:
         steady = self._steady              # answers of the learned layout: read at their offsets
         response, large = self.connection.receive_step(steady.decode if steady is not None else None)
         if large is None:
-            return steady.wrap(response)
+            return steady.wrap(response, steady.state)
         result = self._stepped(response, large)
         return result if steady is None else steady.learn(result)
 
@@ -283,7 +284,7 @@ class RemoteAgent:
             decode = steady.decode if steady is not None else None     # the learned layout, as receive_step
             response, large = self.connection.send_step(*self.step_request(action), steady=decode)
             if large is None:
-                return steady.wrap(response)
+                return steady.wrap(response, steady.state)
             result = self._stepped(response, large)
             result = result if steady is None else steady.learn(result)
         return result
@@ -360,8 +361,7 @@ class RemoteAgent:
             if name in named:
                 info[name] = named[name]
         obs = self._obs_codec.unflatten(named)
-        return (obs, self.reward(named, state), state == State.TERMINATED,
-                state == State.INTERRUPTED, info)
+        return (obs, self.reward(named, state), state == _TERMINATED, state == _INTERRUPTED, info)
 
     # -- resets -----------------------------------------------------------------
     def submit_reset(self, settings: Mapping[str, Any] | None = None) -> bool:

@@ -137,11 +137,8 @@ class SteadyStep:
             return self.agent.receive_step()     # (which learns the layout, when there is none yet)
         if message is NOT_SENT:
             return None
-        self.state = _RUNNING
-        hidden = self.hidden
-        if hidden is not self.first_hidden and hidden[0] is None and hidden[1] is not None \
-                and self.candidates[0][4] is None:
-            self._constant(bytes(message))       # (a tail of the exact extras alone, read by _tail)
+        if self.hidden is not self.first_hidden:  # a tail read by _tail: of the exact extras alone?
+            self._constant(bytes(message))
         return self.wrap(self._named(message))
 
     def _frame(self, action: Any) -> tuple[bytes, int] | None:
@@ -183,21 +180,22 @@ class SteadyStep:
                     if view[a:b] != piece:
                         break
                 else:
-                    if state is _RUNNING and self.hidden[0] is None and self.hidden[1] is not None \
-                            and self.candidates[0][4] is None:
+                    if state is _RUNNING:
                         self._constant(bytes(message))
                     break
         else:
             return None
         self.state = state
-        return self._named(bytearray(message) if len(message) < _WHOLE else message)
+        if len(message) < _WHOLE:
+            return self._named(bytearray(message))
+        return self._named(message, False)
 
-    def _named(self, message: bytes | bytearray) -> dict:
-        """The observations at their offsets in ``message``, each an array of its own (writable): over a slice
-        of a ``bytearray`` (a round trip's, fresh each step: the slice is the copy), or copied once out of
-        ``bytes`` (no copy of the whole message first: a large observation costs one copy here)."""
+    def _named(self, message: bytes | bytearray, sliced: bool = True) -> dict:
+        """The observations at their offsets in ``message``, each an array of its own (writable): ``sliced``,
+        over a slice of a ``bytearray`` (a round trip's, fresh each step: the slice is the copy); else copied
+        once out of ``message`` (no copy of the whole message first: a large observation costs one copy)."""
         named = {}
-        if type(message) is bytearray:
+        if sliced:
             for name, a, b, dtype, shape, _ in self.slots:
                 array = _frombuffer(message[a:b], dtype)
                 array.shape = shape
@@ -209,11 +207,11 @@ class SteadyStep:
                 named[name] = array
         return named
 
-    def wrap(self, named: dict) -> tuple:
+    def wrap(self, named: dict, state: State = _RUNNING) -> tuple:
         """The step's ``(obs, reward, terminated, truncated, info)`` from its observations (an answer of the
-        learned layout, saying :attr:`state`, whose tail :meth:`_tail` read): the general path's own
-        ``step_result``, as its ``_stepped`` calls it."""
-        agent, state = self.agent, self.state
+        learned layout, saying ``state``: :attr:`state` for one :meth:`decode` read, whose tail :meth:`_tail`
+        read): the general path's own ``step_result``, as its ``_stepped`` calls it."""
+        agent = self.agent
         agent.state = state
         agent.last_observations = named
         info, extras = self.hidden
@@ -286,10 +284,13 @@ class SteadyStep:
         self.layout = candidates[0][1]
 
     def _constant(self, raw: bytes) -> None:
-        """``raw``, a running answer of the learned layout whose tail holds the exact extras alone (they say the
-        reward's type: Pendulum's ``np.float64``, the same bytes every step), becomes the first of
-        :attr:`candidates`, its tail a part of its pieces, read once (:attr:`hidden` now); and the layout a
-        round trip checks (:attr:`layout`, with :attr:`first_hidden`)."""
+        """Where ``raw``, a running answer of the learned layout whose tail :meth:`_tail` just read, holds the
+        exact extras alone (they say the reward's type: Pendulum's ``np.float64``, the same bytes every step),
+        and no such answer was learned yet: it becomes the first of :attr:`candidates`, its tail a part of its
+        pieces, read once (:attr:`hidden` now); and the layout a round trip checks (:attr:`layout`, with
+        :attr:`first_hidden`)."""
+        if self.hidden[0] is not None or self.hidden[1] is None or self.candidates[0][4] is not None:
+            return
         state, layout, size, pieces, _ = self._candidate(_RUNNING, raw, self.cuts, None)
         self.candidates = ((state, layout, size, pieces, self.hidden), *self.candidates)
         self.layout, self.first_hidden = layout, self.hidden

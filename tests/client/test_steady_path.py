@@ -190,14 +190,14 @@ def same(a, b) -> bool:
 def test_the_steady_path_and_the_general_path_agree(monkeypatch):
     from dmrpc_gym.client.states import State
     from dmrpc_gym.client.steady_step import SteadyStep
-    steady_used, finished, ended, named = [], [], [], SteadyStep._named
+    steady_used, finished, ended, wrap = [], [], [], SteadyStep.wrap
 
-    def counted(self, message):
+    def counted(self, named, state=State.RUNNING):
         finished.append(self.hidden[0] is not None)        # (an answer taken on the steady path: with an info?)
-        ended.append(self.state is not State.RUNNING)      # (one that ends the episode?)
-        return named(self, message)
+        ended.append(state is not State.RUNNING)           # (one that ends the episode?)
+        return wrap(self, named, state)
 
-    monkeypatch.setattr(SteadyStep, "_named", counted)
+    monkeypatch.setattr(SteadyStep, "wrap", counted)
 
     @fuzz_settings(60)
     @given(scripts())
@@ -333,11 +333,11 @@ def test_a_vector_env_of_ending_episodes_and_box_actions_matches_the_general_pat
     from dmrpc_gym.server.serving.steady import SteadyServe
 
     ends, starts = [], []
-    named, start = SteadyStep._named, SteadyServe._start
+    wrap, start = SteadyStep.wrap, SteadyServe._start
 
-    def counted(self, message):
-        ends.append(self.state is not State.RUNNING)
-        return named(self, message)
+    def counted(self, named, state=State.RUNNING):
+        ends.append(state is not State.RUNNING)
+        return wrap(self, named, state)
 
     def started(self, *args):
         answer = start(self, *args)
@@ -349,7 +349,7 @@ def test_a_vector_env_of_ending_episodes_and_box_actions_matches_the_general_pat
                for i in range(80)]
     results = {}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(SteadyStep, "_named", counted)
+        patch.setattr(SteadyStep, "wrap", counted)
         patch.setattr(SteadyServe, "_start", started)
         for steady in (False, True):
             os.environ[STEADY_STEP_ENV] = "1" if steady else "0"

@@ -127,10 +127,10 @@ class SteadyServe:
         except KeyError:
             return None
         agent = self.agent
-        if agent.interface is not self.interface or layout.size > room:
+        if agent.sequence is not _RUNNING or agent.interface is not self.interface or layout.size > room:
+            if agent.sequence is _IDLE and agent.interface is self.interface and layout.size <= room:
+                return self._start(plan, layout)
             return None
-        if agent.sequence is not _RUNNING:
-            return self._start(plan, layout) if agent.sequence is _IDLE else None
         if type(action) is _ARRAY:
             action = action.copy()               # the env's own, as a freshly decoded one is
         lane = agent.lane
@@ -143,18 +143,12 @@ class SteadyServe:
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
             return self.failure("step", agent.step_failed(exc))
         try:
-            extras = b"" if type(raw_reward) is float or not plan.exact else self._extras(raw_reward)
-            if extras is None or (terminated and truncated and plan.exact) \
+            if terminated or truncated or type(raw_reward) is not float \
                     or (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
-                message = self._general(plan, *agent.stepped(obs, raw_reward, terminated, truncated), raw_reward,
-                                        (terminated, truncated), info)
-            elif terminated or truncated:
-                state, reward, discount = agent.stepped(obs, raw_reward, terminated, truncated)
-                message = self._answer(plan, layout.ends.get(state), obs, state, reward, discount, raw_reward,
-                                       (terminated, truncated), info, extras)
-            else:
+                message = self._other(plan, layout, obs, raw_reward, terminated, truncated, info)
+            else:                                # a running step, a float reward: the common case, written out
                 reward = agent.ran(obs, raw_reward)
-                tail = self._said(layout, info, extras) if info and layout.info else extras
+                tail = self._said(layout, info, b"") if info and layout.info else b""
                 message = self._filled(plan, layout, obs, reward, tail) \
                     or self._general(plan, _RUNNING_STATE, reward, 1.0, raw_reward, (False, False), info)
         except Exception as exc:  # noqa: BLE001 - as Session.handle: a refusal or a server bug, answered
@@ -183,12 +177,29 @@ class SteadyServe:
         agent.world.counts.record(perf_counter() - lane.started, lane.spent - spent)
         return message
 
+    def _other(self, plan: Any, layout: _Layout, obs: Any, raw_reward: Any, terminated: bool, truncated: bool,
+               info: Any) -> bytes:
+        """The answer of a step that ended the sequence, or whose reward is no float, or whose observation's
+        scalars are to be said: filled where it can be (:meth:`_answer`), else the general encoder's."""
+        agent = self.agent
+        extras = b"" if type(raw_reward) is float or not plan.exact else self._extras(raw_reward)
+        if extras is None or (terminated and truncated and plan.exact):    # (the extras say both: the general's)
+            return self._general(plan, *agent.stepped(obs, raw_reward, terminated, truncated), raw_reward,
+                                 (terminated, truncated), info)
+        if terminated or truncated:
+            state, reward, discount = agent.stepped(obs, raw_reward, terminated, truncated)
+            return self._answer(plan, layout.ends.get(state), obs, state, reward, discount, raw_reward,
+                                (terminated, truncated), info, extras)
+        return self._answer(plan, layout, obs, _RUNNING_STATE, agent.ran(obs, raw_reward), 1.0, raw_reward,
+                            (False, False), info, extras)
+
     def _answer(self, plan: Any, layout: _Layout | None, obs: Any, state: int, reward: float, discount: float,
                 raw: Any, ends: tuple, info: Any, extras: bytes) -> bytes:
-        """The answer of a step that ended a sequence or started one (``state``, ``reward``, ``discount``: what
-        the agent made of it): ``layout`` filled, with ``info``'s entry and ``extras`` (the exact extras' entry)
-        at its end; where it cannot be (no layout, scalars to say, an observation that does not fit), the
-        general encoder's. (A running step's is the same, written out in :meth:`answer`: a call fewer.)"""
+        """The answer of a step that ended a sequence, started one, or whose reward is no float (``state``,
+        ``reward``, ``discount``: what the agent made of it): ``layout`` filled, with ``info``'s entry and
+        ``extras`` (the exact extras' entry) at its end; where it cannot be (no layout, scalars to say, an observation that does not fit), the
+        general encoder's. (A running step's with a float reward is the same, written out in :meth:`answer`:
+        calls fewer.)"""
         if layout is not None and not (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
             tail = self._said(layout, info, extras) if info and layout.info else extras
             message = self._filled(plan, layout, obs, reward, tail)
