@@ -34,6 +34,9 @@ class Owed(enum.Enum):
     STEP = "step"
 
 
+_RESET, _STEP = Owed.RESET, Owed.STEP    # (each sub-env's step reads them: globals, not enum lookups)
+
+
 def _with_index(err: Exception, index: int) -> Exception:
     """The same kind of error, saying which sub-env it came from."""
     if isinstance(err, DmRpcError):
@@ -185,9 +188,9 @@ class Batch:
             env, owed, job = envs[i], self._owed[i], jobs[i]
             if isinstance(job, Restart) and env.agent.submit_reset(
                     env.reset_settings if job.settings is None else job.settings):
-                owed.append(Owed.RESET)
+                owed.append(_RESET)
             env.connection.submit(*requests[i])
-            owed.append(Owed.STEP)
+            owed.append(_STEP)
             return True
 
         shared = self.env_kwargs.get("connections")
@@ -278,7 +281,7 @@ class Batch:
         agent, owed = self.envs[i].agent, self._owed[i]
         while owed:
             kind = owed.popleft()
-            if kind is Owed.RESET:
+            if kind is _RESET:
                 agent.receive_reset()
             elif not owed:
                 return agent.receive_step()
