@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 import sys
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -50,7 +51,7 @@ from dmrpc_gym.client.connection import REQUEST_TAGS
 from dmrpc_gym.client.fidelity import NOTHING_SAID, exactly
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol.fidelity import EXACT_UID
-from dmrpc_gym.protocol.info import INFO_UID
+from dmrpc_gym.protocol.info import INFO_UID, unpack_info
 from dmrpc_gym.protocol.field_reader import LARGE, OBSERVATIONS_FIELD, STATE_FIELD, Unexpected, fields, map_entry, \
     running_step
 from dmrpc_gym.protocol.wire import pb
@@ -115,8 +116,9 @@ class SteadyStep:
         #: what :meth:`_tail` read of a tail that is part of the pieces, or None), RUNNING's first.
         self.candidates: tuple = ()
         self.cuts: list[tuple[int, int]] = []   # the slots' (start, stop), in order
-        #: What a round trip whose answer has :attr:`layout` read of its tail (see :meth:`_constant`).
-        self.first_hidden = _NOTHING
+        #: What a round trip whose answer has :attr:`layout` read of its tail (see :meth:`_constant`), and what
+        #: its exact extras say (read once, read-only; None: nothing learned).
+        self.first_hidden, self.said = _NOTHING, None
         #: The state of the answer :meth:`decode` read last (what :meth:`wrap` says).
         self.state = _RUNNING
         #: The latest answer :meth:`decode` saw while no layout was learned (what :meth:`learn` learns from).
@@ -221,7 +223,8 @@ class SteadyStep:
             if agent.exact is not None:
                 agent.exact.said = NOTHING_SAID
             return result
-        return exactly(result, extras, agent.exact, agent.reward.fn is None and agent.reward.name == "reward")
+        return exactly(result, extras, agent.exact, agent.reward.fn is None and agent.reward.name == "reward",
+                       self.said if extras is self.first_hidden[1] else None)
 
     def _tail(self, buf: Any, start: int, stop: int) -> bool:
         """Whether ``buf[start:stop]``, an answer's tail, is the ``info`` and exact-extras entries the agent
@@ -289,11 +292,16 @@ class SteadyStep:
         and no such answer was learned yet: it becomes the first of :attr:`candidates`, its tail a part of its
         pieces, read once (:attr:`hidden` now); and the layout a round trip checks (:attr:`layout`, with
         :attr:`first_hidden`)."""
-        if self.hidden[0] is not None or self.hidden[1] is None or self.candidates[0][4] is not None:
+        info, extras = self.hidden
+        if info is not None or extras is None or self.candidates[0][4] is not None:
+            return
+        try:
+            said = MappingProxyType(unpack_info(extras.strings.array[0]))
+        except (ValueError, IndexError):       # (what wrap's exactly then says of them, as the general read's)
             return
         state, layout, size, pieces, _ = self._candidate(_RUNNING, raw, self.cuts, None)
         self.candidates = ((state, layout, size, pieces, self.hidden), *self.candidates)
-        self.layout, self.first_hidden = layout, self.hidden
+        self.layout, self.first_hidden, self.said = layout, self.hidden, said
 
     def _candidate(self, state: State, raw: bytes, cuts: list, tail: int | None) -> tuple:
         """``(state, layout, size, pieces, None)`` of answers like ``raw`` (see :attr:`candidates`): with a tail, the
