@@ -56,7 +56,7 @@ _STATES = {int(s): s for s in State}
 _TERMINATED, _INTERRUPTED = State.TERMINATED, State.INTERRUPTED      # (a step reads them: globals, not lookups)
 _MEMO = 256                  # remembered StepRequests per agent, for integer actions and small numeric arrays
 _MEMO_BYTES = 256            # an array action's bytes, at most, for its request to be remembered
-_MEMO_TYPES = (int, bool, np.integer, np.bool_)
+_MEMO_TYPES = (int, bool, np.integer, np.bool_, type(None))    # (None: no actions, the step that starts a sequence)
 # Scalar reward/discount observations of these types are read straight from their Tensor.
 _QUICK_DTYPES = (pb.FLOAT, pb.DOUBLE, pb.INT32, pb.INT64, pb.UINT32, pb.UINT64)
 
