@@ -51,6 +51,8 @@ class Scripted(gym.Env):
     def _obs(self):
         rng = np.random.default_rng(self.n)
         if self.kind in ("box", "pendulum"):      # float64 now and then: flatten casts it to the spec's float32
+            if self.n % 5 == 2:                  # (a view that is not C-contiguous now and then)
+                return rng.uniform(-1, 1, 6).astype(np.float32)[::2]
             return rng.uniform(-1, 1, 3).astype(np.float64 if self.n % 4 == 3 else np.float32)
         if self.kind == "dict":
             b = float(rng.uniform(-5, 5)) if self.n % 3 else np.float64(1.5)   # a Python float now and then

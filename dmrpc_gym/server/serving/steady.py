@@ -253,11 +253,14 @@ class SteadyServe:
                 return None
             if array.dtype != dtype or array.shape != shape:
                 return None
-            filled += (array.tobytes(), piece)
+            filled += (array, piece)             # (joined from the array's own memory: one copy, not tobytes' two)
         if tail:                                 # the envelope's length grows by the tail's
             filled[0] = STEP_TAG + varint(layout.body + len(tail)) + layout.first
             filled.append(tail)
-        return b"".join(filled)
+        try:
+            return b"".join(filled)
+        except TypeError:                        # an array that is not C-contiguous: its bytes in C order
+            return b"".join(part if type(part) is bytes else part.tobytes() for part in filled)
 
     def _general(self, plan: Any, state: int, reward: float, discount: float, raw: Any, ends: tuple,
                  info: Any) -> bytes:
