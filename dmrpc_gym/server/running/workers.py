@@ -145,12 +145,8 @@ class Lane:
         if self._fast < self._streak or self._busy:
             return NOT_NOW
         start = self.started = time.perf_counter()
-        last = pool._last_lane
-        if self is last and pool._alone:
+        if self is pool._last_lane and pool._alone:
             pool._last_at = start                # what _seen would do: nothing else changes
-        elif self is not last and not pool._alone and start - pool._last_at < _ALONE_AFTER:
-            # what _seen would do where envs take turns (a vector env's sub-envs): still not alone, so short is as it was
-            pool._last_lane, pool._last_at, pool._shared_until = self, start, start + _ALONE_AFTER
         else:
             pool._seen(self, start)
         self.inline_calls += 1
