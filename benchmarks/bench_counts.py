@@ -20,6 +20,14 @@ its own client and server::
 
     python benchmarks/bench_counts.py --tree /tmp/old                  # calls per step, this tree and /tmp/old
     python benchmarks/bench_counts.py --callgrind --steps 1000         # and instructions (minutes)
+
+``--world CartPole-v1`` (or ``Pendulum-v1``, ``"28 KB"``: ``bench_host.py``'s envs and actions) and
+``--vector N`` (a ``DmRpcVectorEnv`` of N sub-envs on one server: the figures are then per vector step)
+count the same way what ``bench_host.py`` times (issue 40, item 3). The server steps every env inline there
+(``workers=0``), so that no timing-driven choice moves the count; the gymnasium envs are seeded, and their
+episodes end at the same steps every run::
+
+    python benchmarks/bench_counts.py --world CartPole-v1 --vector 4 --steps 1000 --callgrind
 """
 from __future__ import annotations
 
@@ -72,17 +80,39 @@ def _where(filename: str) -> str:
     return "/".join(parts[-2:])
 
 
-def _env(address: str):
-    from dmrpc_gym import DmRpcEnv   # the public name: a baseline checkout may lay modules out differently
-    env = DmRpcEnv(address)
-    env.reset()
+def _env(address: str, vector: int = 0):
+    from dmrpc_gym import DmRpcEnv, DmRpcVectorEnv   # public names: a baseline checkout may lay modules out otherwise
+    env = DmRpcVectorEnv(vector, address) if vector else DmRpcEnv(address)
+    env.reset(seed=0)
     return env
+
+
+def _world(name: str):
+    """What the server serves: ``constant`` (the small world), else ``bench_host.py``'s env of that name."""
+    if name == "constant":
+        from constant_world import Constant
+        return Constant
+    import bench_host
+    return bench_host.factory(bench_host.OBSERVATIONS.get(name, name))
+
+
+def _action(world: str, vector: int):
+    import numpy as np
+    if world == "constant":
+        return np.full(vector, 1, np.int64) if vector else np.int64(1)
+    import bench_host
+    actions = bench_host.actions(world, max(vector, 1), np.int64)
+    return actions if vector else actions[0]
 
 
 def _still(env) -> None:
     """Stop the client's idle watcher (a thread whose wake-ups follow the clock, so that callgrind would
     count more of them the slower it runs): the counted steps are then the only work. Any layout: the
     watcher on the transport, on its stream (7d5ace9) or on its stream's connection (the transport package)."""
+    if hasattr(env, "envs"):                 # a vector env: each sub-env's
+        for sub in env.envs:
+            _still(sub)
+        return
     transport = env.connection._transport
     stream = getattr(transport, "_stream", None)
     holders = [transport, stream, getattr(stream, "connection", None)]
@@ -100,12 +130,12 @@ def _mark() -> None:
 
 
 def client_role(address: str, steps: int, count: bool, quiet: bool = False, mark: bool = False,
-                route: bool = False) -> None:
+                world: str = "constant", vector: int = 0, route: bool = False) -> None:
     """Step ``WARMUP`` times, say ``WARM`` and wait for a stdin line, step ``steps`` times and say ``CALLS``
     (with ``count``, the Python calls of those steps; else 0), then close at the next line or end of stdin.
-    ``quiet``: no idle watcher (:func:`_still`); ``mark``: the steps between two :func:`_mark` calls."""
-    import numpy as np
-    env, action = _env(address), np.int64(1)
+    ``quiet``: no idle watcher (:func:`_still`); ``mark``: the steps between two :func:`_mark` calls;
+    ``world``, ``vector``: see the module's docstring; ``route``: the calls by file too (:class:`Counter`)."""
+    env, action = _env(address, vector), _action(world, vector)
     if quiet:
         _still(env)
     for _ in range(WARMUP):
@@ -130,23 +160,21 @@ def client_role(address: str, steps: int, count: bool, quiet: bool = False, mark
 
 
 def server_role(count: bool, metrics: bool = False, inline: bool = False, mark: bool = False,
-                route: bool = False) -> None:
+                world: str = "constant", route: bool = False) -> None:
     """Serve bench_transport's small world; with ``count``, count every server thread's Python calls
     between the ``ON`` and ``OFF`` lines of stdin (each answered ``OK``, ``OFF`` with the count);
     ``metrics``: with Prometheus metrics on; ``inline``: ``workers=0``, every step on the event loop,
     so that no timing-driven choice (inline or on a thread) moves the count (``bench_metrics.py``, and
     the callgrind runs: a step slower than 2 ms, as under callgrind, would go to a thread); ``mark``: a
     :func:`_mark` at ``ON`` and at ``OFF`` (callgrind's dumps then hold the steps between them alone);
-    ``route``: the calls by file too (:class:`Counter`)."""
-    from constant_world import Constant
-
+    ``world``: what it serves (:func:`_world`); ``route``: the calls by file too (:class:`Counter`)."""
     from dmrpc_gym.server import Server
 
     counter = Counter(route)
     if count:
         threading.setprofile(counter)            # the server's threads start after this
     options = {**({"metrics_port": 0} if metrics else {}), **({"workers": 0} if inline else {})}
-    server = Server(Constant, kind="gym", **options).start()
+    server = Server(_world(world), kind="gym", **options).start()
     print("ADDRESS", server.address, flush=True)
     for line in sys.stdin:
         if mark and line.strip() in ("ON", "OFF"):
@@ -162,12 +190,16 @@ def server_role(count: bool, metrics: bool = False, inline: bool = False, mark: 
 
 
 # -- the driver --------------------------------------------------------------------------------------------
+#: ``--world`` and ``--vector`` as given (every role is spawned with them).
+OPTIONS: list[str] = []
+
+
 def _spawn(tree: str, *role: str, valgrind: str | None = None) -> subprocess.Popen:
     """``role`` of this script in ``tree``; ``valgrind``: a callgrind output file to run under callgrind
     ("": not under it, but quiet as a counted side is, see the roles)."""
     # a fixed hash seed: string hashing (dicts, sets) costs the same in every run
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, HERE]), PYTHONHASHSEED="0")
-    command = [sys.executable, os.path.abspath(__file__), *role]
+    command = [sys.executable, os.path.abspath(__file__), *role, *OPTIONS]
     if valgrind is not None:               # (a callgrind run: each side quiet, see the roles)
         command += ["--inline"] if role[0] == "serve" else ["--quiet"]
     if valgrind:
@@ -239,7 +271,7 @@ def calls(tree: str, steps: int, metrics: bool = False, inline: bool = False,
     one side at a time, over the ``steps`` only (a warm-up, connecting and closing are left out);
     ``metrics``, ``inline``: the server's options (:func:`server_role`); ``route``: the calls by file
     too, kept in :data:`ROUTES`."""
-    flag = ("--metrics",) * metrics + ("--inline",) * inline + ("--route",) * route
+    flag = ("--metrics",) * metrics + ("--inline",) * (inline or bool(OPTIONS)) + ("--route",) * route
     server = _spawn(tree, "serve", *flag)
     try:
         client = _spawn(tree, "client", _line(server, "ADDRESS"), str(steps), "--count", *("--route",) * route)
@@ -304,11 +336,17 @@ def main() -> None:
     parser.add_argument("--skip-this", action="store_true", help="measure only the --tree checkouts")
     parser.add_argument("--route", action="store_true",
                         help="also the files a step's Python calls enter, in the order first entered, with calls per step")
+    parser.add_argument("--world", default="constant",
+                        help="constant (default), or one of bench_host.py's observations (CartPole-v1, Pendulum-v1, '28 KB', ...)")
+    parser.add_argument("--vector", type=int, default=0, help="a DmRpcVectorEnv of this many sub-envs (0: DmRpcEnv)")
     args = parser.parse_args()
     if args.role[:1] == ["client"]:
-        return client_role(args.role[1], int(args.role[2]), args.count, args.quiet, args.mark, args.route)
+        return client_role(args.role[1], int(args.role[2]), args.count, args.quiet, args.mark, args.world, args.vector,
+                           args.route)
     if args.role[:1] == ["serve"]:
-        return server_role(args.count, args.metrics, args.inline, args.mark, args.route)
+        return server_role(args.count, args.metrics, args.inline, args.mark, args.world, args.route)
+    if args.world != "constant" or args.vector:
+        OPTIONS.extend(["--world", args.world, "--vector", str(args.vector)])
     if args.callgrind and not shutil.which("valgrind"):
         parser.error("--callgrind needs valgrind (apt-get install valgrind)")
     trees = [*([] if args.skip_this else [TREE]), *args.tree]

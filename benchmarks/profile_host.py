@@ -89,7 +89,7 @@ def profiles(env: str, n: int, steps: int, top: int) -> None:
         address = server.stdout.readline().split()[1]
         envs = DmRpcVectorEnv(n, address)
         envs.reset(seed=0)
-        actions = np.arange(n) % 2
+        actions = bench_host.actions(env, n, np.int64)
         for _ in range(300):
             envs.step(actions)
         server.stdin.write("start\n")
@@ -127,7 +127,7 @@ def profiles(env: str, n: int, steps: int, top: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("role", nargs="?", default="driver", choices=["driver", "serve"])
-    parser.add_argument("--env", default="CartPole-v1", help="CartPole-v1 (default) or constant")
+    parser.add_argument("--env", default="CartPole-v1", help="CartPole-v1 (default), Pendulum-v1 or constant")
     parser.add_argument("--envs", type=int, default=4)
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--top", type=int, default=15, help="functions shown of each profile")

@@ -54,8 +54,10 @@ def select(names: Sequence[str], wanted: str | Sequence[str] | None, kind: str) 
 
 
 _STATES = {int(s): s for s in State}
-_MEMO = 256                  # remembered StepRequests per agent, for integer actions
-_MEMO_TYPES = (int, bool, np.integer, np.bool_)
+_TERMINATED, _INTERRUPTED = State.TERMINATED, State.INTERRUPTED      # (a step reads them: globals, not lookups)
+_MEMO = 256                  # remembered StepRequests per agent, for integer actions and small numeric arrays
+_MEMO_BYTES = 256            # an array action's bytes, at most, for its request to be remembered
+_MEMO_TYPES = (int, bool, np.integer, np.bool_, type(None))    # (None: no actions, the step that starts a sequence)
 # Scalar reward/discount observations of these types are read straight from their Tensor.
 _QUICK_DTYPES = (pb.FLOAT, pb.DOUBLE, pb.INT32, pb.INT64, pb.UINT32, pb.UINT64)
 
@@ -267,10 +269,15 @@ class RemoteAgent:
         Multi-connection envs build every request first, so that a bad action
         for one agent is refused before anything is sent for any of them.
         """
-        key = (type(action), action) if isinstance(action, _MEMO_TYPES) else None
+        kind = type(action)
+        if kind is np.ndarray:             # a Box's: by its dtype, shape and bytes (numbers only: their bytes say them)
+            key = (kind, action.dtype.str, action.shape, action.tobytes()) \
+                if action.nbytes <= _MEMO_BYTES and action.dtype.kind in "biuf" else None
+        else:
+            key = (kind, action) if isinstance(action, _MEMO_TYPES) else None
         request = self._requests.get(key) if key is not None else None
         if request is not None:
-            return request, None           # Discrete actions: built once, shared (never modified)
+            return request, None           # Discrete actions, small Box ones: built once, shared (never modified)
         request, pieces = pb.StepRequest(requested_observations=self.requested), large_tensors.Pieces(large_tensors.ACTIONS)
         regions = self.connection.regions
         if regions.region is not None:           # shared memory: where its large tensors lie
@@ -292,7 +299,7 @@ class RemoteAgent:
         steady = self._steady              # answers of the learned layout: read at their offsets
         response, large = self.connection.receive_step(steady.decode if steady is not None else None)
         if large is None:
-            return steady.wrap(response)
+            return steady.wrap(response, steady.state)
         result = self._stepped(response, large)
         return result if steady is None else steady.learn(result)
 
@@ -304,7 +311,7 @@ class RemoteAgent:
             decode = steady.decode if steady is not None else None     # the learned layout, as receive_step
             response, large = self.connection.send_step(*self.step_request(action), steady=decode)
             if large is None:
-                return steady.wrap(response)
+                return steady.wrap(response, steady.state)
             result = self._stepped(response, large)
             result = result if steady is None else steady.learn(result)
         return result
@@ -381,8 +388,7 @@ class RemoteAgent:
             if name in named:
                 info[name] = named[name]
         obs = self._obs_codec.unflatten(named)
-        return (obs, self.reward(named, state), state == State.TERMINATED,
-                state == State.INTERRUPTED, info)
+        return (obs, self.reward(named, state), state == _TERMINATED, state == _INTERRUPTED, info)
 
     # -- resets -----------------------------------------------------------------
     def submit_reset(self, settings: Mapping[str, Any] | None = None) -> bool:

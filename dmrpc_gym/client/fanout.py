@@ -34,6 +34,9 @@ class Owed(enum.Enum):
     STEP = "step"
 
 
+_RESET, _STEP = Owed.RESET, Owed.STEP    # (each sub-env's step reads them: globals, not enum lookups)
+
+
 def _with_index(err: Exception, index: int) -> Exception:
     """The same kind of error, saying which sub-env it came from."""
     if isinstance(err, DmRpcError):
@@ -173,27 +176,28 @@ class Batch:
         if self._unsettled:
             self._settle()
         self._unsettled = True
-        requests = {}
+        requests, envs = {}, self.envs
         for i, action in jobs.items():
-            agent = self.envs[i].agent
+            agent = envs[i].agent
             try:
                 requests[i] = agent.step_request(None if isinstance(action, Restart) else action)
             except ValueError as err:
                 raise ValueError(f"sub-env {i}: {err}") from None
 
         def send(i: int) -> bool:
-            env, owed, job = self.envs[i], self._owed[i], jobs[i]
+            env, owed, job = envs[i], self._owed[i], jobs[i]
             if isinstance(job, Restart) and env.agent.submit_reset(
                     env.reset_settings if job.settings is None else job.settings):
-                owed.append(Owed.RESET)
+                owed.append(_RESET)
             env.connection.submit(*requests[i])
-            owed.append(Owed.STEP)
+            owed.append(_STEP)
             return True
 
         shared = self.env_kwargs.get("connections")
         with shared.corked() if shared is not None else contextlib.nullcontext():
             owed, failures = submit_all(requests, send)
-        self._raise_failures(failures, lost)   # raised: what was sent is settled before the next exchange
+        if failures:                           # raised: what was sent is settled before the next exchange
+            self._raise_failures(failures, lost)
         plan = {i: isinstance(jobs[i], Restart) for i in owed}
         self._flying.update(plan)
         return plan
@@ -213,17 +217,18 @@ class Batch:
             for i in plan:
                 self._flying.pop(i, None)
             self._unsettled = self._stray_answers()
+        elapsed, limit = self._elapsed, self.max_episode_steps
         for i, result in results.items():
             if plan[i]:
-                self._elapsed[i] = 0
+                elapsed[i] = 0
                 obs, _, _, _, info = result
                 results[i] = (obs, 0.0, False, False, info)
             else:
-                self._elapsed[i] += 1
-                if self.max_episode_steps is not None and self._elapsed[i] >= self.max_episode_steps \
-                        and not result[2]:
+                elapsed[i] += 1
+                if limit is not None and elapsed[i] >= limit and not result[2]:
                     results[i] = result[:3] + (True,) + result[4:]
-        self._raise_failures(failures, lost)
+        if failures:
+            self._raise_failures(failures, lost)
         return results
 
     def step(self, jobs: Mapping[int, Any], lost: dict[int, BaseException] | None = None) -> dict[int, StepResult]:
@@ -276,7 +281,7 @@ class Batch:
         agent, owed = self.envs[i].agent, self._owed[i]
         while owed:
             kind = owed.popleft()
-            if kind is Owed.RESET:
+            if kind is _RESET:
                 agent.receive_reset()
             elif not owed:
                 return agent.receive_step()
@@ -309,7 +314,11 @@ class Batch:
     def _stray_answers(self) -> bool:
         """Whether answers are owed that no exchange will read (left by a failed or interrupted
         one): the sub-envs in flight are owed theirs on purpose."""
-        return any(owed for i, owed in enumerate(self._owed) if i not in self._flying)
+        flying = self._flying
+        for i, owed in enumerate(self._owed):   # (a loop, not any(): a vector step's calls are counted)
+            if owed and i not in flying:
+                return True
+        return False
 
     def _check_open(self) -> None:
         if self.closed:

@@ -68,13 +68,15 @@ class ExactSpaces:
         return None
 
 
-def exactly(result: tuple, tensor: pb.Tensor, exact: ExactSpaces | None, reward_observed: bool) -> tuple:
+def exactly(result: tuple, tensor: pb.Tensor, exact: ExactSpaces | None, reward_observed: bool,
+            said: Mapping[str, Any] | None = None) -> tuple:
     """A step's ``(obs, reward, terminated, truncated, info)`` with what its exact extras ``tensor`` say
     (:func:`~dmrpc_gym.protocol.fidelity.exact_step`): the reward's own type (when ``reward_observed``: the
     reward is the ``reward`` observation, not a callable's), ``truncated`` beside ``terminated``, and
-    how the observation holds its scalars."""
+    how the observation holds its scalars. ``said``: what ``tensor`` says, read already (read-only)."""
     obs, reward, terminated, truncated, info = result
-    said = unpack_info(tensor.strings.array[0])
+    if said is None:
+        said = unpack_info(tensor.strings.array[0])
     if exact is not None:
         exact.said = said
     if "reward" in said and reward_observed:

@@ -26,6 +26,7 @@ class Answer(State):
 
 
 transitions(Answer, {Answer.OWED: {Answer.DROPPED}, Answer.DROPPED: set()})
+_OWED = Answer.OWED                      # (every request's: a global, not an enum lookup)
 
 
 class Pending:
@@ -34,7 +35,7 @@ class Pending:
     __slots__ = ("field", "number", "answer")
 
     def __init__(self, field: str, number: int):
-        self.field, self.number, self.answer = field, number, Answer.OWED
+        self.field, self.number, self.answer = field, number, _OWED
 
     def drop(self) -> None:
         """Its caller gave up: the answer is read and dropped when it comes."""

@@ -23,8 +23,11 @@ What it assumes (anything else takes the general path, which stays the reference
 - answers: every observation a float32, float64, int8 or uint8 tensor (fixed width: a value changes
   no length) or a reference into the connection's shared memory where this agent asked for it there
   (:mod:`~dmrpc_gym.transport.shared_memory`: the reference's bytes are fixed bytes of the layout, the values
-  are read from the region), the answer under :data:`~dmrpc_gym.protocol.field_reader.LARGE` bytes, state RUNNING, and the
-  same observations in the same order with the same shapes as the answer the layout was learned from;
+  are read from the region), the answer under :data:`~dmrpc_gym.protocol.field_reader.LARGE` bytes, and the
+  same observations in the same order with the same shapes as the answer the layout was learned from (a
+  RUNNING one); its state RUNNING or, read by :meth:`SteadyStep.decode` only (a round trip hands such an
+  answer to the general read), TERMINATED or INTERRUPTED in the same byte (an episode's end: a vector env of
+  short episodes meets one every few steps), with the discount and the reward in their slots as ever;
   the ``info`` and exact-extras observations, where the agent asks for them, come last, each at most
   once, as the tail of the layout (:class:`~dmrpc_gym.transport.ByteLayout`): of any size, provided the
   envelope's length keeps the width of its varint, and read by :meth:`SteadyStep._tail` as the general
@@ -41,6 +44,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -50,8 +54,9 @@ from dmrpc_gym.client.connection import REQUEST_TAGS
 from dmrpc_gym.client.fidelity import NOTHING_SAID, exactly
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol.fidelity import EXACT_UID
-from dmrpc_gym.protocol.info import INFO_UID
-from dmrpc_gym.protocol.field_reader import LARGE, OBSERVATIONS_FIELD, Unexpected, fields, map_entry, running_step
+from dmrpc_gym.protocol.info import INFO_UID, unpack_info
+from dmrpc_gym.protocol.field_reader import LARGE, OBSERVATIONS_FIELD, STATE_FIELD, Unexpected, fields, map_entry, \
+    running_step
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.client.states import State
 from dmrpc_gym.transport import STEADY_STEP_ENV, NOT_SENT, ByteLayout, grpc_frame
@@ -59,9 +64,14 @@ from dmrpc_gym.transport import STEADY_STEP_ENV, NOT_SENT, ByteLayout, grpc_fram
 __all__ = ["SteadyStep", "STEADY_STEP_ENV", "enabled", "steady_step"]
 
 _MEMO = 256                          # frames remembered per agent, as the general path's StepRequests
+#: An answer shorter than this is copied whole once, its observations sliced out of the copy (fewer calls than
+#: copying each out of it: callgrind counts); a longer one has each observation copied out once (fewer bytes).
+_WHOLE = 4096
 _MEMO_TYPES = (int, bool, np.integer, np.bool_)
 _frombuffer = np.frombuffer
 _RUNNING = State.RUNNING
+#: The states an answer of the learned layout may say besides RUNNING, and their byte on the wire.
+_ENDS = ((State.TERMINATED, pb.TERMINATED), (State.INTERRUPTED, pb.INTERRUPTED))
 _NOTHING = (None, None)
 
 
@@ -106,7 +116,16 @@ class SteadyStep:
         self.hidden: tuple[pb.Tensor | None, pb.Tensor | None] = _NOTHING
         self.asked = {uid for uid in (INFO_UID, EXACT_UID) if uid in agent.requested}
         self.given_up = False
-        self.size, self.pieces = 0, []        # the message's size and fixed pieces (start, stop, bytes)
+        #: The layouts an answer is checked against, in turn: ``(state, layout, size, pieces, hidden)`` (the
+        #: message's size and fixed pieces ``(start, stop, bytes)``: what is checked when no tail came; ``hidden``:
+        #: what :meth:`_tail` read of a tail that is part of the pieces, or None), RUNNING's first.
+        self.candidates: tuple = ()
+        self.cuts: list[tuple[int, int]] = []   # the slots' (start, stop), in order
+        #: What a round trip whose answer has :attr:`layout` read of its tail (see :meth:`_constant`), and what
+        #: its exact extras say (read once, read-only; None: nothing learned).
+        self.first_hidden, self.said = _NOTHING, None
+        #: The state of the answer :meth:`decode` read last (what :meth:`wrap` says).
+        self.state = _RUNNING
         #: The latest answer :meth:`decode` saw while no layout was learned (what :meth:`learn` learns from).
         self.seen: bytes | None = None
 
@@ -119,12 +138,14 @@ class SteadyStep:
             framed = self._frame(action)
             if framed is None:
                 return None
-        self.hidden = _NOTHING
+        self.hidden = self.first_hidden
         message = self.agent.connection.steady_write(self.link, framed, self.layout)
         if message is None:
             return self.agent.receive_step()     # (which learns the layout, when there is none yet)
         if message is NOT_SENT:
             return None
+        if self.hidden is not self.first_hidden:  # a tail read by _tail: of the exact extras alone?
+            self._constant(bytes(message))
         return self.wrap(self._named(message))
 
     def _frame(self, action: Any) -> tuple[bytes, int] | None:
@@ -143,54 +164,76 @@ class SteadyStep:
     def decode(self, message: bytes) -> dict | None:
         """The observations of an answer (however it was framed) that has the learned layout, by name;
         else None (the general path reads it). Only reads: :meth:`wrap` makes the step's result."""
-        layout = self.layout
-        if layout is None:
+        if self.layout is None:
             self.seen = message                  # what the layout is learned from, if this step is one
             return None
-        if layout.tail is None:
-            if len(message) != self.size:
-                return None
-            for a, b, piece in self.pieces:
-                if message[a:b] != piece:
-                    return None
-        else:                                    # lengths to check: as a frame, as the round trip checks it
-            self.hidden = _NOTHING
-            view = memoryview(grpc_frame(message, self.link.stream.id))
-            checks = layout.checks if len(view) == layout.total else layout.fitting(view, len(view))
-            if checks is None:
-                return None
-            for a, b, piece in checks:
-                if view[a:b] != piece:
-                    return None
-        return self._named(bytearray(message))
+        self.hidden, view = _NOTHING, None
+        for state, layout, size, pieces, hidden in self.candidates:     # RUNNING's first: the others at an end
+            if len(message) == size:             # (with a tail: none came, or the one of the pieces)
+                for a, b, piece in pieces:
+                    if message[a:b] != piece:
+                        break
+                else:
+                    if hidden is not None:
+                        self.hidden = hidden
+                    break
+            elif layout.tail is not None:        # a tail came: its lengths checked as a frame, as a round trip does
+                if view is None:
+                    view = memoryview(grpc_frame(message, self.link.stream.id))
+                checks = layout.fitting(view, len(view))
+                if checks is None:
+                    continue
+                for a, b, piece in checks:
+                    if view[a:b] != piece:
+                        break
+                else:
+                    if state is _RUNNING:
+                        self._constant(bytes(message))
+                    break
+        else:
+            return None
+        self.state = state
+        if len(message) < _WHOLE:
+            return self._named(bytearray(message))
+        return self._named(message, False)
 
-    def _named(self, message: bytearray) -> dict:
+    def _named(self, message: bytes | bytearray, sliced: bool = True) -> dict:
+        """The observations at their offsets in ``message``, each an array of its own (writable): ``sliced``,
+        over a slice of a ``bytearray`` (a round trip's, fresh each step: the slice is the copy); else copied
+        once out of ``message`` (no copy of the whole message first: a large observation costs one copy)."""
         named = {}
-        for name, a, b, dtype, shape, _ in self.slots:
-            array = _frombuffer(message[a:b], dtype)
-            array.shape = shape
-            named[name] = array
+        if sliced:
+            for name, a, b, dtype, shape, _ in self.slots:
+                array = _frombuffer(message[a:b], dtype)
+                array.shape = shape
+                named[name] = array
+        else:
+            for name, a, b, dtype, shape, _ in self.slots:
+                array = _frombuffer(message, dtype, (b - a) // dtype.itemsize, a).copy()
+                array.shape = shape
+                named[name] = array
         if self.region_slots:
             regions = self.agent.connection.regions
             for name, dtype, shape, offset in self.region_slots:
                 named[name] = regions.region.array(offset, dtype, shape, copy=regions.copy)
         return named
 
-    def wrap(self, named: dict) -> tuple:
-        """The step's ``(obs, reward, terminated, truncated, info)`` from its observations (a running step
-        of the learned layout, whose tail :meth:`_tail` read): the general path's own ``step_result``, as its
-        ``_stepped`` calls it."""
+    def wrap(self, named: dict, state: State = _RUNNING) -> tuple:
+        """The step's ``(obs, reward, terminated, truncated, info)`` from its observations (an answer of the
+        learned layout, saying ``state``: :attr:`state` for one :meth:`decode` read, whose tail :meth:`_tail`
+        read): the general path's own ``step_result``, as its ``_stepped`` calls it."""
         agent = self.agent
-        agent.state = _RUNNING
+        agent.state = state
         agent.last_observations = named
         info, extras = self.hidden
         carried = None if info is None else agent.read_info(info)
-        result = agent.step_result(named, _RUNNING, carried)
+        result = agent.step_result(named, state, carried)
         if extras is None:
             if agent.exact is not None:
                 agent.exact.said = NOTHING_SAID
             return result
-        return exactly(result, extras, agent.exact, agent.reward.fn is None and agent.reward.name == "reward")
+        return exactly(result, extras, agent.exact, agent.reward.fn is None and agent.reward.name == "reward",
+                       self.said if extras is self.first_hidden[1] else None)
 
     def _tail(self, buf: Any, start: int, stop: int) -> bool:
         """Whether ``buf[start:stop]``, an answer's tail, is the ``info`` and exact-extras entries the agent
@@ -224,7 +267,7 @@ class SteadyStep:
             return
         raw = bytes(raw)
         try:
-            slots, tail = self._walk(raw)
+            slots, tail, state_at = self._walk(raw)
         except (Unexpected, KeyError, ValueError):
             self.given_up = True
             return
@@ -249,21 +292,53 @@ class SteadyStep:
             self.given_up = True
             return
         cuts = sorted((a, b) for _, a, b, *_ in self.slots)
-        self.layout = ByteLayout(raw, self.link.stream.id, cuts, tail, self._tail)
-        self.size, self.pieces, at = len(raw), [], 0
+        candidates = [self._candidate(_RUNNING, raw, cuts, tail)]
+        if state_at is not None:                 # the same answer, saying that the sequence ended
+            candidates += [self._candidate(state, raw[:state_at] + bytes((byte,)) + raw[state_at + 1:], cuts, tail)
+                           for state, byte in _ENDS]
+        self.candidates, self.cuts = tuple(candidates), cuts
+        self.layout = candidates[0][1]
+
+    def _constant(self, raw: bytes) -> None:
+        """Where ``raw``, a running answer of the learned layout whose tail :meth:`_tail` just read, holds the
+        exact extras alone (they say the reward's type: Pendulum's ``np.float64``, the same bytes every step),
+        and no such answer was learned yet: it becomes the first of :attr:`candidates`, its tail a part of its
+        pieces, read once (:attr:`hidden` now); and the layout a round trip checks (:attr:`layout`, with
+        :attr:`first_hidden`)."""
+        info, extras = self.hidden
+        if info is not None or extras is None or self.candidates[0][4] is not None:
+            return
+        try:
+            said = MappingProxyType(unpack_info(extras.strings.array[0]))
+        except (ValueError, IndexError):       # (what wrap's exactly then says of them, as the general read's)
+            return
+        state, layout, size, pieces, _ = self._candidate(_RUNNING, raw, self.cuts, None)
+        self.candidates = ((state, layout, size, pieces, self.hidden), *self.candidates)
+        self.layout, self.first_hidden, self.said = layout, self.hidden, said
+
+    def _candidate(self, state: State, raw: bytes, cuts: list, tail: int | None) -> tuple:
+        """``(state, layout, size, pieces, None)`` of answers like ``raw`` (see :attr:`candidates`): with a tail, the
+        size and pieces of such an answer that has none (the layout's checks of a frame, less the frame's
+        header and the gRPC prefix, which follow from the size: -1 where no such answer can be)."""
+        layout = ByteLayout(raw, self.link.stream.id, cuts, tail, self._tail)
+        if tail is not None:
+            pieces = [(max(a - 14, 0), b - 14, piece[max(14 - a, 0):]) for a, b, piece in layout.checks if b > 14]
+            return state, layout, layout.total - 14 if layout.total >= 0 else -1, tuple(pieces), None
+        pieces, at = [], 0
         for a, b in [*cuts, (len(raw), len(raw))]:
             if a > at:
-                self.pieces.append((at, a, raw[at:a]))
+                pieces.append((at, a, raw[at:a]))
             at = b
+        return state, layout, len(raw), tuple(pieces), None
 
     def _walk(self, raw: bytes):
-        """The observation slots ``(name, start, stop, dtype, shape)`` of a StepResponse envelope, and where
+        """The observation slots ``(name, start, stop, dtype, shape)`` of a StepResponse envelope, where
         its info and exact-extras entries begin (they must come last; the end where the agent asks for them
-        and none came; None where it asks for neither); ``Unexpected`` where the answer is not of a layout
-        taken here."""
+        and none came; None where it asks for neither), and where its state's one byte is (None: not one
+        byte of its own); ``Unexpected`` where the answer is not of a layout taken here."""
         regions = self.agent.connection.regions
         refs = {} if regions.region is not None else None
-        values, tail, _ = running_step(raw, self.asked, refs)
+        values, tail, body = running_step(raw, self.asked, refs)
         by_uid = self.agent.specs.observations.by_uid
         slots = [(by_uid[uid].name, a, b, dtype, shape, uid) for uid, dtype, shape, a, b in values]
         region_slots = []
@@ -273,7 +348,11 @@ class SteadyStep:
                 raise Unexpected
             region_slots.append((by_uid[uid].name, dtype, tuple(shape), offset))
         self.region_slots = tuple(region_slots)
-        return slots, len(raw) if tail is None and self.asked else tail
+        state_at = None
+        for number, kind, start, stop, _ in fields(raw, body, len(raw)):
+            if number == STATE_FIELD and kind == 0 and stop - start == 2:
+                state_at = start + 1
+        return slots, len(raw) if tail is None and self.asked else tail, state_at
 
 
 def _same(ours: dict, theirs: dict) -> bool:

@@ -258,8 +258,10 @@ class DmRpcVectorEnv(VectorEnv):
 
     def _jobs(self, call: str, actions: Any, ids: list[int], named: str) -> dict[int, Any]:
         """Sub-env ``ids[k]`` -> ``actions``' row ``k``, or RESTART for a sub-env that finished."""
-        if any(self._obs[i] is None for i in ids):
-            raise RuntimeError(f"{call}() before reset(): call reset() first (it starts every sub-env's episode)")
+        obs = self._obs
+        for i in ids:                           # (a loop, not any(): a vector step's calls are counted)
+            if obs[i] is None:
+                raise RuntimeError(f"{call}() before reset(): call reset() first (it starts every sub-env's episode)")
         if isinstance(actions, np.ndarray) and actions.ndim and isinstance(self.action_space, _ARRAY_SPACES):
             items = actions                     # one row per sub-env (what iterate() yields)
         else:
@@ -287,16 +289,20 @@ class DmRpcVectorEnv(VectorEnv):
 
     def _gather(self, ids: list[int], results: dict) -> tuple:
         """Batched arrays of sub-envs ``ids``'s step results (their observations and flags kept)."""
-        ordered = [results[i] for i in ids]
-        for i, r in zip(ids, ordered):
-            self._obs[i] = r[0]
-            self._autoreset[i] = r[2] or r[3]
-        rewards = np.array([r[1] for r in ordered], dtype=np.float64)
-        terminated = np.array([r[2] for r in ordered], dtype=np.bool_)
-        truncated = np.array([r[3] for r in ordered], dtype=np.bool_)
-        infos = merge_infos(list(enumerate(r[4] for r in ordered)), len(ids))
-        return (batch_observations(self.single_observation_space, [r[0] for r in ordered], self._rows), rewards,
-                terminated, truncated, infos, np.array(ids, dtype=np.int64))
+        observations, rewards, terminated, truncated, infos = [], [], [], [], []
+        for k, i in enumerate(ids):              # (one pass: a vector step's calls are counted)
+            obs, reward, ended, cut, info = results[i]
+            self._obs[i] = obs
+            self._autoreset[i] = ended or cut
+            observations.append(obs)
+            rewards.append(reward)
+            terminated.append(ended)
+            truncated.append(cut)
+            if info:
+                infos.append((k, info))
+        return (batch_observations(self.single_observation_space, observations, self._rows), np.array(rewards, dtype=np.float64),
+                np.array(terminated, dtype=np.bool_), np.array(truncated, dtype=np.bool_),
+                merge_infos(infos, len(ids)), np.array(ids, dtype=np.int64))
 
     def render(self) -> tuple:
         """Every sub-env's latest frame (uint8 HxWx3 in ``rgb_array`` mode)."""

@@ -15,7 +15,8 @@ from dmrpc_gym.protocol.dtypes import BY_DATA_TYPE, MEMORY
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = ["LARGE", "Unexpected", "read_varint", "fields", "parts", "read_tensor", "Decoded", "MEMORY_PAYLOADS", "SHAPE",
-           "OBSERVATIONS_FIELD", "map_entry", "running_step", "REF", "Ref", "read_reference", "read_varints"]
+           "OBSERVATIONS_FIELD", "STATE_FIELD", "map_entry", "running_step", "REF", "Ref", "read_reference",
+           "read_varints"]
 
 #: Tensors of this many payload bytes or more are read here, in place, not by protobuf.
 LARGE = 1 << 16
@@ -31,7 +32,8 @@ Decoded = tuple[str, np.ndarray]
 MEMORY_PAYLOADS = {c.dt: c for c in BY_DATA_TYPE.values() if c.kind is MEMORY}
 _FIXED_WIDTH = {c.dt for c in MEMORY_PAYLOADS.values() if c.dt != pb.BOOL}     # a value changes no length
 _STEP = pb.EnvironmentResponse.DESCRIPTOR.fields_by_name["step"].number
-_STATE = pb.StepResponse.DESCRIPTOR.fields_by_name["state"].number
+#: The StepResponse's ``state``.
+STATE_FIELD = _STATE = pb.StepResponse.DESCRIPTOR.fields_by_name["state"].number
 #: The StepResponse's ``observations`` map.
 OBSERVATIONS_FIELD = pb.StepResponse.DESCRIPTOR.fields_by_name["observations"].number
 

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from scripted_h2 import ScriptedServer, ping
-from fuzzing import fuzz_settings
+from fuzzing import both_paths, fuzz_settings  # noqa: F401 - both_paths: a fixture
 
 from dmrpc_gym.protocol.region_refs import REQUEST_HEADER
 from dmrpc_gym import DmRpcEnv
@@ -36,6 +36,7 @@ _FIXED = [np.float32, np.float64, np.int8, np.uint8]           # what the steady
 _DTYPES = _FIXED * 3 + [np.int32, np.int64, np.bool_]
 _SHAPES = [(), (3,), (2, 2)]
 _KINDS = ["same"] * 6 + ["terminated", "interrupted", "error", "shape", "missing", "extra", "order", "info", "flip"]
+_PLAIN = ["same"] * 6 + ["terminated", "interrupted"]      # (an episode's end: a vector env meets one often)
 
 
 @pytest.fixture(autouse=True)
@@ -99,7 +100,7 @@ def entry(uid: int, tensor: bytes) -> bytes:
 def answers(draw, layout: list, info: bool):
     """One step's answer: ``(kind, scripted_h2.Answer)``."""
     plain = draw(st.integers(0, 2)) > 0                 # the steady case, framed as our server frames it
-    kind = "same" if plain else draw(st.sampled_from(_KINDS))
+    kind = draw(st.sampled_from(_PLAIN)) if plain else draw(st.sampled_from(_KINDS))
     if kind == "error":
         message = pb.EnvironmentResponse(error={"code": 3, "message": "refused"}).SerializeToString()
     else:
@@ -194,14 +195,16 @@ def same(a, b) -> bool:
 
 
 def test_the_steady_path_and_the_general_path_agree(monkeypatch):
+    from dmrpc_gym.client.states import State
     from dmrpc_gym.client.steady_step import SteadyStep
-    steady_used, finished, named = [], [], SteadyStep._named
+    steady_used, finished, ended, wrap = [], [], [], SteadyStep.wrap
 
-    def counted(self, message):
+    def counted(self, named, state=State.RUNNING):
         finished.append(self.hidden[0] is not None)        # (an answer taken on the steady path: with an info?)
-        return named(self, message)
+        ended.append(state is not State.RUNNING)           # (one that ends the episode?)
+        return wrap(self, named, state)
 
-    monkeypatch.setattr(SteadyStep, "_named", counted)
+    monkeypatch.setattr(SteadyStep, "wrap", counted)
 
     @fuzz_settings(60)
     @given(scripts())
@@ -216,8 +219,9 @@ def test_the_steady_path_and_the_general_path_agree(monkeypatch):
 
     check()
     print(f"{sum(steady_used)} of {len(steady_used)} examples learned a layout; {len(finished)} answers taken on the steady path, "
-          f"{sum(finished)} of them with an info")
+          f"{sum(finished)} of them with an info, {sum(ended)} ending the episode")
     assert any(steady_used) and finished, "no example took the steady path"
+    assert any(ended), "no answer that ends an episode took the steady path"
 
 
 def test_answers_whose_info_changes_size_take_the_steady_path_while_their_envelope_keeps_its_width(monkeypatch):
@@ -302,6 +306,118 @@ def test_a_vector_env_reads_steady_answers_and_matches_the_general_path():
             os.environ.pop(STEADY_STEP_ENV, None)
     assert learned == {False: [False] * 3, True: [True] * 3}
     assert same(results[True], results[False])
+
+
+class _Ending(gym.Env):
+    """Pendulum-like (a Box action, an ``np.float64`` reward) with short episodes: terminated every 7th
+    step of an episode, truncated every 5th, both every 11th step of the env (then the exact extras say so);
+    an ``info`` now and then, from ``reset`` too."""
+
+    observation_space = gym.spaces.Box(-10, 10, (3,), np.float32)
+    action_space = gym.spaces.Box(-2, 2, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.n, self.t = 0, 0 if seed is None else seed
+        return np.full(3, self.t % 10, np.float32), ({"seed": seed} if seed is not None else {})
+
+    def step(self, action):
+        self.n, self.t = self.n + 1, self.t + 1
+        obs = np.array([np.cos(self.t), np.sin(self.t), float(action[0])], np.float32)
+        info = {"t": self.t} if self.t % 4 == 0 else {}
+        both = self.t % 11 == 0
+        return obs, np.float64(float(action[0]) * self.t), both or self.n % 7 == 0, both or self.n % 5 == 0, info
+
+
+def test_a_vector_env_of_ending_episodes_and_box_actions_matches_the_general_path():
+    """Episodes that end (terminated, truncated, both) every few steps, the autoreset steps after them,
+    Box actions and ``np.float64`` rewards: the steady path on both ends (an end read at the offsets, the
+    restart answered at once by the server) gives what the general path gives, value for value."""
+    from dmrpc_gym import DmRpcVectorEnv
+    from dmrpc_gym.client.states import State
+    from dmrpc_gym.client.steady_step import SteadyStep
+    from dmrpc_gym.server import Server
+    from dmrpc_gym.server.serving.steady import SteadyServe
+
+    ends, starts = [], []
+    wrap, start = SteadyStep.wrap, SteadyServe._start
+
+    def counted(self, named, state=State.RUNNING):
+        ends.append(state is not State.RUNNING)
+        return wrap(self, named, state)
+
+    def started(self, *args):
+        answer = start(self, *args)
+        starts.append(answer is not None)
+        return answer
+
+    rng = np.random.default_rng(1)
+    actions = [np.full((3, 1), 0.5, np.float32) if i % 3 else rng.uniform(-2, 2, (3, 1)).astype(np.float32)
+               for i in range(80)]
+    results = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SteadyStep, "wrap", counted)
+        patch.setattr(SteadyServe, "_start", started)
+        for steady in (False, True):
+            os.environ[STEADY_STEP_ENV] = "1" if steady else "0"
+            try:
+                with Server(_Ending, kind="gym", workers=0) as server:
+                    envs = DmRpcVectorEnv(3, server.address)
+                    try:
+                        results[steady] = [envs.reset(seed=4)] + [envs.step(a) for a in actions]
+                        constant = [e.agent._steady is not None and e.agent._steady.candidates[0][4] is not None
+                                    for e in envs.envs]
+                    finally:
+                        envs.close()
+            finally:
+                os.environ.pop(STEADY_STEP_ENV, None)
+    assert same(results[True], results[False])
+    flags = np.array([step[2] for step in results[True][1:]]), np.array([step[3] for step in results[True][1:]])
+    assert flags[0].any() and flags[1].any() and (flags[0] & flags[1]).any()     # each kind of end came
+    assert sum(ends) > 20, f"{sum(ends)} ends read at the offsets"
+    assert sum(starts) > 20, f"{sum(starts)} restarts answered at once"
+    assert constant == [True] * 3, "the exact extras' tail (the reward's type) was not learned as constant"
+
+
+def test_a_single_env_of_ending_episodes_and_box_actions_matches_the_general_path():
+    """The same env through ``DmRpcEnv`` (round trips, the exact extras' tail learned as constant), reset
+    where an episode ended, steady path on and off: the same values."""
+    from dmrpc_gym.server import Server
+    results, learned = {}, {}
+    actions = [np.full(1, 0.5 if i % 3 else -1.5, np.float32) for i in range(60)]
+    for steady in (False, True):
+        os.environ[STEADY_STEP_ENV] = "1" if steady else "0"
+        try:
+            with Server(_Ending, kind="gym") as server, DmRpcEnv(server.address) as env:
+                out = [env.reset(seed=2)]
+                for action in actions:
+                    out.append(env.step(action))
+                    if out[-1][2] or out[-1][3]:
+                        out.append(env.reset())
+                learned[steady] = env._agent._steady is not None and env._agent._steady.first_hidden[1] is not None
+            results[steady] = out
+        finally:
+            os.environ.pop(STEADY_STEP_ENV, None)
+    assert learned == {False: False, True: True}
+    assert same(results[True], results[False])
+
+
+@pytest.mark.usefixtures("both_paths")
+def test_a_box_actions_request_is_remembered_by_its_bytes_not_its_array():
+    """An array action changed in place between steps is sent as it is now; one out of bounds is refused
+    every time it is given (a refused action is never remembered)."""
+    from dmrpc_gym.server import Server
+    with Server(_Ending, kind="gym") as server, DmRpcEnv(server.address) as env:
+        env.reset(seed=0)
+        action, seen = np.zeros(1, np.float32), []
+        for value in [0.0, 1.0, 0.0, 1.0, -1.5]:
+            action[0] = value
+            obs, *_ = env.step(action)
+            seen.append(float(obs[2]))
+        for _ in range(2):
+            with pytest.raises(ValueError):
+                env.step(np.full(1, 5.0, np.float32))
+    assert seen == [0.0, 1.0, 0.0, 1.0, -1.5]
 
 
 class _Interrupt(BaseException):

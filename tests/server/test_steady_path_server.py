@@ -1,7 +1,8 @@
 """The server's steady-state answers (issue 32) against the general path: a differential test.
 
 Hypothesis draws a served env (a Box, a Dict with a scalar leaf, or integer observations; rewards of
-several types; episodes that end; ``info`` now and then; an env that raises), and a client's script:
+several types; episodes that end; ``info`` now and then; an env whose step and then reset raise; a Box action with a reward that is
+always an ``np.float64``, as Pendulum's), and a client's script:
 steps with valid and invalid actions, asking for every observation or some (with ``info`` and the exact
 extras, as our client asks, or without), resets, PINGs, WINDOW_UPDATEs and SETTINGS, each request
 whole in one write or cut into frames and writes, or two requests in one write. The same script runs
@@ -36,19 +37,23 @@ class Scripted(gym.Env):
 
     def __init__(self, kind: str = "box", end_every: int = 5, info_every: int = 0, fail_at: int = -1):
         self.kind, self.end_every, self.info_every, self.fail_at = kind, end_every, info_every, fail_at
-        if kind == "box":
+        self.action_space = gym.spaces.Discrete(4)
+        if kind == "pendulum":               # a Box action, an np.float64 reward (Pendulum-v1's)
+            self.action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+        if kind in ("box", "pendulum"):
             self.observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
         elif kind == "dict":
             self.observation_space = gym.spaces.Dict({"a": gym.spaces.Box(0, 255, (2, 2), np.uint8),
                                                       "b": gym.spaces.Box(-5, 5, (), np.float64)})
         else:
             self.observation_space = gym.spaces.Box(-100, 100, (2,), np.int64)
-        self.action_space = gym.spaces.Discrete(4)
         self.n = 0
 
     def _obs(self):
         rng = np.random.default_rng(self.n)
-        if self.kind == "box":      # float64 now and then: flatten casts it to the spec's float32
+        if self.kind in ("box", "pendulum"):      # float64 now and then: flatten casts it to the spec's float32
+            if self.n % 5 == 2:                  # (a view that is not C-contiguous now and then)
+                return rng.uniform(-1, 1, 6).astype(np.float32)[::2]
             return rng.uniform(-1, 1, 3).astype(np.float64 if self.n % 4 == 3 else np.float32)
         if self.kind == "dict":
             b = float(rng.uniform(-5, 5)) if self.n % 3 else np.float64(1.5)   # a Python float now and then
@@ -57,8 +62,10 @@ class Scripted(gym.Env):
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        self.n = 0                           # (an env the server reuses starts over as a new one)
-        return self._obs(), {}
+        failed, self.n = self.n == self.fail_at, 0   # (an env the server reuses starts over as a new one)
+        if failed:                           # the reset after the failed step fails too; the next one starts
+            raise RuntimeError("scripted reset failure")
+        return self._obs(), {"started": True} if self.info_every else {}
 
     def step(self, action):
         self.n += 1
@@ -67,6 +74,11 @@ class Scripted(gym.Env):
         ended = self.end_every and self.n % self.end_every == 0
         info = {"n": self.n, "s": "x" * (self.n * 37 % 300)} if self.info_every and self.n % self.info_every == 0 \
             else {}                          # (of many sizes: the envelope's length varies)
+        if self.kind == "pendulum":
+            assert action.flags.writeable and action.dtype == np.float32
+            reward = np.float64(float(action[0]) - self.n)
+            action[0] = 9                    # an env may change its action in place: the next step's is its own
+            return self._obs(), reward, ended, False, info
         return self._obs(), _REWARDS[(self.n + int(action)) % len(_REWARDS)], ended, False, info
 
 
@@ -74,7 +86,7 @@ class Scripted(gym.Env):
 def servers():
     """One server per env kind (every connection reads the switch as it starts)."""
     made = {}
-    for kind in ("box", "dict", "ints"):
+    for kind in ("box", "dict", "ints", "pendulum"):
         for end_every, info_every, fail_at in ((5, 0, -1), (0, 4, 9)):
             made[kind, end_every] = Server(lambda k=kind, e=end_every, i=info_every, f=fail_at: Scripted(k, e, i, f),
                                            kind="gym", workers=0).start()
@@ -99,8 +111,9 @@ def _answers(raw: RawClient, n: int, out: list) -> None:
         n -= got[0] == 0
 
 
-def play(address: str, script: tuple, steady: bool, monkeypatch) -> list:
-    """Every frame the server sent for ``script``, with the steady path ``steady``."""
+def play(address: str, script: tuple, steady: bool, monkeypatch, kind: str = "box") -> list:
+    """Every frame the server sent for ``script``, with the steady path ``steady`` (``kind``: the env's, which
+    says what its actions are)."""
     asks, cuts, ops = script
     monkeypatch.setenv(STEADY_STEP_ENV, "1" if steady else "0")
     raw, out = RawClient(address), []
@@ -117,7 +130,8 @@ def play(address: str, script: tuple, steady: bool, monkeypatch) -> list:
         requested = [*uids[:asks[0]], *([INFO_UID, EXACT_UID] if asks[1] else [])]
         for i, op in enumerate(ops):
             if op[0] in ("step", "two"):
-                step = pb.StepRequest(actions={1: tensors.pack(np.int64(op[1]))}, requested_observations=requested)
+                act = np.array([op[1] / 2 - 0.5], np.float32) if kind == "pendulum" else np.int64(op[1])
+                step = pb.StepRequest(actions={1: tensors.pack(act)}, requested_observations=requested)
                 body = message(pb.EnvironmentRequest(step=step))
                 wire = data(1, body) * (2 if op[0] == "two" else 1)
                 cut = cuts[i % len(cuts)] if cuts and op[0] == "step" and i % 3 == 0 else 0
@@ -162,8 +176,8 @@ def test_the_servers_steady_path_and_general_path_send_the_same_frames(servers, 
            st.lists(st.integers(0, 40), max_size=3), st.lists(_OP, min_size=8, max_size=24))
     def check(server, asks, cuts, ops):
         address = servers[server].address
-        general = play(address, (asks, cuts, ops), False, monkeypatch)
-        steady = play(address, (asks, cuts, ops), True, monkeypatch)
+        general = play(address, (asks, cuts, ops), False, monkeypatch, server[0])
+        steady = play(address, (asks, cuts, ops), True, monkeypatch, server[0])
         assert steady == general
         updates.extend(got for got in steady if got[0] == WINDOW_UPDATE)
 

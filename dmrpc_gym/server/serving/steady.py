@@ -15,18 +15,24 @@ What it assumes (anything else declines before anything is done, and the general
   interrupted, on the interface the request was learned on, whose lane runs the step inline now (as the
   general path would, :meth:`~dmrpc_gym.server.running.workers.Lane.inline`);
 - the request: small, read by protobuf (no large actions), seen before with an action that is an
-  immutable scalar (a Discrete's numpy integer, a Python number), no frame asked for;
+  immutable scalar (a Discrete's numpy integer, a Python number) or a numeric numpy array (a Box's: kept
+  read-only, and each step given a fresh copy of it, as the general path gives a freshly decoded one),
+  no frame asked for;
 - the answer: its layout learned (a running step, observations of float32, float64, int8 or uint8 and a
-  DOUBLE reward; ``info`` and the exact extras, where asked for, last) and its size within ``room``;
-  observations the request asked for in shared memory (:mod:`~dmrpc_gym.transport.shared_memory`) are written
-  there, at the targets of the request the layout was learned from (part of its bytes), their references
-  being fixed bytes of the layout.
+  DOUBLE reward, and, where the answer is the same but for its state and its discount, those of a step that
+  ends the sequence and of the step that starts the next; ``info`` and the exact extras, where asked for, last)
+  and its size within ``room``; observations the request asked for in shared memory
+  (:mod:`~dmrpc_gym.transport.shared_memory`) are written there, at the targets of the request the layout was
+  learned from (part of its bytes), their references being fixed bytes of the layout.
   An ``info`` is written by the general path's info encoder and goes at the end, the envelope's length
-  grown by its size.
+  grown by its size; so do the exact extras of a running step whose reward is a number of another type
+  than ``float`` (Pendulum's ``np.float64``: they say only that type, the same bytes every step, made once
+  per type by the general path's own functions).
 
-Once the env has stepped there is no declining: a step that does not fit the layout (it ended, exact
-extras to say, a reward of another type, an observation of another dtype or shape) is written by the general
-encoder, the very code the general path runs after its step. ``DMRPC_STEADY_STEP=0`` turns this off
+Once the env has stepped there is no declining: a step that does not fit the layout (exact extras to say
+of the observation's scalars or of an end both terminated and truncated, a reward that is no number, an
+observation of another dtype or shape) is written by the general encoder, the very code the general path
+runs after its step. ``DMRPC_STEADY_STEP=0`` turns this off
 (read per connection, :class:`~dmrpc_gym.transport.server.protocol.GrpcProtocol`).
 """
 from __future__ import annotations
@@ -39,13 +45,15 @@ from typing import Any, Callable
 import numpy as np
 
 from dmrpc_gym.protocol.large_tensors import OBSERVATIONS, STEP_TAG, entry_bytes
-from dmrpc_gym.protocol.info import INFO_UID
+from dmrpc_gym.protocol.fidelity import EXACT_UID, exact_step
+from dmrpc_gym.protocol.info import INFO_UID, info_tensor_bytes, pack_info
 from dmrpc_gym.protocol.protowire import varint
-from dmrpc_gym.protocol.field_reader import Unexpected, running_step
+from dmrpc_gym.protocol.field_reader import STATE_FIELD, Unexpected, fields, running_step
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport import STEADY_STEP_ENV
 from dmrpc_gym.server.worlds.gym_world import GymAgent, Sequence
-from dmrpc_gym.server.worlds.interface import KIND_DISCOUNT, KIND_ENV, KIND_EXACT, KIND_INFO, KIND_REWARD, StepAnswer
+from dmrpc_gym.server.worlds.interface import KIND_DISCOUNT, KIND_ENV, KIND_EXACT, KIND_INFO, KIND_REWARD, StepAnswer, \
+    sequence_state
 from dmrpc_gym.server.running.workers import NOT_NOW
 
 __all__ = ["SteadyServe"]
@@ -53,10 +61,12 @@ __all__ = ["SteadyServe"]
 _MEMO = 256                         # request byte strings remembered per agent
 _SMALL = 1 << 12                    # requests longer than this are not remembered
 _IMMUTABLE = (np.generic, int, float, bool)
+_ARRAY = np.ndarray
+_NUMBERS = (int, np.number, np.bool_)     # rewards whose exact extras name only their type (exact_step)
 _PACK_DOUBLE, _UNPACK_DOUBLE = struct.Struct("<d").pack, struct.Struct("<d").unpack
 _ENTRY_TAG = bytes(((OBSERVATIONS << 3) | 2,))       # an entry of the StepResponse's observations map
 _HIDDEN = (KIND_INFO, KIND_EXACT)                            # observations no spec lists: they go last
-_RUNNING = Sequence.RUNNING
+_RUNNING, _IDLE = Sequence.RUNNING, Sequence.IDLE
 _RUNNING_STATE = pb.RUNNING
 _REWARD_SLOT = ""                   # the slot name of the reward (observation names are never empty)
 
@@ -69,7 +79,7 @@ class _Layout:
     the other pieces and slots, and the entry. ``pieces[0]`` has the length of an answer without one.
     """
 
-    __slots__ = ("pieces", "slots", "size", "whole", "info", "body", "first", "regions")
+    __slots__ = ("pieces", "slots", "size", "whole", "info", "body", "first", "info_first", "ends", "regions")
 
     def __init__(self, pieces: list[bytes], slots: list[tuple], whole: str | None, info: bool, first: bytes,
                  body: int, regions: tuple = ()):
@@ -79,6 +89,10 @@ class _Layout:
         #: The observation's one array, where an ndarray observation is it as it is (ValueCodec.whole).
         self.whole = whole
         self.info, self.body, self.first = info, body, first
+        #: Where both are asked for, whether ``info`` comes before the exact extras (the plan's order).
+        self.info_first = True
+        #: The layouts of the same answer saying that the sequence ended, by state (TERMINATED, INTERRUPTED).
+        self.ends: dict[int, _Layout] = {}
         self.size = len(pieces[0]) - len(first) + body     # without an info entry
 
 
@@ -102,6 +116,7 @@ class SteadyServe:
         self.kinds = bool(len(agent.interface.scalar_kinds))   # (scalar leaves: their kinds may need saying)
         self.requests: dict[bytes, tuple] = {}       # request bytes -> (action, plan, layout)
         self.layouts: dict[Any, _Layout | None] = {}  # plan -> the answer's layout (None: none fits)
+        self.extras: dict[type, bytes | None] = {float: b""}   # reward type -> its running step's exact entry
 
     @classmethod
     def of(cls, agent: Any, failure: Callable[[str, Exception], bytes], regions: Any = None) -> SteadyServe | None:
@@ -119,7 +134,11 @@ class SteadyServe:
             return None
         agent = self.agent
         if agent.sequence is not _RUNNING or agent.interface is not self.interface or layout.size > room:
+            if agent.sequence is _IDLE and agent.interface is self.interface and layout.size <= room:
+                return self._start(plan, layout)
             return None
+        if type(action) is _ARRAY:
+            action = action.copy()               # the env's own, as a freshly decoded one is
         lane = agent.lane
         spent = lane.spent
         try:
@@ -132,13 +151,10 @@ class SteadyServe:
         try:
             if terminated or truncated or type(raw_reward) is not float \
                     or (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
-                message = self._general(plan, *agent.stepped(obs, raw_reward, terminated, truncated), raw_reward,
-                                        (terminated, truncated), info)
-            else:
+                message = self._other(plan, layout, obs, raw_reward, terminated, truncated, info)
+            else:                                # a running step, a float reward: the common case, written out
                 reward = agent.ran(obs, raw_reward)
-                tail = b""                       # info goes last, where it is asked for
-                if info and layout.info:
-                    tail = entry_bytes(_ENTRY_TAG, INFO_UID, self.interface.info_tensor(info))
+                tail = self._said(layout, info, b"") if info and layout.info else b""
                 message = self._filled(plan, layout, obs, reward, tail) \
                     or self._general(plan, _RUNNING_STATE, reward, 1.0, raw_reward, (False, False), info)
         except Exception as exc:  # noqa: BLE001 - as Session.handle: a refusal or a server bug, answered
@@ -146,6 +162,78 @@ class SteadyServe:
         # as Session.handle (from the env call's start: the lookup before it is a few attribute reads)
         agent.world.counts.record(perf_counter() - lane.started, lane.spent - spent)
         return message
+
+    def _start(self, plan: Any, layout: _Layout) -> bytes | None:
+        """The answer to a step that starts a sequence (the agent IDLE: its actions are ignored), where the
+        agent can start it now (:meth:`~dmrpc_gym.server.worlds.gym_world.GymAgent.start_inline`), as the
+        general path writes it (:meth:`_answer`); None: nothing done."""
+        agent = self.agent
+        lane = agent.lane
+        spent = lane.spent
+        started = agent.start_inline()
+        if started is False:
+            return None
+        try:
+            if started is not True:
+                raise started
+            message = self._answer(plan, layout, agent.observation, _RUNNING_STATE, 0.0, 1.0, 0.0, (False, False),
+                                   agent.start_info, b"")
+        except Exception as exc:  # noqa: BLE001 - as Session.handle: a refusal or a server bug, answered
+            return self.failure("step", exc)
+        agent.world.counts.record(perf_counter() - lane.started, lane.spent - spent)
+        return message
+
+    def _other(self, plan: Any, layout: _Layout, obs: Any, raw_reward: Any, terminated: bool, truncated: bool,
+               info: Any) -> bytes:
+        """The answer of a step that ended the sequence, or whose reward is no float, or whose observation's
+        scalars are to be said: filled where it can be (:meth:`_answer`), else the general encoder's."""
+        agent = self.agent
+        extras = b"" if type(raw_reward) is float or not plan.exact else self._extras(raw_reward)
+        if extras is None or (terminated and truncated and plan.exact):    # (the extras say both: the general's)
+            return self._general(plan, *agent.stepped(obs, raw_reward, terminated, truncated), raw_reward,
+                                 (terminated, truncated), info)
+        if terminated or truncated:
+            state, reward, discount = agent.stepped(obs, raw_reward, terminated, truncated)
+            return self._answer(plan, layout.ends.get(state), obs, state, reward, discount, raw_reward,
+                                (terminated, truncated), info, extras)
+        return self._answer(plan, layout, obs, _RUNNING_STATE, agent.ran(obs, raw_reward), 1.0, raw_reward,
+                            (False, False), info, extras)
+
+    def _answer(self, plan: Any, layout: _Layout | None, obs: Any, state: int, reward: float, discount: float,
+                raw: Any, ends: tuple, info: Any, extras: bytes) -> bytes:
+        """The answer of a step that ended a sequence, started one, or whose reward is no float (``state``,
+        ``reward``, ``discount``: what the agent made of it): ``layout`` filled, with ``info``'s entry and
+        ``extras`` (the exact extras' entry) at its end; where it cannot be (no layout, scalars to say, an observation that does not fit), the
+        general encoder's. (A running step's with a float reward is the same, written out in :meth:`answer`:
+        calls fewer.)"""
+        if layout is not None and not (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
+            tail = self._said(layout, info, extras) if info and layout.info else extras
+            message = self._filled(plan, layout, obs, reward, tail)
+            if message is not None:
+                return message
+        return self._general(plan, state, reward, discount, raw, ends, info)
+
+    def _said(self, layout: _Layout, info: Any, extras: bytes) -> bytes:
+        """The tail of an answer with an ``info``: its entry (the general path's info encoder's) and
+        ``extras``, in the plan's order."""
+        said = entry_bytes(_ENTRY_TAG, INFO_UID, self.interface.info_tensor(info))
+        return said + extras if layout.info_first else extras + said
+
+    def _extras(self, raw_reward: Any) -> bytes | None:
+        """The exact-extras entry of a running step whose reward is ``raw_reward`` (no observation scalars to
+        say): what the general encoder writes for it, made once per reward type; None for a reward that is no
+        number (the general path answers)."""
+        kind = type(raw_reward)
+        try:
+            return self.extras[kind]
+        except KeyError:
+            pass
+        said = None
+        if isinstance(raw_reward, _NUMBERS) and len(self.extras) < _MEMO:
+            exact = exact_step(raw_reward, False, False)
+            said = entry_bytes(_ENTRY_TAG, EXACT_UID, info_tensor_bytes(pack_info(exact))) if exact else b""
+            self.extras[kind] = said
+        return said
 
     def _filled(self, plan: Any, layout: _Layout, obs: Any, reward: float, tail: bytes) -> bytes | None:
         """The answer to a running step: the layout filled, with ``tail`` (the serialized ``info`` entry, or
@@ -171,7 +259,7 @@ class SteadyServe:
                 return None
             if array.dtype != dtype or array.shape != shape:
                 return None
-            filled += (array.tobytes(), piece)
+            filled += (array, piece)             # (joined from the array's own memory: one copy, not tobytes' two)
         if layout.regions:
             region = self.regions.region if self.regions is not None else None
             for name, dtype, shape, offset in layout.regions:
@@ -182,7 +270,10 @@ class SteadyServe:
         if tail:                                 # the envelope's length grows by the tail's
             filled[0] = STEP_TAG + varint(layout.body + len(tail)) + layout.first
             filled.append(tail)
-        return b"".join(filled)
+        try:
+            return b"".join(filled)
+        except TypeError:                        # an array that is not C-contiguous: its bytes in C order
+            return b"".join(part if type(part) is bytes else part.tobytes() for part in filled)
 
     def _general(self, plan: Any, state: int, reward: float, discount: float, raw: Any, ends: tuple,
                  info: Any) -> bytes:
@@ -208,7 +299,12 @@ class SteadyServe:
             plan = self.interface.plan(request.requested_observations)
         except Exception:  # noqa: BLE001 - the general path answered it with its refusal
             return message
-        if not isinstance(action, _IMMUTABLE) or plan.rgb:
+        if type(action) is _ARRAY and action.dtype.kind in "biuf":
+            action = action.copy()               # kept as it was asked for: each step gets a copy
+            action.flags.writeable = False
+        elif not isinstance(action, _IMMUTABLE):
+            return message
+        if plan.rgb:
             return message
         targets = self.regions.writes if self.regions is not None else None
         key = (plan, tuple(targets.items())) if targets else plan      # (the answer's references: where they lie)
@@ -221,11 +317,27 @@ class SteadyServe:
 
     def _layout(self, plan: Any, answer: bytes) -> _Layout | None:
         """The layout of ``answer`` (a running step of ``plan``), if it is one taken here and filling it with
-        this step's values (and its own ``info`` entry) gives the very bytes; else None."""
+        this step's values (and its own ``info`` entry) gives the very bytes; else None. With it, in
+        :attr:`_Layout.ends`, those of the same answer saying TERMINATED (its discount 0) and INTERRUPTED,
+        where its state is one byte of its own (the same checks)."""
         try:
-            cuts, end, body_start, regions = self._slots(plan, answer)
+            cuts, end, body_start, state_at, discount_at, regions = self._slots(plan, answer)
         except (Unexpected, KeyError, ValueError):
             return None
+        layout = self._pieces(plan, answer, cuts, end, body_start, regions)
+        if layout is not None and state_at is not None:
+            for state, discount in (sequence_state(True, False), sequence_state(False, True)):
+                ended = answer[:state_at] + bytes((state,)) + answer[state_at + 1:]
+                if discount_at is not None:
+                    ended = ended[:discount_at] + _PACK_DOUBLE(discount) + ended[discount_at + 8:]
+                variant = self._pieces(plan, ended, cuts, end, body_start, regions)
+                if variant is not None:
+                    layout.ends[state] = variant
+        return layout
+
+    def _pieces(self, plan: Any, answer: bytes, cuts: list, end: int, body_start: int,
+                regions: tuple = ()) -> _Layout | None:
+        """The layout of ``answer`` cut at ``cuts`` (see :meth:`_layout`), or None."""
         pieces, at, slots, reward = [], body_start, [], 0.0
         for a, b, slot in cuts:
             pieces.append(answer[at:a])
@@ -240,16 +352,19 @@ class SteadyServe:
         named = [s[0] for s in slots if s[0]] + [r[0] for r in regions]
         layout = _Layout(pieces, slots, whole if named == [whole] else None,
                          any(item[1] == KIND_INFO for item in plan.items), first, body, regions)
+        hidden = [item[1] for item in plan.items if item[1] in _HIDDEN]
+        layout.info_first = hidden[:1] != [KIND_EXACT]
         try:
             rebuilt = self._filled(plan, layout, self.agent.observation, reward, answer[end:])
         except Exception:  # noqa: BLE001 - an observation this path cannot write: the general path's
             return None
         return layout if rebuilt == answer else None
 
-    def _slots(self, plan: Any, answer: bytes) -> tuple[list[tuple], int, int]:
+    def _slots(self, plan: Any, answer: bytes) -> tuple[list[tuple], int, int, int | None, int | None, tuple]:
         """``(start, stop, (name, dtype, shape))`` of each value of ``answer``, where its ``info`` and exact
-        extras begin (they come last; its end without them) and where its StepResponse begins;
-        ``Unexpected`` where it has another layout."""
+        extras begin (they come last; its end without them), where its StepResponse begins, where its state's
+        one byte is and where its DOUBLE discount's 8 bytes are (None: no such thing), and the observations it
+        has in shared memory, ``(name, dtype, shape, offset)``; ``Unexpected`` where it has another layout."""
         hidden = [item[1] in _HIDDEN for item in plan.items]
         if hidden != sorted(hidden):                        # info and the extras asked for last
             raise Unexpected
@@ -263,7 +378,7 @@ class SteadyServe:
             if kind != KIND_ENV or number != 0 or targets.get(uid, (None,))[0] != offset:
                 raise Unexpected
             regions.append((name, dtype, shape, offset))
-        cuts = []
+        cuts, discount_at, state_at = [], None, None
         for uid, dtype, shape, a, b in values:
             kind, name, dt = items[uid]
             if kind == KIND_ENV:
@@ -272,4 +387,10 @@ class SteadyServe:
                 cuts.append((a, b, (_REWARD_SLOT, None, None)))
             elif kind != KIND_DISCOUNT or dt != pb.DOUBLE:
                 raise Unexpected
-        return cuts, len(answer) if tail is None else tail, body_start, tuple(regions)
+            else:
+                discount_at = a
+        end = len(answer) if tail is None else tail
+        for number, kind, a, b, _ in fields(answer, body_start, end):
+            if number == STATE_FIELD and kind == 0 and b - a == 2:
+                state_at = a + 1
+        return cuts, end, body_start, state_at, discount_at, tuple(regions)

@@ -46,7 +46,7 @@ from dmrpc_gym.server.worlds.interface import AgentInterface, StepAnswer, sequen
 from dmrpc_gym.server.worlds.rendering import current_frame, rgb_render, rgb_shape
 from dmrpc_gym.server.worlds.properties import Property, env_properties
 from dmrpc_gym.server.serving.stats import WorldCounts
-from dmrpc_gym.server.running.workers import Lane, WorkerPool
+from dmrpc_gym.server.running.workers import NOT_NOW, Lane, WorkerPool
 from dmrpc_gym.server.worlds.settings import (SEED, check_seed, refuse_unknown, pop_seed, same_settings, unpack_settings,
                                        world_reset_settings)
 from dmrpc_gym.protocol.wire import pb
@@ -251,6 +251,11 @@ class GymAgent:
         """The env's latest observation, as it gave it (what the latest answer carried)."""
         return self._obs
 
+    @property
+    def start_info(self) -> Any:
+        """What ``env.reset`` returned as its info, sent with the step that started the sequence."""
+        return self._info
+
     def _recipe(self) -> dict[str, Any]:
         return {**self.world.kwargs, **self.overrides}
 
@@ -277,18 +282,51 @@ class GymAgent:
         if not same_settings(recipe, self.env_kwargs) and await self._rebuild(recipe, seed):
             self.sequence = self.sequence.to(Sequence.STALE)
             return await self._start()  # raises: the client must fetch the new specs first
+        self._starting()
+        try:
+            obs, info = await self.lane.quick(self.env.reset, seed=seed)
+        except BaseException as exc:
+            raise self._reset_failed(exc, seed) from None
+        self._started(obs, info, seed)
+
+    def start_inline(self) -> bool | Exception:
+        """What :meth:`_start` does, on the caller's thread and now, for the steady path
+        (:mod:`~dmrpc_gym.server.serving.steady`): True when the sequence started; the error to answer with
+        when ``env.reset`` raised; False where it cannot start so (nothing done: :meth:`_start` starts it):
+        the server drains, the agent is not IDLE, its settings changed, or its lane runs no call inline now."""
+        if self.world.draining or self.sequence is not Sequence.IDLE or not same_settings(self._recipe(), self.env_kwargs):
+            return False
+        seed = self.next_seed
+        reset = self.env.reset
+        try:
+            got = self.lane.inline(lambda: reset(seed=seed))
+            if got is NOT_NOW:
+                return False
+            obs, info = got
+        except Exception as exc:  # noqa: BLE001 - the env's error is the answer
+            self._starting()
+            return self._reset_failed(exc, seed)
+        self._starting()
+        self._started(obs, info, seed)
+        return True
+
+    def _starting(self) -> None:
         self.next_seed, self.sequence = None, self.sequence.to(Sequence.STARTING)
         self.world.counts.resets += 1
-        try:
-            obs, self._info = await self.lane.quick(self.env.reset, seed=seed)
-        except BaseException as exc:
-            self.sequence = self.sequence.to(Sequence.IDLE)
-            if not isinstance(exc, Exception):
-                raise                            # cancelled: the stream ended meanwhile
-            self.broken = True
-            if self.next_seed is None:
-                self.next_seed = seed
-            raise status.internal(f"{self.world.factory.name}: reset raised {type(exc).__name__}: {exc}") from None
+
+    def _reset_failed(self, exc: BaseException, seed: int | None) -> BaseException:
+        """``env.reset`` (seeded ``seed``) raised ``exc``: back to IDLE, and the error to raise (``exc``
+        itself where it is no ``Exception``: cancelled, the stream ended meanwhile)."""
+        self.sequence = self.sequence.to(Sequence.IDLE)
+        if not isinstance(exc, Exception):
+            return exc
+        self.broken = True
+        if self.next_seed is None:
+            self.next_seed = seed
+        return status.internal(f"{self.world.factory.name}: reset raised {type(exc).__name__}: {exc}")
+
+    def _started(self, obs: Any, info: Any, seed: int | None) -> None:
+        self._info = info
         if self.sequence is Sequence.STARTING:   # else INTERRUPTED meanwhile: the next step says so
             self.sequence = self.sequence.to(Sequence.RUNNING)
         self.sequence_seed = seed
