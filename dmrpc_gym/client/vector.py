@@ -28,7 +28,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 
 from dmrpc_gym.client.fanout import RESTART, Batch
 from dmrpc_gym.client.shared_rows import SharedRows, rows_of
-from dmrpc_gym.transport import PARALLEL_AT, copy_into
+from dmrpc_gym.transport.array_copies import PARALLEL_AT, copy_into
 
 __all__ = ["DmRpcVectorEnv", "batch_observations", "merge_infos", "seeds_for"]
 

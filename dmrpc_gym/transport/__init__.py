@@ -14,7 +14,6 @@ The two halves share only the core and never import each other (``tests/test_lay
 """
 from __future__ import annotations
 
-from dmrpc_gym.transport.array_copies import PARALLEL_AT, copy_into
 from dmrpc_gym.transport.base import STEADY_STEP_ENV, StreamEnded, Transport, Unreachable, check_address, parse_address
 from dmrpc_gym.transport.client.grpcio_transport import GrpcioTransport
 from dmrpc_gym.transport.client.h2_transport import H2Transport
@@ -37,5 +36,4 @@ __all__ = ["STEADY_STEP_ENV", "Transport", "StreamEnded", "Unreachable", "check_
            "DEFAULT_MAX_MESSAGE", "grpc_frame", "MIN_KEEPALIVE", "ErrorCode", "GrpcStatus",
            "TOKEN_ENV", "token_metadata", "behind_tls", "server_context",
            "listen_unix", "remove_socket_file", "unix_address", "unix_path",
-           "MAX_SHARED", "SHARED_THRESHOLD", "Region", "RegionError", "RegionLink", "SharedMemoryHost", "request_header",
-           "PARALLEL_AT", "copy_into"]
+           "MAX_SHARED", "SHARED_THRESHOLD", "Region", "RegionError", "RegionLink", "SharedMemoryHost", "request_header"]
