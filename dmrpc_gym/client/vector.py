@@ -28,24 +28,11 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 
 from dmrpc_gym.client.fanout import RESTART, Batch
 from dmrpc_gym.client.shared_rows import SharedRows, rows_of
-from dmrpc_gym.transport.array_copies import PARALLEL_AT, copy_into
 
 __all__ = ["DmRpcVectorEnv", "batch_observations", "merge_infos", "seeds_for"]
 
 
 _ARRAY_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
-
-
-def _stacked(items: Sequence[Any], dtype: Any) -> np.ndarray:
-    """``np.array(items, dtype)``; rows of large arrays copied by :func:`~dmrpc_gym.transport.array_copies.copy_into`."""
-    first = items[0]
-    if type(first) is np.ndarray and first.nbytes >= PARALLEL_AT and all(
-            type(item) is np.ndarray and item.dtype == dtype and item.shape == first.shape for item in items):
-        out = np.empty((len(items), *first.shape), dtype)
-        for row, item in zip(out, items):
-            copy_into(row, item)
-        return out
-    return np.array(items, dtype=dtype)
 
 
 def batch_observations(space: gym.Space, items: Sequence[Any], rows: dict[int, np.ndarray] | None = None) -> Any:
@@ -64,7 +51,7 @@ def batch_observations(space: gym.Space, items: Sequence[Any], rows: dict[int, n
             view = rows_of(items, rows)
             if view is not None and view.dtype == space.dtype:
                 return view
-        return _stacked(items, space.dtype)
+        return np.array(items, dtype=space.dtype)
     if isinstance(space, gym.spaces.Dict):
         return {key: batch_observations(sub, [item[key] for item in items], rows) for key, sub in space.spaces.items()}
     if isinstance(space, gym.spaces.Tuple):

@@ -40,8 +40,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dmrpc_gym.transport.array_copies import copied, copy_into
-
 __all__ = ["RegionError", "Region", "Allocator", "Credentials", "peer_credentials", "check_peer", "listen",
            "connect", "send_region", "receive_region", "receive_announced", "MAX_REGION", "ALIGN", "HEADER"]
 
@@ -159,7 +157,7 @@ class Region:
         flat = np.frombuffer(self._map, dtype, count, offset).reshape(shape)
         if dtype.kind == "b" and count and flat.view(np.uint8).max() > 1:
             raise RegionError(f"the bools at offset {offset} hold bytes other than 0 and 1")
-        return copied(flat) if copy else flat
+        return flat.copy() if copy else flat
 
     def write(self, offset: int, array: np.ndarray) -> None:
         """Copy ``array``'s bytes into the region at ``offset`` (checked): one copy."""
@@ -167,7 +165,7 @@ class Region:
         if array.dtype.kind not in _KINDS or array.dtype.hasobject:
             raise RegionError(f"an array in a region holds numbers or bools, not {array.dtype}")
         offset, _ = self._span(offset, array.nbytes)
-        copy_into(np.frombuffer(self._map, array.dtype, array.size, offset).reshape(array.shape), array)
+        np.copyto(np.frombuffer(self._map, array.dtype, array.size, offset).reshape(array.shape), array)
 
     def close(self) -> None:
         """Unmap and close (idempotent). Views still held keep the mapping until they go."""
