@@ -337,7 +337,8 @@ def main() -> None:
     parser.add_argument("--route", action="store_true",
                         help="also the files a step's Python calls enter, in the order first entered, with calls per step")
     parser.add_argument("--world", default="constant",
-                        help="constant (default), or one of bench_host.py's observations (CartPole-v1, Pendulum-v1, '28 KB', ...)")
+                        help="constant (default), or one of bench_host.py's observations "
+                             "(CartPole-v1, Pendulum-v1, '28 KB', ...)")
     parser.add_argument("--vector", type=int, default=0, help="a DmRpcVectorEnv of this many sub-envs (0: DmRpcEnv)")
     args = parser.parse_args()
     if args.role[:1] == ["client"]:

@@ -317,8 +317,8 @@ class SteadyStep:
         self.layout, self.first_hidden, self.said = layout, self.hidden, said
 
     def _candidate(self, state: State, raw: bytes, cuts: list, tail: int | None) -> tuple:
-        """``(state, layout, size, pieces, None)`` of answers like ``raw`` (see :attr:`candidates`): with a tail, the
-        size and pieces of such an answer that has none (the layout's checks of a frame, less the frame's
+        """``(state, layout, size, pieces, None)`` of answers like ``raw`` (see :attr:`candidates`): with a tail,
+        the size and pieces of such an answer that has none (the layout's checks of a frame, less the frame's
         header and the gRPC prefix, which follow from the size: -1 where no such answer can be)."""
         layout = ByteLayout(raw, self.link.stream.id, cuts, tail, self._tail)
         if tail is not None:

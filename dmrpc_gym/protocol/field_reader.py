@@ -14,8 +14,8 @@ from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol.dtypes import BY_DATA_TYPE, MEMORY
 from dmrpc_gym.protocol.wire import pb
 
-__all__ = ["LARGE", "Unexpected", "read_varint", "fields", "parts", "read_tensor", "Decoded", "MEMORY_PAYLOADS", "SHAPE",
-           "OBSERVATIONS_FIELD", "STATE_FIELD", "map_entry", "running_step", "REF", "Ref", "read_reference",
+__all__ = ["LARGE", "Unexpected", "read_varint", "fields", "parts", "read_tensor", "Decoded", "MEMORY_PAYLOADS",
+           "SHAPE", "OBSERVATIONS_FIELD", "STATE_FIELD", "map_entry", "running_step", "REF", "Ref", "read_reference",
            "read_varints"]
 
 #: Tensors of this many payload bytes or more are read here, in place, not by protobuf.

@@ -1,8 +1,9 @@
 """The server's steady-state answers (issue 32) against the general path: a differential test.
 
 Hypothesis draws a served env (a Box, a Dict with a scalar leaf, or integer observations; rewards of
-several types; episodes that end; ``info`` now and then; an env whose step and then reset raise; a Box action with a reward that is
-always an ``np.float64``, as Pendulum's), and a client's script:
+several types; episodes that end; ``info`` now and then; an env whose step and then reset raise; a Box
+action with a reward that is always an ``np.float64``, as Pendulum's; a non-contiguous observation now and
+then), and a client's script:
 steps with valid and invalid actions, asking for every observation or some (with ``info`` and the exact
 extras, as our client asks, or without), resets, PINGs, WINDOW_UPDATEs and SETTINGS, each request
 whole in one write or cut into frames and writes, or two requests in one write. The same script runs

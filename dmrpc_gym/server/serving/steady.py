@@ -19,11 +19,11 @@ What it assumes (anything else declines before anything is done, and the general
   read-only, and each step given a fresh copy of it, as the general path gives a freshly decoded one),
   no frame asked for;
 - the answer: its layout learned (a running step, observations of float32, float64, int8 or uint8 and a
-  DOUBLE reward, and, where the answer is the same but for its state and its discount, those of a step that
-  ends the sequence and of the step that starts the next; ``info`` and the exact extras, where asked for, last)
-  and its size within ``room``; observations the request asked for in shared memory
-  (:mod:`~dmrpc_gym.transport.shared_memory`) are written there, at the targets of the request the layout was
-  learned from (part of its bytes), their references being fixed bytes of the layout.
+  DOUBLE reward; with it, where the answer is the same but for its state and its discount, those of a step
+  that ends the sequence; the step that starts the next fills the running one; ``info`` and the exact
+  extras, where asked for, last) and its size within ``room``; observations the request asked for in shared
+  memory (:mod:`~dmrpc_gym.transport.shared_memory`) are written there, at the targets of the request the
+  layout was learned from (part of its bytes), their references being fixed bytes of the layout.
   An ``info`` is written by the general path's info encoder and goes at the end, the envelope's length
   grown by its size; so do the exact extras of a running step whose reward is a number of another type
   than ``float`` (Pendulum's ``np.float64``: they say only that type, the same bytes every step, made once
@@ -203,9 +203,9 @@ class SteadyServe:
                 raw: Any, ends: tuple, info: Any, extras: bytes) -> bytes:
         """The answer of a step that ended a sequence, started one, or whose reward is no float (``state``,
         ``reward``, ``discount``: what the agent made of it): ``layout`` filled, with ``info``'s entry and
-        ``extras`` (the exact extras' entry) at its end; where it cannot be (no layout, scalars to say, an observation that does not fit), the
-        general encoder's. (A running step's with a float reward is the same, written out in :meth:`answer`:
-        calls fewer.)"""
+        ``extras`` (the exact extras' entry) at its end; where it cannot be (no layout, scalars to say, an
+        observation that does not fit), the general encoder's. (A running step's with a float reward is the
+        same, written out in :meth:`answer`: calls fewer.)"""
         if layout is not None and not (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
             tail = self._said(layout, info, extras) if info and layout.info else extras
             message = self._filled(plan, layout, obs, reward, tail)

@@ -294,7 +294,8 @@ class GymAgent:
         (:mod:`~dmrpc_gym.server.serving.steady`): True when the sequence started; the error to answer with
         when ``env.reset`` raised; False where it cannot start so (nothing done: :meth:`_start` starts it):
         the server drains, the agent is not IDLE, its settings changed, or its lane runs no call inline now."""
-        if self.world.draining or self.sequence is not Sequence.IDLE or not same_settings(self._recipe(), self.env_kwargs):
+        if self.world.draining or self.sequence is not Sequence.IDLE \
+                or not same_settings(self._recipe(), self.env_kwargs):
             return False
         seed = self.next_seed
         reset = self.env.reset
