@@ -14,16 +14,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from dmrpc_gym.protocol.dtypes import BY_DATA_TYPE
-from dmrpc_gym.transport import MAX_SHARED, Region, RegionError
+from dmrpc_gym.transport import MAX_SHARED, TARGET_ALIGN, Region, RegionError, aligned
 
 __all__ = ["SharedRows", "rows_of"]
-
-_ALIGN = 64
-
-
-def _aligned(n: int) -> int:
-    return -(-n // _ALIGN) * _ALIGN
-
 
 def _data(array: np.ndarray) -> int:
     return array.__array_interface__["data"][0]
@@ -32,7 +25,8 @@ def _data(array: np.ndarray) -> int:
 class SharedRows:
     """One region for the large tensors of ``envs`` (:class:`~dmrpc_gym.client.env.DmRpcEnv` s), when they all
     use shared memory with the same layout; :attr:`rows` maps the address of each observation's row 0 to
-    its ``[N, nbytes]`` view (empty when nothing is shared). :meth:`close` releases the region.
+    its ``[N, nbytes]`` view (empty when nothing is shared, :attr:`why` then says why). :meth:`close` releases
+    the region.
 
     >>> from dmrpc_gym.server import Server
     >>> from dmrpc_gym.client.env import DmRpcEnv
@@ -55,29 +49,41 @@ class SharedRows:
     def __init__(self, envs: Sequence[Any]):
         self.region: Region | None = None
         self.rows: dict[int, np.ndarray] = {}
+        #: Why nothing is shared ("" where something is).
+        self.why = ""
         links = [env.connection.regions for env in envs]
-        if not links or any(link.state != "on" or link.reads is None for link in links):
+        off = [(i, link.state) for i, link in enumerate(links) if link.state != "on" or link.reads is None]
+        if not links or off:
+            self.why = f"sub-env {off[0][0]}'s shared memory is {off[0][1]!r}" if off else "no sub-envs"
             return
         observations = {uid: (n, dt) for uid, (_, n, dt) in links[0].reads.items()}
         actions = {uid: n for uid, (_, n) in links[0].writes.items()}
         if any({u: (n, dt) for u, (_, n, dt) in link.reads.items()} != observations
                or {u: n for u, (_, n) in link.writes.items()} != actions for link in links):
+            self.why = "the sub-envs' large tensors differ"
+            return
+        odd = [uid for uid, (n, _) in observations.items() if n % TARGET_ALIGN]
+        if odd:          # rows back to back would put row 1 where no target may be
+            self.why = (f"observation {odd[0]}'s {observations[odd[0]][0]} bytes are not a multiple of {TARGET_ALIGN}, "
+                        "so its rows cannot lie back to back")
             return
         count, size, bases = len(links), 0, {}
         for uid, (n, _) in observations.items():
-            bases["o", uid], size = size, size + _aligned(n * count)
+            bases["o", uid], size = size, size + aligned(n * count)
         for uid, n in actions.items():
-            bases["a", uid], size = size, size + _aligned(n) * count
+            bases["a", uid], size = size, size + aligned(n) * count
         if not observations or size > MAX_SHARED:
+            self.why = "no large observation" if not observations else f"{size} bytes would pass {MAX_SHARED}"
             return
         try:
             region = Region.create(size, "dmrpc_gym-client")
-        except (OSError, RegionError):
+        except (OSError, RegionError) as err:
+            self.why = f"no region: {err}"
             return
         self.region = region
         for i, env in enumerate(envs):
             at = {("o", uid): bases["o", uid] + i * n for uid, (n, _) in observations.items()}
-            at.update({("a", uid): bases["a", uid] + i * _aligned(n) for uid, n in actions.items()})
+            at.update({("a", uid): bases["a", uid] + i * aligned(n) for uid, n in actions.items()})
             env.share_region(region, at)
         for uid, (n, dt) in observations.items():
             wire = BY_DATA_TYPE[dt].wire

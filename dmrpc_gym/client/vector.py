@@ -19,6 +19,7 @@ ignores that step's actions: that is gymnasium's ``NEXT_STEP`` autoreset, so
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Sequence
 
 import gymnasium as gym
@@ -145,7 +146,8 @@ class DmRpcVectorEnv(VectorEnv):
             ``[num_envs, *shape]`` array of it (:mod:`~dmrpc_gym.client.shared_rows`); False: in the messages.
         copy: True (the default): the observations returned are arrays of the caller's own (one copy
             out of the region); False: where the sub-envs share a region, views of it, valid until
-            the next step (as gymnasium's ``copy=False``; elsewhere a copy still).
+            the next step (as gymnasium's ``copy=False``); where they share none, copies still, and a
+            warning says why, once.
         **env_kwargs: :class:`~dmrpc_gym.client.env.DmRpcEnv` arguments (``world_settings``,
             ``join_settings``, ``reset_settings``, ``observations``, ``actions``, ``nested``,
             ``reward``, ``discount``, ``seed_setting``, ``render_mode``, ``render_observation``,
@@ -188,6 +190,9 @@ class DmRpcVectorEnv(VectorEnv):
         self.copy = bool(copy)
         self._shared = SharedRows(batch.envs)
         self._rows = None if self.copy else self._shared.rows
+        if not self.copy and not self._rows:
+            warnings.warn(f"DmRpcVectorEnv(copy=False): the observations are copies here, not views of shared memory "
+                          f"({self._shared.why})", stacklevel=2)
         self.num_envs = batch.num_envs
         self.envs = batch.envs
         self.metadata = {**type(self).metadata, "render_fps": self.envs[0].metadata.get("render_fps")}

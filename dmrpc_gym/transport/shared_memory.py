@@ -57,7 +57,7 @@ from dmrpc_gym.protocol.dtypes import BY_DATA_TYPE, MEMORY
 from dmrpc_gym.protocol.protowire import varint
 from dmrpc_gym.protocol.region_refs import (OBSERVATIONS_TAG, STEP_TAG, OFFER_HEADER, REQUEST_HEADER, entries, read,
                                             reference, targets)
-from dmrpc_gym.transport.shm_regions import (ALIGN, Region, RegionError, check_peer, connect, listen,
+from dmrpc_gym.transport.shm_regions import (TARGET_ALIGN, Region, aligned, RegionError, check_peer, connect, listen,
                                              receive_announced, send_region)
 
 __all__ = ["HELLO", "THRESHOLD", "MAX_SHARED", "RegionLink", "SharedMemoryHost", "join", "REQUEST_HEADER", "OFFER_HEADER",
@@ -103,10 +103,6 @@ def request_header() -> tuple[bytes, tuple[str, str]]:
     """A fresh nonce and the request header that carries it."""
     nonce = secrets.token_bytes(16)
     return nonce, (REQUEST_HEADER, written(nonce))
-
-
-def _aligned(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
 
 
 class RegionLink:
@@ -162,7 +158,7 @@ class RegionLink:
             layout, size = {}, 0
             for key, n in [*((("a", u), n) for u, (n, _) in actions.items()),
                            *((("o", u), n) for u, (n, _) in observations.items())]:
-                layout[key], size = size, size + _aligned(n)
+                layout[key], size = size, size + aligned(n)
             if size > self.max_size:
                 self.state = f"unused (the large tensors need {size} bytes, more than the {self.max_size} allowed)"
                 return
@@ -227,9 +223,9 @@ class RegionLink:
         if self.reads is None:                 # the server: the targets are the step's own
             size = 0 if self.region is None else self.region.size
             for uid, (offset, capacity) in spans.items():
-                if offset % ALIGN or offset + capacity > size:
+                if offset % TARGET_ALIGN or offset + capacity > size:
                     raise RegionError(f"observation {uid}: a target of {capacity} bytes at offset {offset}, not "
-                                      f"a span of the region ({size} bytes, spans at multiples of {ALIGN})")
+                                      f"a span of the region ({size} bytes, targets at multiples of {TARGET_ALIGN})")
             self.writes = spans
         elif spans:
             raise RegionError("the peer sent shared-memory targets, which only a client sends")

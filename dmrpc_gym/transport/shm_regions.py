@@ -41,12 +41,22 @@ from typing import Any, NamedTuple
 import numpy as np
 
 __all__ = ["RegionError", "Region", "Allocator", "Credentials", "peer_credentials", "check_peer", "listen",
-           "connect", "send_region", "receive_region", "receive_announced", "MAX_REGION", "ALIGN", "HEADER"]
+           "connect", "send_region", "receive_region", "receive_announced", "MAX_REGION", "ALIGN", "TARGET_ALIGN",
+           "HEADER", "aligned"]
 
 #: The largest region accepted from a peer unless the receiver says otherwise (1 GiB).
 MAX_REGION = 1 << 30
 #: Spans start at multiples of this (a cache line: every dtype's alignment, no false sharing).
 ALIGN = 64
+#: Where a peer may ask for a tensor to be written: offsets at multiples of this (the largest itemsize a
+#: region holds, so every dtype's alignment), not of :data:`ALIGN`, so that the rows of a vector env's
+#: ``[N, *shape]`` array, ``nbytes`` apart, are targets too.
+TARGET_ALIGN = 8
+
+
+def aligned(n: int, to: int = ALIGN) -> int:
+    """``n`` rounded up to a multiple of ``to``."""
+    return -(-n // to) * to
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 #: A region announcement: magic, version, the region's size (its descriptor rides along, SCM_RIGHTS).
 HEADER = struct.Struct("<4sBQ")
@@ -219,7 +229,7 @@ class Allocator:
             raise RegionError(f"a span to allocate has a positive int length, got {n!r}")
         if len(self._taken) >= self.max_spans:
             raise RegionError(f"the region already holds {len(self._taken)} spans, the most allowed")
-        need = -(-n // ALIGN) * ALIGN
+        need = aligned(n)
         for i, (at, length) in enumerate(self._free):
             if length >= need:
                 if length == need:

@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -23,6 +24,7 @@ from processes import ROOT, ServedProcess
 from dmrpc_gym.client.agent import RemoteAgent
 from dmrpc_gym.client.connection import Connection
 from dmrpc_gym.client.env import DmRpcEnv
+from dmrpc_gym.client.vector import DmRpcVectorEnv
 from dmrpc_gym.protocol import large_tensors
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.protocol.protowire import varint
@@ -492,3 +494,35 @@ def test_a_region_past_the_servers_bound_is_refused_and_the_steps_go_on():
     with pytest.raises(ValueError, match="max_shared_memory must be a whole number of bytes >= 1, got 0"):
         Server(Frames, max_shared_memory=0)
     assert not memfds()
+
+
+class OddFrames(gym.Env):
+    """A uint8 observation of an odd number of bytes (99 x 101 x 3): its rows cannot lie back to back."""
+
+    observation_space, action_space = gym.spaces.Box(0, 255, (99, 101, 3), np.uint8), gym.spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros((99, 101, 3), np.uint8), {}
+
+    def step(self, action):
+        return np.full((99, 101, 3), int(action) + 1, np.uint8), 0.0, False, False, {}
+
+
+def test_a_vector_env_of_rows_that_cannot_lie_back_to_back_steps_and_says_copy_false_gives_copies():
+    with Server(OddFrames) as server:
+        envs = DmRpcVectorEnv(3, server.address)          # copy=True: nothing to say
+        try:
+            envs.reset(seed=0)
+            obs = envs.step(np.array([0, 1, 2]))[0]
+            assert [int(o[0, 0, 0]) for o in obs] == [1, 2, 3]
+            assert all(env.connection.shared_memory == "on" for env in envs.envs)
+        finally:
+            envs.close()
+        with pytest.warns(UserWarning, match=r"copy=False.*copies here.*29997 bytes are not a multiple of 8"):
+            envs = DmRpcVectorEnv(3, server.address, copy=False)
+        try:
+            envs.reset(seed=0)
+            first = envs.step(np.array([2, 1, 0]))[0]
+            assert [int(o[0, 0, 0]) for o in first] == [3, 2, 1] and first.flags.owndata
+        finally:
+            envs.close()
