@@ -358,7 +358,7 @@ def format_report(report: WorldReport, width: int | None = None) -> str:
     >>> from dmrpc_gym.worlds.embedded import embedded_server
     >>> print(format_report(inspect_world(embedded_server("catch").address)))  # doctest: +ELLIPSIS
     World '...' at 127.0.0.1:... (created for this report, destroyed after)
-    Shared memory: unused (no tensor of a fixed size of 16384 bytes or more)
+    Shared memory: ...
     <BLANKLINE>
     Actions (1)
       UID  name    dtype  shape  bounds   gymnasium space
