@@ -3,9 +3,7 @@ servers on port 0: values bit-identical with the regions on and off, arrays the 
 by a peer killed mid-step, every reference from a peer checked, another user refused, foreign ends unaffected."""
 from __future__ import annotations
 
-import gc
 import os
-import pwd
 import signal
 import subprocess
 import sys
@@ -19,7 +17,8 @@ import numpy as np
 import pytest
 
 from large_worlds import Camera, Frames
-from processes import ROOT, ServedProcess
+from processes import ROOT, ServedProcess, as_nobody
+from processes import memfds as any_memfds
 
 from dmrpc_gym.client.agent import RemoteAgent
 from dmrpc_gym.client.connection import Connection
@@ -39,20 +38,8 @@ SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def memfds(label: str = "dmrpc_gym") -> list[str]:
-    """This process's descriptors and mappings of memfds named ``label``... (once the garbage is collected: a
-    view of a region keeps its mapping, and the descriptor the mapping holds, until the view goes)."""
-    gc.collect()
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith(f"/memfd:{label}"):
-            found.append(target)
-    with open("/proc/self/maps") as f:
-        found += [line.strip() for line in f if f"/memfd:{label}" in line]
-    return found
+    """Our regions this process holds (:func:`processes.memfds` of ``label``)."""
+    return any_memfds(label)
 
 
 def until(condition, seconds: float = 10.0) -> bool:
@@ -293,15 +280,8 @@ _NOBODY = textwrap.dedent("""
 
 
 def test_a_process_of_another_user_cannot_join():
-    if os.geteuid() != 0:
-        pytest.skip("dropping a child to another user needs root")
-    try:
-        nobody = pwd.getpwnam("nobody")
-    except KeyError:
-        pytest.skip("this machine has no user 'nobody'")
-    python = "/usr/bin/python3"
-    if not os.access(python, os.X_OK):
-        pytest.skip(f"no {python} for the child that drops to 'nobody'")
+    nobody = as_nobody()
+    python = nobody.pop("python")
     with Server(Camera) as server:
         conn, agent = joined(server.address)
         with conn:
@@ -309,8 +289,7 @@ def test_a_process_of_another_user_cannot_join():
             link = server.shared_memory.links[conn.regions.nonce]
             adopted = link.region
             hello = HELLO.pack(b"DMSM", 1, conn.regions.nonce).hex()      # even with the stream's own nonce
-            child = subprocess.run([python, "-c", _NOBODY, server.shared_memory.name, hello], user=nobody.pw_uid,
-                                   group=nobody.pw_gid, extra_groups=[], cwd="/", env={"PATH": "/usr/bin:/bin"},
+            child = subprocess.run([python, "-c", _NOBODY, server.shared_memory.name, hello], **nobody,
                                    capture_output=True, text=True, timeout=30)
             if "PermissionError" in child.stderr or "ModuleNotFoundError" in child.stderr:
                 pytest.skip(f"the child as 'nobody' could not run: {child.stderr[-300:]}")

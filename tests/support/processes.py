@@ -13,6 +13,47 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def memfds(label: str = "") -> list[str]:
+    """This process's descriptors and mappings of memfds whose names begin with ``label`` (once the garbage is
+    collected: a view of a region keeps its mapping, and the descriptor the mapping holds, until the view goes)."""
+    import gc
+
+    gc.collect()
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(f"/memfd:{label}"):
+            found.append(target)
+    with open("/proc/self/maps") as f:
+        found += [line.strip() for line in f if f"/memfd:{label}" in line]
+    return found
+
+
+def as_nobody() -> dict:
+    """``subprocess`` keywords that run a child as the user ``nobody``, and its Python: ``{"args0": python,
+    "user": ..., "group": ..., ...}`` (tests of a process of another user); skips the test where that is
+    impossible (not root, no such user, no ``/usr/bin/python3``: the test's own interpreter may lie in a folder
+    only root can enter)."""
+    import pwd
+
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("dropping a child to another user needs root")
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("this machine has no user 'nobody'")
+    python = "/usr/bin/python3"
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"no {python} for the child that drops to 'nobody'")
+    return {"python": python, "user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": [], "cwd": "/",
+            "env": {"PATH": "/usr/bin:/bin"}}
+
+
 def free_port() -> int:
     """A loopback port nothing listens on now (the OS's choice for port 0, released)."""
     with socket.socket() as s:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import fcntl
 import os
 import pathlib
-import pwd
 import signal
 import socket
 import subprocess
@@ -14,6 +13,8 @@ import textwrap
 
 import numpy as np
 import pytest
+
+from processes import as_nobody, memfds
 
 from dmrpc_gym.transport.shm_regions import (ALIGN, HEADER, Allocator, Region, RegionError, check_peer, connect,
                                              listen, peer_credentials, receive_region, send_region)
@@ -33,21 +34,6 @@ def open_fds() -> set[tuple[str, str]]:
             continue
         if not target.startswith(("anon_inode:[eventfd]", "anon_inode:[eventpoll]", "anon_inode:[timerfd]")):
             found.add((fd, target))
-    return found
-
-
-def memfds() -> list[str]:
-    """What this process's descriptors and mappings hold of memfds."""
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("/memfd:"):
-            found.append(target)
-    with open("/proc/self/maps") as f:
-        found += [line.strip() for line in f if "/memfd:" in line]
     return found
 
 
@@ -268,19 +254,11 @@ _NOBODY = textwrap.dedent("""
 
 
 def test_a_process_of_another_user_is_refused():
-    if os.geteuid() != 0:
-        pytest.skip("dropping a child to another user needs root")
-    try:
-        nobody = pwd.getpwnam("nobody")
-    except KeyError:
-        pytest.skip("this machine has no user 'nobody'")
-    python = "/usr/bin/python3"       # the test's own interpreter may lie in a folder only root can enter
-    if not os.access(python, os.X_OK):
-        pytest.skip(f"no {python} for the child that drops to 'nobody'")
+    nobody = as_nobody()
+    python = nobody.pop("python")
     listener, name = listen()
     listener.settimeout(30)
-    child = subprocess.Popen([python, "-c", _NOBODY, name], user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[],
-                             cwd="/", env={"PATH": "/usr/bin:/bin"}, stderr=subprocess.PIPE)
+    child = subprocess.Popen([python, "-c", _NOBODY, name], **nobody, stderr=subprocess.PIPE)
     try:
         try:
             conn, _ = listener.accept()
@@ -288,10 +266,10 @@ def test_a_process_of_another_user_is_refused():
             child.kill()
             pytest.skip(f"the child as 'nobody' did not connect: {child.communicate()[1].decode()[-300:]}")
         with conn:
-            assert peer_credentials(conn).uid == nobody.pw_uid
-            with pytest.raises(PermissionError, match=f"runs as uid {nobody.pw_uid}; only uid 0 may share memory"):
+            assert peer_credentials(conn).uid == nobody['user']
+            with pytest.raises(PermissionError, match=f"runs as uid {nobody['user']}; only uid 0 may share memory"):
                 check_peer(conn)
-            assert check_peer(conn, uid=nobody.pw_uid).pid == child.pid     # who is allowed is the caller's to say
+            assert check_peer(conn, uid=nobody['user']).pid == child.pid     # who is allowed is the caller's to say
     finally:
         listener.close()
         child.kill()
