@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from typing import Any, TypeVar
+
 from dmrpc_gym.protocol.dtypes import CACHE_SIZE, MEMORY, DataTypeInfo
 
-__all__ = ["varint", "varints", "MASK64", "ONE_BYTE", "array_field", "shape_bytes", "memory_head", "encode_tensor"]
+__all__ = ["varint", "varints", "MASK64", "ONE_BYTE", "array_field", "shape_bytes", "memory_head", "encode_tensor",
+           "remember"]
+
+_V = TypeVar("_V")
 
 MASK64 = (1 << 64) - 1
 ONE_BYTE = [bytes((i,)) for i in range(128)]
@@ -106,6 +111,20 @@ def array_field(nbytes: int) -> bytes:
     return b"\x0a" + varint(nbytes) if nbytes else b""
 
 
+def remember(memo: dict, key: Any, value: _V, limit: int = CACHE_SIZE) -> _V:
+    """``memo[key] = value`` in a memo of at most ``limit`` entries, emptied whole when full (a stream of
+    keys never seen twice costs ``limit`` entries, not memory without end); returns ``value``.
+
+    >>> memo = {}
+    >>> [remember(memo, k, k * k, limit=2) for k in range(3)], memo
+    ([0, 1, 4], {2: 4})
+    """
+    if len(memo) >= limit:
+        memo.clear()
+    memo[key] = value
+    return value
+
+
 _SHAPES: dict[tuple[int, ...], bytes] = {}
 
 
@@ -117,21 +136,13 @@ def shape_bytes(shape: tuple[int, ...]) -> bytes:
     if any(d > 0x7FFFFFFF for d in shape):
         raise ValueError(f"shape {list(shape)} does not fit a Tensor (dimensions are int32)")
     body = b"".join(varint(d) for d in shape)
-    found = b"\x7a" + varint(len(body)) + body if shape else b""
-    if len(_SHAPES) >= CACHE_SIZE:
-        _SHAPES.clear()
-    _SHAPES[shape] = found
-    return found
+    return remember(_SHAPES, shape, b"\x7a" + varint(len(body)) + body if shape else b"")
 
 
 def memory_head(c: DataTypeInfo, shape: tuple[int, ...], nbytes: int) -> bytes:
     """Everything of a memory-kind Tensor before its data: shape, payload tag, lengths."""
     inner = array_field(nbytes)
-    head = shape_bytes(shape) + c.tag + varint(len(inner) + nbytes) + inner
-    if len(c.heads) >= CACHE_SIZE:
-        c.heads.clear()
-    c.heads[shape] = head
-    return head
+    return remember(c.heads, shape, shape_bytes(shape) + c.tag + varint(len(inner) + nbytes) + inner)
 
 
 def encode_tensor(arr: np.ndarray, c: DataTypeInfo) -> bytes:

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping
 from dmrpc_gym.protocol.dtypes import BY_DATA_TYPE, MEMORY
 from dmrpc_gym.protocol.field_reader import REF, Ref, Unexpected, fields, map_entry, read_reference, read_varints
 from dmrpc_gym.protocol.large_tensors import ACTIONS, OBSERVATIONS, STEP_TAG, entry_bytes
-from dmrpc_gym.protocol.protowire import varint
+from dmrpc_gym.protocol.protowire import remember, varint
 
 __all__ = ["STEP_TAG", "large_specs", "REF", "REQUEST_HEADER", "OFFER_HEADER", "reference", "targets", "entries", "read", "Ref",
            "OBSERVATIONS_TAG", "ACTIONS_TAG", "MAX_REFS"]
@@ -103,10 +103,7 @@ def read(message: Any, map_field: int) -> tuple[Any, dict[int, Ref], dict[int, t
         key = message if type(message) is bytes else bytes(message)      # (a bytearray is no key)
         known = _REQUESTS.get(key)
         if known is None:
-            known = _read(key, map_field)
-            if len(_REQUESTS) >= _MEMO:
-                _REQUESTS.clear()
-            _REQUESTS[key] = known
+            known = remember(_REQUESTS, key, _read(key, map_field), _MEMO)
         return known[0], dict(known[1]), dict(known[2])
     return _read(message, map_field)
 
@@ -144,9 +141,7 @@ def _read(message: Any, map_field: int) -> tuple[Any, dict[int, Ref], dict[int, 
                         continue
                     ref = read_reference(message, ta, tb)
                     if ref is not None and len(entry) <= 64:
-                        if len(_ENTRIES) >= _MEMO:
-                            _ENTRIES.clear()
-                        _ENTRIES[entry] = uid, ref
+                        remember(_ENTRIES, entry, (uid, ref), _MEMO)
                 else:
                     uid, ref = known
                 if ref is not None:

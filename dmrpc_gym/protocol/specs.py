@@ -23,6 +23,7 @@ import numpy as np
 
 from dmrpc_gym.protocol.bounds import bound_values
 from dmrpc_gym.protocol import tensors
+from dmrpc_gym.protocol.protowire import remember
 from dmrpc_gym.protocol.wire import pb
 
 __all__ = [
@@ -303,10 +304,7 @@ def _checker(spec: pb.TensorSpec, kind: str) -> SpecChecker:
     key = spec.SerializeToString(deterministic=True)
     found = _CHECKERS.get(key)
     if found is None:
-        found = SpecChecker(spec, kind)
-        if len(_CHECKERS) >= _CHECKER_CACHE_SIZE:
-            _CHECKERS.clear()
-        _CHECKERS[key] = found
+        found = remember(_CHECKERS, key, SpecChecker(spec, kind), _CHECKER_CACHE_SIZE)
     return found
 
 

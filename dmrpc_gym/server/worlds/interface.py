@@ -36,6 +36,7 @@ from dmrpc_gym import spaces
 from dmrpc_gym.protocol import tensors
 from dmrpc_gym.protocol import large_tensors
 from dmrpc_gym.protocol.fidelity import ENV_KEY, EXACT_UID
+from dmrpc_gym.protocol.protowire import remember
 from dmrpc_gym.protocol.info import DROPPED, INFO_UID, dropped_keys, info_tensor_bytes, pack_info, unpack_info
 from dmrpc_gym.server.serving import status
 from dmrpc_gym.server.running.workers import Lane, rendered
@@ -259,9 +260,7 @@ class AgentInterface:
             items.append(entry)
         plan = _Plan(tuple(items), any(e[1] == KIND_ENV for e in items), any(e[1] == KIND_RGB for e in items))
         if len(key) <= len(self._observations):      # kept: at most _PLAN_CACHE keys this long
-            if len(self._plans) >= _PLAN_CACHE:
-                self._plans.clear()
-            self._plans[key] = plan
+            remember(self._plans, key, plan, _PLAN_CACHE)
         return plan
 
     def encode(self, plan: _Plan, out: large_tensors.Pieces, observation: Any, reward: float, discount: float,
