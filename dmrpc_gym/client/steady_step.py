@@ -41,7 +41,6 @@ agent's specs are applied), so that the general path can be measured and tested.
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
 from types import MappingProxyType
@@ -342,9 +341,8 @@ class SteadyStep:
         by_uid = self.agent.specs.observations.by_uid
         slots = [(by_uid[uid].name, a, b, dtype, shape, uid) for uid, dtype, shape, a, b in values]
         region_slots = []
-        for uid, (dtype, shape, number, offset) in (refs or {}).items():    # as the general read checks them
-            asked = regions.reads.get(uid) if regions.reads is not None else None
-            if asked is None or number != 0 or asked[0] != offset or math.prod(shape) * dtype.itemsize > asked[1]:
+        for uid, (dtype, shape, number, offset, dt) in (refs or {}).items():    # the general read's own check
+            if regions.reads is None or regions.refused(uid, shape, dt, number, offset) is not None:
                 raise Unexpected
             region_slots.append((by_uid[uid].name, dtype, tuple(shape), offset))
         self.region_slots = tuple(region_slots)

@@ -177,7 +177,7 @@ def running_step(raw: Any, hidden: Any, refs: dict | None = None) -> tuple[list[
     int8 or uint8), in order; where the entries of ``hidden`` UIDs (``info``, the exact extras) begin,
     which must come last (None: none came); and where the StepResponse begins. ``Unexpected`` otherwise.
     ``refs``: a dict that takes the observations sent as references into shared memory
-    (:func:`read_reference`), ``uid -> (dtype, shape, region, offset)``, their entries left in place (else
+    (:func:`read_reference`), ``uid -> (dtype, shape, region, offset, data type)``, their entries left in place (else
     a reference is ``Unexpected``).
 
     >>> from dmrpc_gym.protocol.large_tensors import Pieces, STEP_TAG
@@ -213,7 +213,7 @@ def running_step(raw: Any, hidden: Any, refs: dict | None = None) -> tuple[list[
                 c = MEMORY_PAYLOADS.get(ref[1])
                 if c is None or uid in refs:
                     raise Unexpected
-                refs[uid] = np.dtype(c.wire), ref[0], ref[2], ref[3]
+                refs[uid] = np.dtype(c.wire), ref[0], ref[2], ref[3], ref[1]
                 continue
         shape, (payload, a, b) = parts(raw, begin, end, MEMORY_PAYLOADS)
         inner = list(fields(raw, a, b))

@@ -231,22 +231,32 @@ class RegionLink:
             raise RegionError("the peer sent shared-memory targets, which only a client sends")
         large = {}
         for uid, (shape, dt, number, offset) in refs.items():
-            c = BY_DATA_TYPE.get(dt)
-            if c is None or c.kind is not MEMORY:
-                raise RegionError(f"tensor {uid}: a reference to data type {dt}, which no region holds "
-                                  "(float, double, int8, uint8 and bool do)")
-            if number != 0 or self.region is None:
-                raise RegionError(f"tensor {uid}: a reference to region {number}, which this connection does not have")
-            if self.reads is not None:
-                expected = self.reads.get(uid)
-                nbytes = math.prod(shape) * c.wire.itemsize
-                if expected is None or expected[0] != offset or nbytes > expected[1] or expected[2] != dt:
-                    want = "no reference" if expected is None else \
-                        f"at most {expected[1]} bytes of data type {expected[2]} at offset {expected[0]}"
-                    raise RegionError(f"observation {uid}: a reference to {nbytes} bytes of data type {dt} at "
-                                      f"offset {offset}; this client asked for {want}")
+            why = self.refused(uid, shape, dt, number, offset)
+            if why is not None:
+                raise RegionError(why)
+            c = BY_DATA_TYPE[dt]
             large[uid] = c.name, self.region.array(offset, c.wire, shape, copy=self.copy)
         return message, large
+
+    def refused(self, uid: int, shape: tuple[int, ...], dt: int, number: int, offset: int) -> str | None:
+        """Why the peer's reference to ``shape`` elements of data type ``dt`` at ``offset`` of region ``number``,
+        for tensor ``uid``, is not one this end takes (None: it is). The one check of a reference, for the
+        general read (:meth:`resolve`) and the client's steady path, which learns its layout from one."""
+        c = BY_DATA_TYPE.get(dt)
+        if c is None or c.kind is not MEMORY:
+            return f"tensor {uid}: a reference to data type {dt}, which no region holds (float, double, int8, uint8 " \
+                   "and bool do)"
+        if number != 0 or self.region is None:
+            return f"tensor {uid}: a reference to region {number}, which this connection does not have"
+        if self.reads is not None:
+            expected = self.reads.get(uid)
+            nbytes = math.prod(shape) * c.wire.itemsize
+            if expected is None or expected[0] != offset or nbytes > expected[1] or expected[2] != dt:
+                want = "no reference" if expected is None else \
+                    f"at most {expected[1]} bytes of data type {expected[2]} at offset {expected[0]}"
+                return (f"observation {uid}: a reference to {nbytes} bytes of data type {dt} at offset {offset}; "
+                        f"this client asked for {want}")
+        return None
 
     def release(self) -> None:
         """Let go of the region (closed where this link made it)."""

@@ -373,7 +373,7 @@ class SteadyServe:
         values, tail, body_start = running_step(answer, {uid for uid, kind, *_ in plan.items if kind in _HIDDEN}, refs)
         targets = self.regions.writes if refs else {}
         regions = []
-        for uid, (dtype, shape, number, offset) in (refs or {}).items():   # written there: as the general path did
+        for uid, (dtype, shape, number, offset, _) in (refs or {}).items():   # written there: as the general path did
             kind, name, _ = items[uid]
             if kind != KIND_ENV or number != 0 or targets.get(uid, (None,))[0] != offset:
                 raise Unexpected
