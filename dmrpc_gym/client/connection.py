@@ -119,12 +119,12 @@ class Connection(ConnectRetries):
         self.timeout = timeout
         self.max_message_size = max_message_size
         metadata = tuple(metadata or ()) + token_metadata(os.environ.get(TOKEN_ENV) if token is None else token or None)
-        #: This connection's shared memory (:class:`~dmrpc_gym.transport.shared_memory.RegionLink`).
-        self.regions = RegionLink()
+        nonce = None
         if shared_memory:
             nonce, header = request_header()
-            self.regions = RegionLink(nonce)
             metadata += (header,)
+        #: This connection's shared memory (:class:`~dmrpc_gym.transport.shared_memory.RegionLink`).
+        self.regions = RegionLink(nonce)
         self._own_channels: dict[str, grpc.Channel] = {}    # credentials=: one per address, as tried
         if channel is None and credentials is None:
             def open_transport(target: str, seconds: float | None) -> Transport:
