@@ -134,7 +134,7 @@ class RemoteAgent:
             self._carries_info, self._fidelity, self._specs_bytes = carries_info, fidelity, None
         self._apply_specs(response.specs)
         self.plan_regions()                   # (on the new connection)
-        self._steady = self._steady_step()
+        self.steady = self._steady_step()
 
     # -- specs -> spaces ---------------------------------------------------------
     def _apply_specs(self, specs: pb.ActionObservationSpecs) -> None:
@@ -193,7 +193,8 @@ class RemoteAgent:
             spec = obs_specs.get(source.name) if source.fn is None and source.name else None
             if spec is not None and not spec.shape and spec.dtype in _QUICK_DTYPES:
                 self._quick[self.specs.observations.uid(source.name)] = (source.name, tensors.np_dtype(spec.dtype))
-        self._steady = self._steady_step()
+        #: The steady-state step (:class:`~dmrpc_gym.client.steady_step.SteadyStep`), or None where there is none.
+        self.steady = self._steady_step()
         if not first:
             warnings.warn(f"the server changed the specs of {self.agent or 'the agent'}; spaces were rebuilt",
                           stacklevel=3)
@@ -215,7 +216,7 @@ class RemoteAgent:
                                    self.requested)
         self.connection.plan_regions(actions, observations, **shared)
         self._requests = {}                  # (the requests and steady frames memoized hold the targets)
-        self._steady = self._steady_step()
+        self.steady = self._steady_step()
 
     def _use_exact_spaces(self) -> None:
         """Take the served env's own spaces (:class:`~dmrpc_gym.client.fidelity.ExactSpaces`), when usable."""
@@ -296,7 +297,7 @@ class RemoteAgent:
 
     def receive_step(self) -> tuple[Any, float, bool, bool, dict]:
         """The answer to the oldest ``submit_step``: ``(obs, reward, terminated, truncated, info)``."""
-        steady = self._steady              # answers of the learned layout: read at their offsets
+        steady = self.steady              # answers of the learned layout: read at their offsets
         response, large = self.connection.receive_step(steady.decode if steady is not None else None)
         if large is None:
             return steady.wrap(response, steady.state)
@@ -305,7 +306,7 @@ class RemoteAgent:
 
     def step(self, action: Any = None) -> tuple[Any, float, bool, bool, dict]:
         """Send ``action`` and return the answer, as one call (an interrupt drops its answer)."""
-        steady = self._steady                # the steady-state path (dmrpc_gym.client.steady_step)
+        steady = self.steady                # the steady-state path (dmrpc_gym.client.steady_step)
         result = steady.step(action) if steady is not None and action is not None else None
         if result is None:                   # the general path: its answer read at the offsets where it has
             decode = steady.decode if steady is not None else None     # the learned layout, as receive_step
@@ -396,10 +397,15 @@ class RemoteAgent:
 
         Returns whether one was sent (and so an answer must be received).
         """
-        if self.state == State.RUNNING or settings:
+        if self.needs_reset(settings):
             self.connection.submit(pb.ResetRequest(settings=settings_tensors(settings)))
             return True
         return False
+
+    def needs_reset(self, settings: Mapping[str, Any] | None = None) -> bool:
+        """Whether a new sequence takes a ResetRequest first (running, or settings to apply); else the next
+        step starts one."""
+        return self.state == State.RUNNING or bool(settings)
 
     def receive_reset(self) -> None:
         self._apply_specs(self.connection.receive().specs)

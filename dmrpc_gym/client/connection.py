@@ -194,7 +194,7 @@ class Connection(ConnectRetries):
             pending.append(entry)
         except OSError as err:
             if not self._retry_first(err, parts):
-                raise self._send_failed(err) from None
+                raise self.send_failed(err) from None
             pending.append(entry)
         except BaseException:
             # Interrupted (Ctrl-C), wherever after the write began: a request committed to the
@@ -313,13 +313,31 @@ class Connection(ConnectRetries):
             if stream.messages_sent == before or link.phase == TAKEN:
                 raise                            # nothing sent, or its answer is in: nothing owed
             if isinstance(err, OSError):
-                raise (self._read_failed(err, "step") if link.phase else self._send_failed(err)) from None
+                raise (self._read_failed(err, "step") if link.phase else self.send_failed(err)) from None
             entry = Pending("step", number)      # as _write: its answer is dropped when it comes
             entry.drop()
             self._pending.append(entry)
             raise
         if message is None:
             self._pending.append(Pending("step", number))
+        return message
+
+    @property
+    def steady_idle(self) -> bool:
+        """Whether a vector step's steady request (:mod:`~dmrpc_gym.client.steady_batch`) may go: the connection usable,
+        its first answer in, no answer owed (as :meth:`steady_write` requires)."""
+        return not (self._closed or self._broken or self._first is not None or self._pending)
+
+    def owe_step(self) -> None:
+        """A step request was sent on this stream by a vector step's one send (``send_frames``): its answer is
+        owed, as :meth:`submit` owes it (read by :meth:`steady_answer`, or the general way)."""
+        self._entries += 1
+        self._pending.append(Pending("step", self._entries))
+
+    def steady_answer(self, link: Any) -> bytearray:
+        """The answer to the owed step that the vector step's read took for ``link`` (``take_answers``)."""
+        message = link.answer()
+        self._pending.popleft()
         return message
 
     @property
@@ -361,7 +379,7 @@ class Connection(ConnectRetries):
         the server ..."``, ``"unused ..."``, ``"failed: ..."``)."""
         return self.regions.state
 
-    def _send_failed(self, err: OSError) -> ConnectionError:
+    def send_failed(self, err: OSError) -> ConnectionError:
         """A send failed: the connection is unusable, and the error to raise says why."""
         self.regions.release()
         self._broken = f"sending failed: {err}"

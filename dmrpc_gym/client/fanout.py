@@ -18,6 +18,7 @@ import numpy as np
 
 from dmrpc_gym.client.env import DmRpcEnv
 from dmrpc_gym.client.exchanges import first_ready, receive_all, submit_all
+from dmrpc_gym.client.steady_batch import SteadyBatch
 from dmrpc_gym.protocol.errors import DmRpcError
 from dmrpc_gym.transport import SharedConnections
 
@@ -105,6 +106,7 @@ class Batch:
         self._flying: dict[int, bool] = {}
         self._elapsed = [0] * self.num_envs
         self._unsettled = False     # answers may be left unread: read them before the next exchange
+        self._steady: SteadyBatch | None = None
         try:
             for i in range(self.num_envs):
                 self.envs.append(DmRpcEnv(targets[i % len(targets)], **self.env_kwargs))
@@ -114,6 +116,8 @@ class Batch:
         # Each sub-env's agent (a DmRpcEnv keeps its one agent, restored in place after a reconnect): read
         # here, not through the property, by each step (two calls a sub-env fewer).
         self._agents = [env.agent for env in self.envs]
+        # A step of sub-envs whose answers' layouts are learned: one send and one read loop per connection.
+        self._steady = SteadyBatch(self._agents)
         first = self.envs[0]
         self.observation_space = first.observation_space
         self.action_space = first.action_space
@@ -179,31 +183,57 @@ class Batch:
         if self._unsettled:
             self._settle()
         self._unsettled = True
-        requests, envs, agents = {}, self.envs, self._agents
+        requests, framed, envs, agents, steady = {}, {}, self.envs, self._agents, self._steady
         for i, action in jobs.items():
             agent = agents[i]
             try:
-                requests[i] = agent.step_request(None if isinstance(action, Restart) else action)
+                if type(action) is not Restart:
+                    found = steady.frame(i, action)
+                elif not agent.needs_reset(self._reset_settings(i, action)):
+                    found = steady.frame(i, None)    # a new sequence with no ResetRequest: the step with no actions
+                else:
+                    found = None
+                if found is None:
+                    requests[i] = agent.step_request(None if isinstance(action, Restart) else action)
+                else:
+                    framed[i] = found
             except ValueError as err:
                 raise ValueError(f"sub-env {i}: {err}") from None
+        sent: list[int] = []
+        failed: dict[int, BaseException] = {}
+        if framed:
+            sent = steady.send(framed, failed)
+            for i in sent:
+                self._owed[i].append(_STEP)
+            if len(sent) < len(framed):          # a connection that sent nothing: its requests the general way
+                for i in framed:
+                    if i not in sent and i not in failed:
+                        requests[i] = agents[i].step_request(None if isinstance(jobs[i], Restart) else jobs[i])
 
         def send(i: int) -> bool:
             env, owed, job = envs[i], self._owed[i], jobs[i]
-            if isinstance(job, Restart) and agents[i].submit_reset(
-                    env.reset_settings if job.settings is None else job.settings):
+            if isinstance(job, Restart) and agents[i].submit_reset(self._reset_settings(i, job)):
                 owed.append(_RESET)
             env.connection.submit(*requests[i])
             owed.append(_STEP)
             return True
 
         shared = self.env_kwargs.get("connections")
-        with shared.corked() if shared is not None else contextlib.nullcontext():
-            owed, failures = submit_all(requests, send)
+        if not requests:                         # (all sent the steady way)
+            owed, failures = [], {}
+        else:
+            with shared.corked() if shared is not None else contextlib.nullcontext():
+                owed, failures = submit_all(requests, send)
+        failures.update(failed)
         if failures:                           # raised: what was sent is settled before the next exchange
             self._raise_failures(failures, lost)
-        plan = {i: isinstance(jobs[i], Restart) for i in owed}
+        plan = {i: isinstance(jobs[i], Restart) for i in (*sent, *owed)}
         self._flying.update(plan)
         return plan
+
+    def _reset_settings(self, i: int, job: Restart) -> Mapping[str, Any] | None:
+        """The settings of sub-env ``i``'s ResetRequest for ``job``: its own, or the sub-env's ``reset_settings``."""
+        return self.envs[i].reset_settings if job.settings is None else job.settings
 
     def receive(self, plan: Mapping[int, bool], lost: dict[int, BaseException] | None = None) -> dict[int, StepResult]:
         """Read the answers to :meth:`submit`'s requests: index -> 5-tuple.
@@ -215,6 +245,8 @@ class Batch:
         """
         failures: dict[int, BaseException] = {}
         try:
+            if self._steady.flying:
+                self._steady.take(plan)
             results = receive_all(plan, self._read, failures)
         finally:          # received, failed or abandoned (interrupt): no longer in flight
             for i in plan:
@@ -282,6 +314,9 @@ class Batch:
     def _read(self, i: int) -> StepResult:
         """Read sub-env ``i``'s owed answers; the last is its step."""
         agent, owed = self._agents[i], self._owed[i]
+        if i in self._steady.taken:              # taken by the steady read (its only request owed)
+            owed.popleft()
+            return self._steady.answer(i)
         while owed:
             kind = owed.popleft()
             if kind is _RESET:
@@ -294,6 +329,7 @@ class Batch:
 
     def _settle(self) -> None:
         """Read and drop answers a failed or interrupted exchange left behind."""
+        self._steady.forget()                    # (the answers it took lie on their streams: read the general way)
         try:
             for i, owed in enumerate(self._owed):
                 if i in self._flying:          # a step sent on purpose (async batches): its answer is owed

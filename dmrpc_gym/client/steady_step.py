@@ -96,7 +96,7 @@ class SteadyStep:
     >>> with Server(Catch) as server, DmRpcEnv(server.address) as env:
     ...     _ = env.reset(seed=1)
     ...     steps = [env.step(np.int8(0)) for _ in range(3)]
-    ...     steady = env._agent._steady
+    ...     steady = env._agent.steady
     ...     steady.layout is not None, steps[-1][0].shape
     (True, (10, 10))
     """
@@ -119,6 +119,8 @@ class SteadyStep:
         #: message's size and fixed pieces ``(start, stop, bytes)``: what is checked when no tail came; ``hidden``:
         #: what :meth:`_tail` read of a tail that is part of the pieces, or None), RUNNING's first.
         self.candidates: tuple = ()
+        #: The candidates' layouts, in their order (what a vector step's read checks an answer against).
+        self.layouts: tuple[ByteLayout, ...] = ()
         self.cuts: list[tuple[int, int]] = []   # the slots' (start, stop), in order
         #: What a round trip whose answer has :attr:`layout` read of its tail (see :meth:`_constant`), and what
         #: its exact extras say (read once, read-only; None: nothing learned).
@@ -134,7 +136,7 @@ class SteadyStep:
         kind = type(action)
         framed = self.frames.get((kind, action)) if kind in self.memo_types else None
         if framed is None:
-            framed = self._frame(action)
+            framed = self.frame(action)
             if framed is None:
                 return None
         self.hidden = self.first_hidden
@@ -147,15 +149,17 @@ class SteadyStep:
             self._constant(bytes(message))
         return self.wrap(self._named(message))
 
-    def _frame(self, action: Any) -> tuple[bytes, int] | None:
-        """The general encoder's request for ``action``, framed; memoized for integer actions."""
+    def frame(self, action: Any) -> tuple[bytes, int] | None:
+        """The general encoder's request for ``action`` (None: no actions, the step that starts a sequence),
+        framed: ``(data, payload size)``; memoized for integer actions and None (see :attr:`frames`); None where
+        it has large actions (sent outside protobuf: the general way)."""
         request, pieces = self.agent.step_request(action)
         if pieces:
             return None
         body = request.SerializeToString()
         data = grpc_frame(REQUEST_TAGS["step"] + tensors.varint(len(body)) + body, self.link.stream.id)
         framed = data, len(data) - 9
-        if isinstance(action, _MEMO_TYPES) and len(self.frames) < _MEMO:
+        if (action is None or isinstance(action, _MEMO_TYPES)) and len(self.frames) < _MEMO:
             self.memo_types.add(type(action))
             self.frames[(type(action), action)] = framed
         return framed
@@ -216,6 +220,18 @@ class SteadyStep:
             for name, dtype, shape, offset in self.region_slots:
                 named[name] = regions.region.array(offset, dtype, shape, copy=regions.copy)
         return named
+
+    def taken(self, message: bytearray, k: int) -> tuple:
+        """The step's result from ``message``, an answer of the layout of :attr:`candidates` ``[k]`` that a vector
+        step's read took (:meth:`~dmrpc_gym.transport.client.steady.SteadyTrips.take_answers`, which checked it
+        against them in turn, with :attr:`hidden` set to nothing first): as :meth:`decode` and :meth:`wrap` take it."""
+        state, layout, _, _, hidden = self.candidates[k]
+        if len(message) + 14 == layout.total:    # no tail came, or the one of its pieces
+            self.hidden = _NOTHING if hidden is None else hidden
+        elif state is _RUNNING:                  # a tail came, read by _tail as the check took it
+            self._constant(bytes(message))
+        self.state = state
+        return self.wrap(self._named(message), state)
 
     def wrap(self, named: dict, state: State = _RUNNING) -> tuple:
         """The step's ``(obs, reward, terminated, truncated, info)`` from its observations (an answer of the
@@ -296,6 +312,7 @@ class SteadyStep:
             candidates += [self._candidate(state, raw[:state_at] + bytes((byte,)) + raw[state_at + 1:], cuts, tail)
                            for state, byte in _ENDS]
         self.candidates, self.cuts = tuple(candidates), cuts
+        self.layouts = tuple(candidate[1] for candidate in candidates)
         self.layout = candidates[0][1]
 
     def _constant(self, raw: bytes) -> None:
@@ -313,6 +330,7 @@ class SteadyStep:
             return
         state, layout, size, pieces, _ = self._candidate(_RUNNING, raw, self.cuts, None)
         self.candidates = ((state, layout, size, pieces, self.hidden), *self.candidates)
+        self.layouts = (layout, *self.layouts)
         self.layout, self.first_hidden, self.said = layout, self.hidden, said
 
     def _candidate(self, state: State, raw: bytes, cuts: list, tail: int | None) -> tuple:

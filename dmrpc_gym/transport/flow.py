@@ -16,7 +16,7 @@ Windows are :class:`~dmrpc_gym.transport.windows.Window` objects: the connection
 """
 from __future__ import annotations
 
-from typing import Iterable, Protocol
+from typing import Iterable, Protocol, Sequence
 
 from dmrpc_gym.transport.frames import (ACK, DEFAULT_WINDOW, FLOW_CONTROL_ERROR, MAX_WINDOW, MIN_FRAME,
                                         SETTING_FRAME, SETTING_HEADER_LIST, SETTING_HEADER_TABLE, SETTING_STREAMS,
@@ -140,6 +140,22 @@ class Flow:
             self.answered = True
             return True
         return False
+
+    def take_all(self, streams: Sequence[HasSendWindow], sizes: Sequence[int]) -> bool:
+        """:meth:`take` for one frame on each of ``streams`` (``sizes[i]`` payload bytes), all or none: nothing is
+        spent unless every frame fits its stream's window and the peer's frame size, and together the connection's."""
+        total, limit = 0, self.peer.max_frame
+        for stream, n in zip(streams, sizes):
+            if n > stream.send.size or n > limit:
+                return False
+            total += n
+        if total > self.send.size:
+            return False
+        for stream, n in zip(streams, sizes):
+            stream.send.size -= n
+        self.send.size -= total
+        self.answered = True
+        return True
 
     def room(self, stream: HasSendWindow, cap: int) -> int:
         """The largest frame that may go on ``stream`` now, at most ``cap`` bytes (0 or less: wait)."""

@@ -387,7 +387,7 @@ def test_steps_through_regions_take_the_steady_path_with_the_same_values(monkeyp
                     if out[-1][2]:
                         out.append(env.reset())
                 runs[shared_memory] = out
-                steady_path = env._agent._steady
+                steady_path = env._agent.steady
                 if shared_memory and steady == "1":
                     assert steady_path.layout is not None and len(steady_path.region_slots) == 4
                     assert server.shared_memory.in_use()[0] == 1

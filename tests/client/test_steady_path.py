@@ -164,7 +164,7 @@ def run(script, steady: bool):
                     outcomes.append(env.reset() if call is None else env.step(call))
                 except Exception as err:  # noqa: BLE001 - compared by type and text (the address left out)
                     outcomes.append((type(err), str(err).replace(server.address, "ADDRESS")))
-            used = env._agent._steady is not None and env._agent._steady.layout is not None
+            used = env._agent.steady is not None and env._agent.steady.layout is not None
     finally:
         os.environ.pop(STEADY_STEP_ENV, None)
     server.join(15)
@@ -266,7 +266,7 @@ def test_a_steady_catch_episode_takes_the_steady_path_and_matches_the_general_on
             with Server(Catch) as server, DmRpcEnv(server.address) as env:
                 out = [env.reset(seed=3)]
                 out += [env.step(np.int8(a)) for a in [0, 1, -1, 1, 0, 0, 1, -1, 0, 1, 1, 0]]
-                results[steady] = out, env._agent._steady
+                results[steady] = out, env._agent.steady
         finally:
             os.environ.pop(STEADY_STEP_ENV, None)
     assert results[False][1] is None and results[True][1].layout is not None
@@ -297,7 +297,7 @@ def test_a_vector_env_reads_steady_answers_and_matches_the_general_path():
                                    address=server.address)
                 try:
                     out = [env.reset(seed=5)] + [env.step(a) for a in actions]
-                    learned[steady] = [e.agent._steady is not None and e.agent._steady.layout is not None
+                    learned[steady] = [e.agent.steady is not None and e.agent.steady.layout is not None
                                      for e in env.unwrapped.envs]
                 finally:
                     env.close()
@@ -365,7 +365,7 @@ def test_a_vector_env_of_ending_episodes_and_box_actions_matches_the_general_pat
                     envs = DmRpcVectorEnv(3, server.address)
                     try:
                         results[steady] = [envs.reset(seed=4)] + [envs.step(a) for a in actions]
-                        constant = [e.agent._steady is not None and e.agent._steady.candidates[0][4] is not None
+                        constant = [e.agent.steady is not None and e.agent.steady.candidates[0][4] is not None
                                     for e in envs.envs]
                     finally:
                         envs.close()
@@ -394,7 +394,7 @@ def test_a_single_env_of_ending_episodes_and_box_actions_matches_the_general_pat
                     out.append(env.step(action))
                     if out[-1][2] or out[-1][3]:
                         out.append(env.reset())
-                learned[steady] = env._agent._steady is not None and env._agent._steady.first_hidden[1] is not None
+                learned[steady] = env._agent.steady is not None and env._agent.steady.first_hidden[1] is not None
             results[steady] = out
         finally:
             os.environ.pop(STEADY_STEP_ENV, None)
@@ -458,7 +458,7 @@ def test_an_interrupt_in_a_steady_step_never_hands_its_answer_to_the_next_step()
         with Server(_Counting, kind="gym") as server, DmRpcEnv(server.address) as env:
             env.reset()
             assert [env.step(0)[0][0] for _ in range(4)] == [1, 2, 3, 4]
-            assert env._agent._steady.layout is not None
+            assert env._agent.steady.layout is not None
             timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1))
             timer.start()
             with pytest.raises(_Interrupt):

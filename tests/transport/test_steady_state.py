@@ -76,7 +76,7 @@ def run(steady: bool, monkeypatch) -> tuple[dict, dict, list, int]:
             rewards.append(reward)
             if terminated or truncated:
                 env.reset()
-            taken += agent._steady is not None and agent._steady.layout is not None
+            taken += agent.steady is not None and agent.steady.layout is not None
         conn = agent.connection._transport._stream.connection
         return settled(server), client_state(conn), rewards, taken
 

@@ -133,8 +133,9 @@ class SteadyState(Protocol):
     """What the client's steady path requires of the connection's state
     (:class:`~dmrpc_gym.transport.client.state.ClientState`): one call per direction of a step, the
     calls the general path's bookkeeping makes: ``take`` (the request's send windows, as ``write``
-    takes them) and ``received`` (the answer's DATA frame admitted and credited, as ``GrpcStream.on_data``
-    does: the WINDOW_UPDATEs owed); before it reads, nothing in ``buf``, no large frame ``part`` way, no
+    takes them; ``take_all`` for a vector step's requests, one per stream, all or none) and ``received``
+    (the answer's DATA frame admitted and credited, as ``GrpcStream.on_data`` does: the WINDOW_UPDATEs
+    owed); before it reads, nothing in ``buf``, no large frame ``part`` way, no
     header block open in ``headers_in``; an answer it does not take it leaves in ``buf`` for the general read,
     one it takes it counts in ``frames``, as the general read counts it.
     """
@@ -145,4 +146,5 @@ class SteadyState(Protocol):
     headers_in: HeaderBlock
 
     def take(self, stream: GrpcStream, n: int) -> bool: ...
+    def take_all(self, streams: list[GrpcStream], sizes: list[int]) -> bool: ...
     def received(self, stream: GrpcStream, n: int) -> bytes: ...

@@ -30,10 +30,10 @@ answer), and its counters as the general path moves them.
 from __future__ import annotations
 
 import ssl
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from dmrpc_gym.protocol.protowire import varint
-from dmrpc_gym.transport.frames import CLIENT_MESSAGE_LIMIT, MessageTooLarge, grpc_frame, read_head, read_prefix
+from dmrpc_gym.transport.frames import CLIENT_MESSAGE_LIMIT, DATA, MessageTooLarge, grpc_frame, read_head, read_prefix
 
 __all__ = ["ByteLayout", "SteadyLink", "SteadyTrips", "NOT_SENT", "SENDING", "RECEIVING", "TAKEN"]
 
@@ -132,7 +132,7 @@ class SteadyLink:
     >>> link.stream.close()
     """
 
-    __slots__ = ("stream", "connection", "phase")
+    __slots__ = ("stream", "connection", "phase", "matched")
 
     def __init__(self, stream: Any):
         self.stream = stream
@@ -140,6 +140,15 @@ class SteadyLink:
         #: How far the latest round trip got: :data:`SENDING`, :data:`RECEIVING` (its send was
         #: through) or :data:`TAKEN` (its answer was taken here).
         self.phase = SENDING
+        #: Which of its layouts the answer :meth:`~SteadyTrips.take_answers` took last has (an index).
+        self.matched = -1
+
+    def answer(self) -> bytearray:
+        """The answer :meth:`~SteadyTrips.take_answers` took for this stream, taken off the stream as its
+        ``read`` takes a message (it lies there till then: an interrupt leaves it to the general read)."""
+        stream = self.stream
+        stream.messages_read += 1
+        return stream.messages.popleft()
 
 
 class SteadyTrips:
@@ -202,3 +211,114 @@ class SteadyTrips:
                     return message
             state.buf += view[:got]              # handed over: the general read takes it from the state
             return None
+
+    def send_frames(self, links: Sequence[SteadyLink], frames: Sequence[tuple[bytes, int]]) -> bool:
+        """Send ``frames[i]`` (a DATA frame and its payload size, as ``grpc_frame`` builds them) on ``links[i]``'s
+        stream, all in one ``send`` (a vector env's step: one request per sub-env): True; :data:`NOT_SENT`
+        where the general ``write`` would not send each at once or their windows do not all fit (nothing sent:
+        the general path sends them). The windows move by the state's ``take_all``, as ``write`` moves them."""
+        state, streams = self.state, [link.stream for link in links]
+        with self.lock:
+            if self._dead is not None or self._unsent or self._corked or self._kernel:
+                return NOT_SENT
+            for stream in streams:
+                if stream.ended is not None or stream.compress:
+                    return NOT_SENT
+            if not state.take_all(streams, [size for _, size in frames]):
+                return NOT_SENT
+            data = b"".join([framed for framed, _ in frames])
+            try:                                 # committed before a byte goes, as write commits one message
+                self._unsent = data
+                for link in links:
+                    link.phase = SENDING
+                    link.stream.messages_sent += 1
+                self.messages_sent += len(links)
+            except BaseException:                # interrupted part way: which streams owe an answer is lost
+                self._dead = ConnectionError("a vector step was interrupted as its requests were committed")
+                raise
+            sock, end, sent = self._sock, len(data), 0
+            try:
+                while sent < end:
+                    sent += sock.send(data[sent:] if sent else data)
+            finally:
+                self._unsent = data[sent:] if sent < end else b""
+            for link in links:
+                link.phase = RECEIVING
+            return True
+
+    def take_answers(self, links: Sequence[SteadyLink], layouts: Sequence[Sequence[ByteLayout]],
+                     timeout: float | None) -> int:
+        """Read the answers to :meth:`send_frames`' requests, as many ``recv`` calls as they take to come: each
+        that is one DATA frame with one of ``layouts[i]`` (tried in turn) is taken (its stream's next message,
+        :attr:`SteadyLink.answer`; ``links[i].phase`` :data:`TAKEN`, ``.matched`` the layout's index). At the
+        first frame that is none of them (another layout, a control frame, a frame larger than the read
+        buffer), it and all after it go to the state's buffer, for the general read, which reads the answers
+        not taken. Returns how many were taken (0: nothing read, where the general read would not read from a
+        fresh ``recv``, as :meth:`round_trip` says)."""
+        state = self.state
+        with self.lock:
+            if (timeout is not None or self._timeout is not None or self._timeout_by_select or self._unsent
+                    or state.buf or state.part is not None or state.headers_in.data is not None):
+                return 0
+            waiting = {}
+            for link, candidates in zip(links, layouts):
+                stream = link.stream
+                if (link.phase != RECEIVING or stream.messages or stream.splitter.buffered
+                        or stream.splitter.large is not None):
+                    return 0
+                waiting[stream.id] = link, candidates
+            self._per_call = timeout
+            sock, rbuf, view, size = self._sock, self._rbuf, self._rview, len(self._rbuf)
+            have = taken = 0
+            while waiting:
+                try:
+                    got = sock.recv_into(view[have:] if have else rbuf)
+                except _WOULD_BLOCK:             # keepalive's read slice passed: the general read goes on
+                    break
+                except OSError as err:           # the general read raises it (and says so)
+                    self._dead = err
+                    break
+                if not got:                      # the server closed: the general read says so
+                    break
+                have += got
+                at = 0
+                while have - at >= 9:
+                    length, kind, flags, sid = read_head(view, at)
+                    end = at + 9 + length
+                    entry = waiting.get(sid) if kind == DATA and not flags and end <= size else None
+                    if entry is None:            # not an answer of the batch: handed over, with all after it
+                        state.buf += view[at:have]
+                        return taken
+                    if end > have:
+                        break
+                    link, candidates = entry
+                    frame, n, matched = view[at:end], end - at, -1
+                    for k, layout in enumerate(candidates):       # the first layout the frame has
+                        checks = layout.checks if n == layout.total else layout.fitting(frame, n)
+                        if checks is not None:
+                            for a, b, piece in checks:
+                                if frame[a:b] != piece:
+                                    break
+                            else:
+                                matched = k
+                                break
+                    if matched < 0:
+                        state.buf += view[at:have]
+                        return taken
+                    stream = link.stream
+                    stream.messages.append(rbuf[at + 14:end])
+                    link.phase, link.matched = TAKEN, matched
+                    owed = state.received(stream, end - at - 9)    # as the state's receive: the windows earned back
+                    state.frames += 1
+                    if owed:
+                        self.send(owed)
+                    del waiting[sid]
+                    taken += 1
+                    at = end
+                if at:                           # a frame part way: moved to the front, the rest read after it
+                    rbuf[:have - at] = rbuf[at:have]
+                    have -= at
+            if have:
+                state.buf += view[:have]
+            return taken
+
