@@ -10,6 +10,7 @@ and return the same values, dtypes and types, or raise the same errors.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 
@@ -287,12 +288,12 @@ def test_a_vector_env_reads_steady_answers_and_matches_the_general_path():
 
     from dmrpc_gym.server import Server
     from dmrpc_gym.worlds.catch import Catch
-    results, learned = {}, {}
+    results, learned, batched = {}, {}, {}
     actions = np.random.default_rng(0).integers(-1, 2, (40, 3)).astype(np.int8)
     for steady in (False, True):
         os.environ[STEADY_STEP_ENV] = "1" if steady else "0"
         try:
-            with Server(Catch) as server:
+            with Server(Catch) as server, batch_answers() as answers:
                 env = gym.make_vec("dmrpc/Remote-v0", num_envs=3, vectorization_mode="vector_entry_point",
                                    address=server.address)
                 try:
@@ -301,11 +302,27 @@ def test_a_vector_env_reads_steady_answers_and_matches_the_general_path():
                                      for e in env.unwrapped.envs]
                 finally:
                     env.close()
-            results[steady] = out
+            results[steady], batched[steady] = out, len(answers)
         finally:
             os.environ.pop(STEADY_STEP_ENV, None)
     assert learned == {False: [False] * 3, True: [True] * 3}
     assert same(results[True], results[False])
+    # the vector step's steady path (one send, one read loop) took most sub-env steps once the layouts were learned
+    assert batched[False] == 0 and batched[True] > 0.8 * actions.size, batched
+
+
+@contextlib.contextmanager
+def batch_answers():
+    """The sub-env steps a vector step's steady read took (:meth:`SteadyBatch.answer`), as they are answered."""
+    from dmrpc_gym.client.steady_batch import SteadyBatch
+    taken, answer = [], SteadyBatch.answer
+
+    def counted(self, i):
+        taken.append(i)
+        return answer(self, i)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SteadyBatch, "answer", counted)
+        yield taken
 
 
 class _Ending(gym.Env):
@@ -354,17 +371,18 @@ def test_a_vector_env_of_ending_episodes_and_box_actions_matches_the_general_pat
     rng = np.random.default_rng(1)
     actions = [np.full((3, 1), 0.5, np.float32) if i % 3 else rng.uniform(-2, 2, (3, 1)).astype(np.float32)
                for i in range(80)]
-    results = {}
+    results, taken = {}, {}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(SteadyStep, "wrap", counted)
         patch.setattr(SteadyServe, "_start", started)
         for steady in (False, True):
             os.environ[STEADY_STEP_ENV] = "1" if steady else "0"
             try:
-                with Server(_Ending, kind="gym", workers=0) as server:
+                with Server(_Ending, kind="gym", workers=0) as server, batch_answers() as batched:
                     envs = DmRpcVectorEnv(3, server.address)
                     try:
                         results[steady] = [envs.reset(seed=4)] + [envs.step(a) for a in actions]
+                        taken[steady] = len(batched)
                         constant = [e.agent.steady is not None and e.agent.steady.candidates[0][4] is not None
                                     for e in envs.envs]
                     finally:
@@ -377,6 +395,7 @@ def test_a_vector_env_of_ending_episodes_and_box_actions_matches_the_general_pat
     assert sum(ends) > 20, f"{sum(ends)} ends read at the offsets"
     assert sum(starts) > 20, f"{sum(starts)} restarts answered at once"
     assert constant == [True] * 3, "the exact extras' tail (the reward's type) was not learned as constant"
+    assert taken[False] == 0 and taken[True] > 0.9 * 3 * len(actions), taken     # ends and restarts too
 
 
 def test_a_single_env_of_ending_episodes_and_box_actions_matches_the_general_path():
