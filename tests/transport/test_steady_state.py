@@ -117,3 +117,41 @@ def test_the_comparison_sees_a_window_moved_by_one_byte(monkeypatch, which):
     assert moved != state
     counted = {**state, "counters": (state["counters"][0] + 1, state["counters"][1])}
     assert counted != state
+
+
+def run_vector(steady: bool, monkeypatch) -> tuple[dict, dict, list, int]:
+    """Both ends' states after :data:`STEPS` vector steps of 3 seeded Catches on one shared connection (the
+    vector step's steady path: one send, one read loop), with the steady path ``steady``."""
+    from dmrpc_gym import DmRpcVectorEnv
+    from dmrpc_gym.client.steady_batch import SteadyBatch
+
+    monkeypatch.setenv(STEADY_STEP_ENV, "1" if steady else "0")
+    monkeypatch.setattr(server_state_module, "CREDIT_AT", 300)
+    monkeypatch.setattr(client_connection, "CREDIT_AT", 700)
+    taken, take = [0], SteadyBatch.take
+
+    def counted(self, indices):
+        got = take(self, indices)
+        taken[0] += got
+        return got
+    monkeypatch.setattr(SteadyBatch, "take", counted)
+    with Server(Catch, workers=0) as server:
+        envs = DmRpcVectorEnv(3, server.address)
+        try:
+            envs.reset(seed=7)
+            rewards = [envs.step(np.array([i % 3 - 1] * 3, np.int8))[1].tolist() for i in range(STEPS)]
+            conn = envs.envs[0].agent.connection._transport._stream.connection
+            assert all(env.agent.connection._transport._stream.connection is conn for env in envs.envs)
+            return settled(server), client_state(conn), rewards, taken[0]
+        finally:
+            envs.close()
+
+
+def test_a_vector_step_keeps_the_same_connection_state_on_either_path(monkeypatch):
+    general_server, general_client, general_rewards, none = run_vector(False, monkeypatch)
+    steady_server, steady_client, steady_rewards, taken = run_vector(True, monkeypatch)
+    # (the lowered credit thresholds put a WINDOW_UPDATE between answers often: the rest is read the general way)
+    assert none == 0 and taken > 3 * STEPS // 2, f"{taken} sub-env steps taken by the vector step's steady read"
+    assert steady_rewards == general_rewards
+    assert steady_client == general_client
+    assert steady_server == general_server
