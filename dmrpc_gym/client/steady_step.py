@@ -109,8 +109,9 @@ class SteadyStep:
         #: The answer's layout, once learned (None: not yet, or not learnable).
         self.layout: ByteLayout | None = None
         self.slots: tuple[tuple[str, int, int, np.dtype, tuple, int], ...] = ()   # (name, start, stop, dtype, shape, uid)
-        #: The observations read from shared memory: ``(name, dtype, shape, offset)``.
-        self.region_slots: tuple[tuple[str, np.dtype, tuple, int], ...] = ()
+        #: The observations read from shared memory: ``(name, read)``, ``read(copy)`` the region's reader of
+        #: each (its place checked once: ``Region.reader``).
+        self.region_slots: tuple[tuple[str, Any], ...] = ()
         #: The info and exact-extras observations of the answer just read (see :meth:`_tail`).
         self.hidden: tuple[pb.Tensor | None, pb.Tensor | None] = _NOTHING
         self.asked = {uid for uid in (INFO_UID, EXACT_UID) if uid in agent.requested}
@@ -216,9 +217,9 @@ class SteadyStep:
                 array.shape = shape
                 named[name] = array
         if self.region_slots:
-            regions = self.agent.connection.regions
-            for name, dtype, shape, offset in self.region_slots:
-                named[name] = regions.region.array(offset, dtype, shape, copy=regions.copy)
+            copy = self.agent.connection.regions.copy
+            for name, read in self.region_slots:
+                named[name] = read(copy)
         return named
 
     def taken(self, message: bytearray, k: int) -> tuple:
@@ -299,9 +300,8 @@ class SteadyStep:
             array = np.frombuffer(bytearray(raw[a:b]), dtype)
             array.shape = shape
             named[name] = array
-        regions = agent.connection.regions
-        for name, dtype, shape, offset in self.region_slots:
-            named[name] = regions.region.array(offset, dtype, shape)
+        for name, read in self.region_slots:
+            named[name] = read(True)
         named = {name: named[name] for name in sorted(named, key=lambda name: order.get(name, -1))}
         if not _same(named, agent.last_observations):
             self.given_up = True
@@ -362,7 +362,7 @@ class SteadyStep:
         for uid, (dtype, shape, number, offset, dt) in (refs or {}).items():    # the general read's own check
             if regions.reads is None or regions.refused(uid, shape, dt, number, offset) is not None:
                 raise Unexpected
-            region_slots.append((by_uid[uid].name, dtype, tuple(shape), offset))
+            region_slots.append((by_uid[uid].name, regions.region.reader(offset, dtype, shape)))
         self.region_slots = tuple(region_slots)
         state_at = None
         for number, kind, start, stop, _ in fields(raw, body, len(raw)):

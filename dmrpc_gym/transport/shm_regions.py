@@ -36,7 +36,7 @@ import secrets
 import socket
 import struct
 from bisect import insort
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -143,6 +143,12 @@ class Region:
     def array(self, offset: int, dtype: Any, shape: tuple[int, ...], copy: bool = True) -> np.ndarray:
         """The array of ``dtype`` and ``shape`` at ``offset`` (all checked: these come from a peer): a copy the
         caller owns, or with ``copy=False`` a view of the region, valid until the region's next use."""
+        return self.reader(offset, dtype, shape)(copy)
+
+    def reader(self, offset: int, dtype: Any, shape: tuple[int, ...]) -> Callable[[bool], np.ndarray]:
+        """What reads the array of ``dtype`` and ``shape`` at ``offset`` (checked now, as :meth:`array` checks them),
+        step after step: ``read(copy)`` gives it as :meth:`array` does (a ``RegionError`` once the region is closed;
+        bools checked at every read: the peer writes them)."""
         try:
             dtype = np.dtype(dtype)
         except TypeError as err:
@@ -164,10 +170,17 @@ class Region:
         offset, _ = self._span(offset, count * dtype.itemsize)
         if offset % dtype.alignment:
             raise RegionError(f"an array of {dtype} must start at a multiple of {dtype.alignment}, got offset {offset}")
-        flat = np.frombuffer(self._map, dtype, count, offset).reshape(shape)
-        if dtype.kind == "b" and count and flat.view(np.uint8).max() > 1:
-            raise RegionError(f"the bools at offset {offset} hold bytes other than 0 and 1")
-        return flat.copy() if copy else flat
+        bools = dtype.kind == "b" and count
+
+        def read(copy: bool = True) -> np.ndarray:
+            mapped = self._map
+            if mapped is None:
+                raise RegionError("the region is closed")
+            flat = np.frombuffer(mapped, dtype, count, offset).reshape(shape)
+            if bools and flat.view(np.uint8).max() > 1:
+                raise RegionError(f"the bools at offset {offset} hold bytes other than 0 and 1")
+            return flat.copy() if copy else flat
+        return read
 
     def write(self, offset: int, array: np.ndarray) -> None:
         """Copy ``array``'s bytes into the region at ``offset`` (checked): one copy."""
