@@ -31,7 +31,7 @@ from dmrpc_gym.client.connection import Connection, settings_tensors
 from dmrpc_gym.client.fidelity import NOTHING_SAID, ExactSpaces, exactly
 from dmrpc_gym.client.scalars import RewardFn, Scalar
 from dmrpc_gym.client.states import State
-from dmrpc_gym.client.steady_step import steady_step
+from dmrpc_gym.client.steady_step import action_key, steady_step
 from dmrpc_gym.client.properties import Properties
 from dmrpc_gym.protocol.spec_table import SpecManager
 from dmrpc_gym.protocol.wire import pb
@@ -56,8 +56,6 @@ def select(names: Sequence[str], wanted: str | Sequence[str] | None, kind: str) 
 _STATES = {int(s): s for s in State}
 _TERMINATED, _INTERRUPTED = State.TERMINATED, State.INTERRUPTED      # (a step reads them: globals, not lookups)
 _MEMO = 256                  # remembered StepRequests per agent, for integer actions and small numeric arrays
-_MEMO_BYTES = 256            # an array action's bytes, at most, for its request to be remembered
-_MEMO_TYPES = (int, bool, np.integer, np.bool_, type(None))    # (None: no actions, the step that starts a sequence)
 # Scalar reward/discount observations of these types are read straight from their Tensor.
 _QUICK_DTYPES = (pb.FLOAT, pb.DOUBLE, pb.INT32, pb.INT64, pb.UINT32, pb.UINT64)
 
@@ -270,12 +268,7 @@ class RemoteAgent:
         Multi-connection envs build every request first, so that a bad action
         for one agent is refused before anything is sent for any of them.
         """
-        kind = type(action)
-        if kind is np.ndarray:             # a Box's: by its dtype, shape and bytes (numbers only: their bytes say them)
-            key = (kind, action.dtype.str, action.shape, action.tobytes()) \
-                if action.nbytes <= _MEMO_BYTES and action.dtype.kind in "biuf" else None
-        else:
-            key = (kind, action) if isinstance(action, _MEMO_TYPES) else None
+        key = action_key(action)
         request = self._requests.get(key) if key is not None else None
         if request is not None:
             return request, None           # Discrete actions, small Box ones: built once, shared (never modified)

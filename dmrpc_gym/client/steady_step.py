@@ -44,7 +44,7 @@ from __future__ import annotations
 import os
 import sys
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Hashable
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -60,18 +60,34 @@ from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.client.states import State
 from dmrpc_gym.transport import STEADY_STEP_ENV, NOT_SENT, ByteLayout, grpc_frame
 
-__all__ = ["SteadyStep", "STEADY_STEP_ENV", "enabled", "steady_step"]
+__all__ = ["SteadyStep", "STEADY_STEP_ENV", "action_key", "enabled", "steady_step"]
 
 _MEMO = 256                          # frames remembered per agent, as the general path's StepRequests
 #: An answer shorter than this is copied whole once, its observations sliced out of the copy (fewer calls than
 #: copying each out of it: callgrind counts); a longer one has each observation copied out once (fewer bytes).
 _WHOLE = 4096
-_MEMO_TYPES = (int, bool, np.integer, np.bool_)
+_MEMO_TYPES = (int, bool, np.integer, np.bool_, type(None))    # (None: no actions, the step that starts a sequence)
+_MEMO_BYTES = 256                    # an array action's bytes, at most, for its request to be remembered
 _frombuffer = np.frombuffer
 _RUNNING = State.RUNNING
 #: The states an answer of the learned layout may say besides RUNNING, and their byte on the wire.
 _ENDS = ((State.TERMINATED, pb.TERMINATED), (State.INTERRUPTED, pb.INTERRUPTED))
 _NOTHING = (None, None)
+
+
+def action_key(action: Any) -> Hashable | None:
+    """What an action's request is remembered by: ``(type, value)`` for integers, bools and None (no actions);
+    a small numeric array (a Box's) by its dtype, shape and bytes (numbers only: their bytes say them); None
+    for anything else (its request is built every step).
+
+    >>> action_key(2), action_key(np.array([0.5], np.float32)), action_key("left")
+    ((<class 'int'>, 2), (<class 'numpy.ndarray'>, '<f4', (1,), b'\\x00\\x00\\x00?'), None)
+    """
+    kind = type(action)
+    if kind is np.ndarray:
+        return (kind, action.dtype.str, action.shape, action.tobytes()) \
+            if action.nbytes <= _MEMO_BYTES and action.dtype.kind in "biuf" else None
+    return (kind, action) if isinstance(action, _MEMO_TYPES) else None
 
 
 def enabled() -> bool:
@@ -152,17 +168,23 @@ class SteadyStep:
 
     def frame(self, action: Any) -> tuple[bytes, int] | None:
         """The general encoder's request for ``action`` (None: no actions, the step that starts a sequence),
-        framed: ``(data, payload size)``; memoized for integer actions and None (see :attr:`frames`); None where
-        it has large actions (sent outside protobuf: the general way)."""
+        framed: ``(data, payload size)``, remembered by the action's :func:`~dmrpc_gym.client.agent.action_key`
+        (integers, None and small numeric arrays; :attr:`frames`); None where it has large actions (sent outside
+        protobuf: the general way)."""
+        key = action_key(action)
+        framed = self.frames.get(key) if key is not None else None
+        if framed is not None:                   # (a Box's array: looked up by its bytes)
+            return framed
         request, pieces = self.agent.step_request(action)
         if pieces:
             return None
         body = request.SerializeToString()
         data = grpc_frame(REQUEST_TAGS["step"] + tensors.varint(len(body)) + body, self.link.stream.id)
         framed = data, len(data) - 9
-        if (action is None or isinstance(action, _MEMO_TYPES)) and len(self.frames) < _MEMO:
-            self.memo_types.add(type(action))
-            self.frames[(type(action), action)] = framed
+        if key is not None and len(self.frames) < _MEMO:
+            if type(action) is not np.ndarray:   # (looked up by (type, value) before any call: see step)
+                self.memo_types.add(type(action))
+            self.frames[key] = framed
         return framed
 
     def decode(self, message: bytes) -> dict | None:
