@@ -17,9 +17,11 @@ What it assumes (anything else takes the general path, which stays the reference
 - for the round trip: our own HTTP/2 transport (not a grpcio channel), the connection up (its first
   answer in), no answers owed (nothing pipelined), and the transport's assumptions
   (:mod:`~dmrpc_gym.transport.client.steady`);
-- actions: int / bool / numpy integer values have their frame memoized per ``(type, value)``, as the
-  general path memoizes their StepRequest; other actions are checked and encoded by the general path
-  each step, then framed here; large actions (sent outside protobuf) go the general way;
+- actions: int / bool / numpy integer values have their frame memoized per ``(type, value)``, and small numeric
+  arrays (a Box's) by their bytes (:func:`action_key`, as the general path memoizes their StepRequest); other
+  actions are checked and encoded by the general path each step, then framed here; large actions (sent outside
+  protobuf) go the general way; a vector step sends its sub-envs' frames together
+  (:mod:`~dmrpc_gym.client.steady_batch`) and its answers come to :meth:`SteadyStep.taken`;
 - answers: every observation a float32, float64, int8 or uint8 tensor (fixed width: a value changes
   no length) or a reference into the connection's shared memory where this agent asked for it there
   (:mod:`~dmrpc_gym.transport.shared_memory`: the reference's bytes are fixed bytes of the layout, the values

@@ -1,4 +1,5 @@
-"""A client stream's steady-state exchange: one prebuilt DATA frame out, one answer of a known layout in.
+"""A client stream's steady-state exchange: one prebuilt DATA frame out, one answer of a known layout in;
+and a vector step's, the same for several streams of one connection at once.
 
 The steady path of :class:`~dmrpc_gym.transport.client.connection.GrpcConnection`'s ``write`` and ``read``
 for a request whose answer is expected to have the same bytes as an earlier one except in known slots
@@ -20,6 +21,12 @@ What it assumes (anything else is handed over, with nothing lost):
 - **keepalive**: with PINGs on (a receive timeout of a read slice on the socket), a slice that passes
   with nothing received is handed over too; the general read then counts the silence from that moment,
   at most one slice (1 s) late.
+
+A vector step's sub-envs share one connection, a stream each: :meth:`SteadyTrips.send_frames` sends their
+frames in one ``send`` (under the same assumptions, every stream's windows taken or none), and
+:meth:`SteadyTrips.take_answers` reads until every answer has come, each checked against its stream's layouts
+in turn; at the first frame that is none of them (a control frame, another stream's, another layout, one
+larger than the read buffer) it hands that frame and all after it to the general read.
 
 Hostile input: only bytes equal to the layout's fixed parts are taken here, and the layout was learned
 from an answer the general path accepted (its size under the stream's message limit); everything else
