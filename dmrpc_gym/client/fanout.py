@@ -106,7 +106,6 @@ class Batch:
         self._flying: dict[int, bool] = {}
         self._elapsed = [0] * self.num_envs
         self._unsettled = False     # answers may be left unread: read them before the next exchange
-        self._steady: SteadyBatch | None = None
         try:
             for i in range(self.num_envs):
                 self.envs.append(DmRpcEnv(targets[i % len(targets)], **self.env_kwargs))
@@ -206,8 +205,9 @@ class Batch:
             for i in sent:
                 self._owed[i].append(_STEP)
             if len(sent) < len(framed):          # a connection that sent nothing: its requests the general way
+                done = {*sent, *failed}
                 for i in framed:
-                    if i not in sent and i not in failed:
+                    if i not in done:
                         requests[i] = agents[i].step_request(None if isinstance(jobs[i], Restart) else jobs[i])
 
         def send(i: int) -> bool:

@@ -486,3 +486,74 @@ def test_an_interrupt_in_a_steady_step_never_hands_its_answer_to_the_next_step()
             assert [env.step(0)[0][0] for _ in range(3)] == [6, 7, 8]
     finally:
         signal.signal(signal.SIGUSR1, previous)
+
+
+def _catch_run(steady: bool, script) -> tuple:
+    """``script(envs)`` on a 3-env ``DmRpcVectorEnv`` of Catch with the steady path ``steady``: what it returned,
+    and how many sub-env steps the vector step's steady read took."""
+    from dmrpc_gym import DmRpcVectorEnv
+    from dmrpc_gym.server import Server
+    from dmrpc_gym.worlds.catch import Catch
+    os.environ[STEADY_STEP_ENV] = "1" if steady else "0"
+    try:
+        with Server(Catch) as server, batch_answers() as taken:
+            envs = DmRpcVectorEnv(3, server.address, batch_size=2)
+            try:
+                return script(envs), len(taken)
+            finally:
+                envs.close()
+    finally:
+        os.environ.pop(STEADY_STEP_ENV, None)
+
+
+def test_a_vector_step_whose_one_send_is_refused_goes_the_general_way():
+    """Where the transport sends nothing (``send_frames``: NOT_SENT, every other step here), the sub-envs'
+    requests go the general way in the same step: the same values, some steps taken by the batch read."""
+    from dmrpc_gym.transport.client.steady import NOT_SENT, SteadyTrips
+    actions = np.random.default_rng(2).integers(-1, 2, (40, 3)).astype(np.int8)
+    send, calls = SteadyTrips.send_frames, [0]
+
+    def every_other(self, links, frames):
+        calls[0] += 1
+        return NOT_SENT if calls[0] % 2 else send(self, links, frames)
+
+    def script(envs):
+        return [envs.reset(seed=2)] + [envs.step(a) for a in actions]
+    general, none = _catch_run(False, script)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SteadyTrips, "send_frames", every_other)
+        steady, taken = _catch_run(True, script)
+    assert same(steady, general)
+    assert none == 0 and 0.3 * actions.size < taken < 0.7 * actions.size, taken
+
+
+def test_async_batches_on_the_steady_path_match_the_general_path():
+    """``send`` / ``recv`` of 2 of 3 sub-envs at a time (the answers taken in the order they come): each
+    sub-env's own steps are the same on either path. The requests go in one send each; the answers are read
+    the general way (``recv`` first looks at what came, by the general read: the batch read would wait for all)."""
+    from dmrpc_gym.client.steady_batch import SteadyBatch
+    def script(envs):
+        envs.reset(seed=3)
+        per_env, counts = {i: [] for i in range(3)}, [0, 0, 0]
+        envs.send(np.zeros(3, np.int8))
+        for _ in range(60):
+            obs, rewards, terminated, truncated, _, ids = envs.recv()
+            for k, i in enumerate(ids):
+                per_env[int(i)].append((obs[k].copy(), rewards[k], terminated[k], truncated[k]))
+                counts[int(i)] += 1
+            envs.send(np.array([counts[int(i)] % 3 - 1 for i in ids], np.int8), ids)
+        envs.recv()
+        return [per_env[i][:15] for i in range(3)]
+    send, sent = SteadyBatch.send, []
+
+    def counted(self, framed, failures):
+        out = send(self, framed, failures)
+        sent.extend(out)
+        return out
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SteadyBatch, "send", counted)
+        general, none = _catch_run(False, script)
+        assert sent == [] and none == 0
+        steady, taken = _catch_run(True, script)
+    assert same(steady, general)
+    assert len(sent) > 80 and taken == 0, (len(sent), taken)
