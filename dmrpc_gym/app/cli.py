@@ -146,7 +146,8 @@ def add_serve(subparsers: Any) -> None:
                         help="the interface of --metrics-port (default: --host; 127.0.0.1 with --unix)")
     parser.add_argument("--no-shared-memory", dest="shared_memory", action="store_false",
                         help="offer no shared memory: our clients on this host send every tensor in the messages "
-                             "(by default their large tensors go through regions they share with the server)")
+                             "(by default their large tensors go through regions they share with the server, and "
+                             "their TCP connections move to the server's Unix socket)")
     parser.add_argument("--max-shared-memory", type=int, default=1 << 30, metavar="BYTES",
                         help="the largest shared-memory region one connection may give (default: %(default)s)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every world and error")

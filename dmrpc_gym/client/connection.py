@@ -81,8 +81,9 @@ class Connection(ConnectRetries):
             the HTTP/2 connection it keeps for this server, with every other given the same.
         shared_memory: ask the server for shared memory (True, the default): a dmrpc_gym server on the
             same host then takes large tensors through a region both map
-            (:mod:`~dmrpc_gym.transport.shared_memory`; :attr:`shared_memory` says whether it is used).
-            False: plain dm_env_rpc messages only.
+            (:mod:`~dmrpc_gym.transport.shared_memory`; :attr:`shared_memory` says whether it is used), and a
+            plain TCP connection to it moves to its Unix socket (:mod:`~dmrpc_gym.transport.same_host`).
+            False: plain dm_env_rpc messages only, over the address given.
 
     >>> from dmrpc_gym.server import Server
     >>> from dmrpc_gym.worlds.catch import Catch
@@ -129,7 +130,8 @@ class Connection(ConnectRetries):
         if channel is None and credentials is None:
             def open_transport(target: str, seconds: float | None) -> Transport:
                 return H2Transport(target, metadata, seconds, tls=tls, compression=compression,
-                                   max_message_size=max_message_size, ping_every=keepalive, shared=shared)
+                                   max_message_size=max_message_size, ping_every=keepalive, shared=shared,
+                                   same_host=shared_memory)
         else:
             def open_transport(target: str, seconds: float | None) -> Transport:
                 used = channel

@@ -20,7 +20,7 @@ from typing import Iterable, Protocol, Sequence
 
 from dmrpc_gym.transport.frames import (ACK, DEFAULT_WINDOW, FLOW_CONTROL_ERROR, MAX_WINDOW, MIN_FRAME,
                                         SETTING_FRAME, SETTING_HEADER_LIST, SETTING_HEADER_TABLE, SETTING_STREAMS,
-                                        SETTING_WINDOW, SETTINGS, ProtocolError, frame, parse_settings,
+                                        SETTING_WINDOW, SETTINGS, SETTINGS_SAME_HOST, ProtocolError, frame, parse_settings,
                                         window_update_frame)
 from dmrpc_gym.transport.windows import StreamReset, Window
 
@@ -51,7 +51,7 @@ class PeerSettings:
     (65536, 32768, 65536)
     """
 
-    __slots__ = ("initial_window", "max_frame", "max_streams", "max_header_list", "header_table")
+    __slots__ = ("initial_window", "max_frame", "max_streams", "max_header_list", "header_table", "same_host")
 
     def __init__(self) -> None:
         self.initial_window = DEFAULT_WINDOW
@@ -59,6 +59,8 @@ class PeerSettings:
         self.max_streams: int | None = None
         self.max_header_list: int | None = None
         self.header_table = 4096
+        #: The private settings of a dmrpc_gym server's same-host socket (:mod:`~dmrpc_gym.transport.same_host`).
+        self.same_host: dict[int, int] = {}
 
     def apply(self, payload: bytes, streams: Iterable[HasSendWindow]) -> None:
         """Take a SETTINGS frame's ``payload``, moving the open ``streams``' send windows by a new
@@ -76,6 +78,8 @@ class PeerSettings:
                 self.max_header_list = value
             elif key == SETTING_HEADER_TABLE:
                 self.header_table = value
+            elif SETTINGS_SAME_HOST <= key < SETTINGS_SAME_HOST + 4:
+                self.same_host[key] = value
 
 
 class FlowStream(HasSendWindow, Protocol):

@@ -25,6 +25,9 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 5, 6, 7, 8, 9
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
 SETTING_HEADER_TABLE, SETTING_PUSH, SETTING_STREAMS, SETTING_WINDOW, SETTING_FRAME, SETTING_HEADER_LIST = 1, 2, 3, 4, 5, 6
+#: The first of four private settings in which a dmrpc_gym server says its same-host Unix socket
+#: (:mod:`~dmrpc_gym.transport.same_host`; 0xF000-0xFFFF is the range IANA keeps for experiments).
+SETTINGS_SAME_HOST = 0xF0D0
 # RFC 9113 section 7 error codes (short names of ErrorCode's members, as frames use them)
 NO_ERROR, PROTOCOL_ERROR = ErrorCode.NO_ERROR, ErrorCode.PROTOCOL_ERROR
 FLOW_CONTROL_ERROR = ErrorCode.FLOW_CONTROL_ERROR

@@ -19,8 +19,8 @@ from typing import Any, Callable, Sequence
 
 from dmrpc_gym.server.envs.factories import Factory
 from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, MAX_SHARED, ConnectionLimits, GrpcProtocol, SharedMemoryHost,
-                                 behind_tls, listen_unix, parse_address, remove_socket_file, server_context,
-                                 token_metadata, unix_address, unix_path)
+                                 behind_tls, listen_same_host, listen_unix, parse_address, remove_socket_file,
+                                 same_host_settings, server_context, token_metadata, unix_address, unix_path)
 from dmrpc_gym.server.serving.health import Health
 from dmrpc_gym.server.worlds.registry import WorldRegistry
 from dmrpc_gym.server.serving.metrics import MetricsEndpoint, check_metrics_port
@@ -92,8 +92,9 @@ class Server:
         metrics_host: the interface of the metrics port (None: the host of the first TCP address,
             else 127.0.0.1).
         shared_memory: offer shared memory to our clients on the same host (True, the default): their
-            large tensors then travel through a region of theirs (:mod:`~dmrpc_gym.transport.shared_memory`);
-            False (``serve --no-shared-memory``): plain messages only.
+            large tensors then travel through a region of theirs (:mod:`~dmrpc_gym.transport.shared_memory`),
+            and (without TLS) their TCP connections move to a Unix socket (:mod:`~dmrpc_gym.transport.same_host`);
+            False (``serve --no-shared-memory``): plain messages only, over the addresses given.
         max_shared_memory: the largest region one connection may give the server, in bytes (default 1 GiB).
 
     Beside ``Process`` it serves ``grpc.health.v1.Health`` and server reflection
@@ -248,11 +249,17 @@ class Server:
         stats.shared_memory = self.shared_memory
         methods = served_methods(registry, Health(registry), self._health_without_token, self.shared_memory)
 
+        announced: tuple = ()
+
         def grpc() -> GrpcProtocol:
             return GrpcProtocol(methods, connections, token=self._token,
                                 max_message_size=self._max_message, limits=self.limits,
-                                app_headers=headers, traffic=stats.traffic)
+                                app_headers=headers, traffic=stats.traffic, settings=announced)
         protocol = behind_tls(grpc, self._tls, self.limits.handshake_timeout)
+        if self.shared_memory is not None and self._tls is None:     # our clients on this host: a Unix socket
+            listener, secret = await listen_same_host(grpc)
+            self._listeners.append(listener)
+            announced = same_host_settings(secret)
         where = []
         for bind in self._binds:
             path = unix_path(bind)

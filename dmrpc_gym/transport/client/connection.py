@@ -295,6 +295,18 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
             self._await_statuses()
             self._close_socket()
 
+    def close(self) -> None:
+        """Close a connection that carries no stream (one opened and left for another, as a move to the same
+        host's Unix socket leaves it: :mod:`~dmrpc_gym.transport.same_host`); one with streams closes with its
+        last (:meth:`close_stream`)."""
+        with self._members:
+            if self.streams:
+                raise RuntimeError(f"this connection carries {len(self.streams)} streams: close them")
+            if self.closed:
+                return
+            self.closed = True
+        self._close_socket()
+
     def _await_statuses(self) -> None:
         """Read until the server has ended every half-closed stream, or :data:`CLOSE_WAIT` seconds pass
         (answers are dropped): a server then sees each call finish, not cancelled by the socket's close."""

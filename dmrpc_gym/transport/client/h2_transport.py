@@ -18,6 +18,7 @@ from dmrpc_gym.transport.frames import DEFAULT_MAX_MESSAGE
 from dmrpc_gym.transport.client.connection import GrpcConnection
 from dmrpc_gym.transport.client.pool import SharedConnections
 from dmrpc_gym.transport.client.steady import SteadyLink
+from dmrpc_gym.transport.same_host import secret_of, socket_name
 from dmrpc_gym.transport.security import client_context
 from dmrpc_gym.transport.unix import connect_unix, unix_path
 
@@ -28,13 +29,15 @@ _STARTING = (ConnectionRefusedError, ConnectionResetError, FileNotFoundError)
 
 
 def open_connection(address: str, connect_timeout: float | None, *, tls: Any = None, keepalive: bool = True,
-                    ping_every: float | None = None) -> GrpcConnection:
+                    ping_every: float | None = None, same_host: bool = False) -> GrpcConnection:
     """An HTTP/2 connection to ``address`` (``host:port`` or ``unix:PATH``), its handshake done.
 
     ``tls``: None (plain TCP), True, a CA bundle path or an ``ssl.SSLContext``
     (see :mod:`~dmrpc_gym.transport.security`). ``keepalive``: answer the
     server's PINGs while idle (a watcher thread); ``ping_every``: also PING the
     server after that many quiet seconds (:mod:`~dmrpc_gym.transport.client.keepalive`).
+    ``same_host``: over plain TCP, move to the Unix socket a dmrpc_gym server on this host says in its
+    SETTINGS, where it can be reached (:mod:`~dmrpc_gym.transport.same_host`).
     ``Unreachable`` when nothing answers there (yet); ``ConnectionError`` when
     something does that is not an HTTP/2 server.
     """
@@ -70,9 +73,32 @@ def open_connection(address: str, connect_timeout: float | None, *, tls: Any = N
         # Closed or reset before HTTP/2 began: a server still starting (or one at its limit).
         kind = Unreachable if isinstance(err, (ConnectionResetError, BrokenPipeError)) else ConnectionError
         raise kind(f"{address} did not answer as a gRPC (HTTP/2) server: {err}") from None
+    if same_host and path is None and context is None:
+        conn = _moved(conn, address, connect_timeout)
     if keepalive:
         conn.keepalive(ping_every)
     return conn
+
+
+def _moved(conn: GrpcConnection, address: str, connect_timeout: float | None) -> GrpcConnection:
+    """``conn`` (plain TCP, no stream yet), or a connection to the same server over the Unix socket its SETTINGS
+    say (:mod:`~dmrpc_gym.transport.same_host`), ``conn`` then closed; ``conn`` where they say none or it
+    cannot be reached."""
+    secret = secret_of(conn.state.peer.same_host)
+    if secret is None:
+        return conn
+    try:
+        sock = connect_unix("\0" + socket_name(secret), connect_timeout)
+    except OSError:                          # another host or network namespace: TCP it is
+        return conn
+    try:
+        moved = GrpcConnection(sock, METHOD_PATH, address)
+        moved.handshake()
+    except (OSError, ConnectionError):
+        sock.close()
+        return conn
+    conn.close()
+    return moved
 
 
 class H2Transport:
@@ -86,17 +112,19 @@ class H2Transport:
     def __init__(self, address: str, metadata, connect_timeout: float | None, *, tls=None,
                  compression: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
                  keepalive: bool = True, ping_every: float | None = None,
-                 shared: SharedConnections | None = None):
+                 shared: SharedConnections | None = None, same_host: bool = False):
         encodings.check_encoding(compression)
         metadata = tuple(metadata or ())
 
         def connect() -> GrpcConnection:
-            return open_connection(address, connect_timeout, tls=tls, keepalive=keepalive, ping_every=ping_every)
+            return open_connection(address, connect_timeout, tls=tls, keepalive=keepalive, ping_every=ping_every,
+                                   same_host=same_host)
 
         if shared is None:
             self._stream = connect().open_stream(metadata, compression, max_message_size)
         else:
-            key = (address, tls if isinstance(tls, (str, bool, type(None))) else id(tls), keepalive, ping_every)
+            key = (address, tls if isinstance(tls, (str, bool, type(None))) else id(tls), keepalive, ping_every,
+                   same_host)
             self._stream = shared.open_stream(key, connect, metadata, compression, max_message_size)
         conn = self._stream.connection      # its calls bound to this stream: no call in between
         self.write = functools.partial(conn.write, self._stream)

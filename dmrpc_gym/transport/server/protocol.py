@@ -63,13 +63,15 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
     ``app_headers``: ``(name, value)`` pairs every stream's response headers carry after gRPC's own
     (the application says who it is and what it speaks; the transport does not know);
     ``traffic``: where the connection counts its bytes, refusals and failed statuses (one
-    :class:`~dmrpc_gym.transport.server.traffic.Traffic` per server; None: its own).
+    :class:`~dmrpc_gym.transport.server.traffic.Traffic` per server; None: its own);
+    ``settings``: ``(identifier, value)`` pairs our SETTINGS frame carries after HTTP/2's own (the
+    application's private ones: :mod:`~dmrpc_gym.transport.same_host`).
     """
 
     def __init__(self, methods: Union[Mapping[str, Method], Callable[[Mapping[str, str]], StreamHandler]],
                  connections: set, *, token: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE,
                  limits: ConnectionLimits | None = None, app_headers: Sequence[tuple[str, str]] = (),
-                 traffic: Traffic | None = None):
+                 traffic: Traffic | None = None, settings: Sequence[tuple[int, int]] = ()):
         self._methods = {METHOD_PATH: Method(methods)} if callable(methods) else dict(methods)
         self._traffic = traffic if traffic is not None else Traffic()
         self._app_headers = tuple(app_headers)   # the application's response headers (name, version, features)
@@ -83,7 +85,7 @@ class GrpcProtocol(Steady, Requests, Replies, Answering, Watching, asyncio.Proto
         #: The connection's I/O-free state (transport.server.state): settings, windows and credit (inbound,
         #: the client may send what the session has consumed, and one largest message more), the stream
         #: table, the frames being read, the counters and the policing of PINGs, resets and stalls.
-        self.state = ServerState(self._limits, max_message_size, 0.0)
+        self.state = ServerState(self._limits, max_message_size, 0.0, tuple(settings))
         self._tick: asyncio.TimerHandle | None = None
         self._window_open = asyncio.Event()
         self._can_write = asyncio.Event()  # set while asyncio's write buffer takes more (to wait on)

@@ -85,17 +85,20 @@ class ServerState(ConnectionState):
     """The server's I/O-free state of one connection (see the module's docstring).
 
     ``limits``: the connection's bounds; ``max_message``: the largest request (it sizes the receive
-    window, :func:`receive_window`); ``now``: when it began.
+    window, :func:`receive_window`); ``now``: when it began; ``settings``: private settings our SETTINGS
+    frame carries too.
     """
 
-    __slots__ = ("limits", "window", "last_stream", "draining", "tick",
+    __slots__ = ("limits", "window", "settings", "last_stream", "draining", "tick",
                  "strikes", "last_ping", "resets", "reset_second", "since", "stall", "drop_left")
 
     PUSH_REFUSED = "a client sent PUSH_PROMISE"
     MAX_FRAME_IN = OUR_FRAME
 
-    def __init__(self, limits: ConnectionLimits, max_message: int, now: float):
+    def __init__(self, limits: ConnectionLimits, max_message: int, now: float,
+                 settings: tuple[tuple[int, int], ...] = ()):
         self.window = receive_window(max_message)
+        self.settings = settings
         super().__init__(self.window, CREDIT_AT, HeaderBlock(limits.max_header_list_size, HEADER_LIMIT))
         self.limits = limits
         self.last_stream = 0
@@ -125,7 +128,8 @@ class ServerState(ConnectionState):
         del buf[:len(PREFACE)]
         self.started = True
         settings = ((SETTING_STREAMS, self.limits.max_streams), (SETTING_WINDOW, self.window),
-                    (SETTING_FRAME, OUR_FRAME), (SETTING_HEADER_LIST, self.limits.max_header_list_size))
+                    (SETTING_FRAME, OUR_FRAME), (SETTING_HEADER_LIST, self.limits.max_header_list_size),
+                    *self.settings)
         self.outbox.append(settings_frame(settings) + window_update_frame(0, self.window - DEFAULT_WINDOW))
         return True
 
