@@ -96,6 +96,9 @@ class WorldReport:
     #: Whether the report's connection used shared memory for the world's large tensors, or why not
     #: (:attr:`~dmrpc_gym.client.connection.Connection.shared_memory`).
     shared_memory: str = ""
+    #: Whether that connection moved from TCP to the server's Unix socket (:attr:`Connection.same_host
+    #: <dmrpc_gym.client.connection.Connection.same_host>`).
+    same_host: bool = False
 
 
 # -- one spec ------------------------------------------------------------------------------
@@ -271,7 +274,7 @@ def inspect_world(address: str, *, world_settings: Mapping[str, Any] | None = No
         return WorldReport(address=address, world_name=name, created=created, actions=actions,
                            observations=observations, properties=properties,
                            properties_error=properties_error, agents=agents,
-                           shared_memory=connection.shared_memory)
+                           shared_memory=connection.shared_memory, same_host=connection.same_host)
     finally:
         if joined and not connection.closed:
             try:
@@ -369,7 +372,8 @@ def format_report(report: WorldReport, width: int | None = None) -> str:
     how = "created for this report, destroyed after" if report.created else "joined, left after"
     lines = [f"World {report.world_name!r} at {report.address} ({how})"]
     if report.shared_memory:
-        lines.append(f"Shared memory: {report.shared_memory}")
+        lines.append(f"Shared memory: {report.shared_memory}"
+                     + ("; the connection moved to the server's Unix socket (same host)" if report.same_host else ""))
     if report.agents:
         lines += ["", *textwrap.wrap(f"Agents ({len(report.agents)}): {', '.join(a.name for a in report.agents)}",
                                      width or 100_000, subsequent_indent="  ", break_on_hyphens=False)]

@@ -381,6 +381,12 @@ class Connection(ConnectRetries):
         the server ..."``, ``"unused ..."``, ``"failed: ..."``)."""
         return self.regions.state
 
+    @property
+    def same_host(self) -> bool:
+        """Whether the stream goes over a dmrpc_gym server's Unix socket, moved there from TCP
+        (:mod:`~dmrpc_gym.transport.same_host`)."""
+        return bool(getattr(self._transport, "same_host", False))
+
     def send_failed(self, err: OSError) -> ConnectionError:
         """A send failed: the connection is unusable, and the error to raise says why."""
         self.regions.release()

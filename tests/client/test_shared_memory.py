@@ -449,14 +449,16 @@ def test_serve_no_shared_memory_and_what_inspect_and_status_say(monkeypatch):
     try:
         with DmRpcEnv(served.address) as env:
             assert env.connection.shared_memory.startswith("not offered by the server")
-        assert "Shared memory: not offered by the server" in format_report(inspect_world(served.address))
+        report = format_report(inspect_world(served.address))
+        assert "Shared memory: not offered by the server" in report and "Unix socket" not in report
         with StatusReader(served.address) as reader:
             assert "shared mem   not offered (serve --no-shared-memory)" in format_status(
                 with_rates(reader.read(), None), served.address)
     finally:
         served.close()
     with Server(Frames) as server:
-        assert "Shared memory: on" in format_report(inspect_world(server.address)).splitlines()[1]
+        assert format_report(inspect_world(server.address)).splitlines()[1] == (
+            "Shared memory: on; the connection moved to the server's Unix socket (same host)")
         with DmRpcEnv(server.address) as env, StatusReader(server.address) as reader:
             env.reset()
             assert "shared mem   offered; 1 streams use it (1.0 MB of regions)" in format_status(

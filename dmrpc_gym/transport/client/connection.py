@@ -93,6 +93,8 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
         self.messages_sent = 0                    # on all streams (the idle watcher's sign of activity)
         self._goaway: str | None = None
         self._header_alone = False           # the next frame header is read by itself (see large_messages)
+        #: Whether this connection is the move of a TCP one to the server's Unix socket (transport.same_host).
+        self.same_host = False
         self._request = [(":method", "POST"), (":scheme", scheme), (":path", path), (":authority", authority),
                          ("content-type", "application/grpc"), ("te", "trailers"), ("user-agent", "dmrpc-gym"),
                          ("grpc-accept-encoding", encodings.ACCEPT_ENCODING)]

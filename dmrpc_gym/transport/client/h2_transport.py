@@ -98,6 +98,7 @@ def _moved(conn: GrpcConnection, address: str, connect_timeout: float | None) ->
         sock.close()
         return conn
     conn.close()
+    moved.same_host = True
     return moved
 
 
@@ -142,6 +143,11 @@ class H2Transport:
     @property
     def initial_metadata(self) -> dict[str, str]:
         return self._stream.initial_metadata
+
+    @property
+    def same_host(self) -> bool:
+        """Whether the stream's connection moved to a dmrpc_gym server's Unix socket (see :func:`open_connection`)."""
+        return self._stream.connection.same_host
 
     @property
     def messages_sent(self) -> int:
