@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from dmrpc_gym.transport.client import interrupts
 from dmrpc_gym.transport.client.connection import GrpcConnection
 from dmrpc_gym.transport.client.steady import NOT_SENT, RECEIVING, TAKEN, ByteLayout, SteadyLink
 from dmrpc_gym.transport.frames import DATA, PING, SETTINGS, WINDOW_UPDATE, frame, grpc_frame
@@ -61,6 +62,13 @@ class Peer:
         self.server.close()
         for stream in self.streams:
             stream.close()
+
+
+@pytest.fixture(autouse=True)
+def not_in_a_kernel(monkeypatch):
+    """The steady path steps aside in a Jupyter kernel, told by ipykernel in ``sys.modules`` (earlier tests of
+    this process may have imported it)."""
+    monkeypatch.setattr(interrupts, "in_kernel", lambda: False)
 
 
 @pytest.fixture
