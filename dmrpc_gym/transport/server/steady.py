@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from time import perf_counter
 
+from dmrpc_gym.protocol.protowire import remember
 from dmrpc_gym.transport.frames import DATA, GATHER_SECONDS, IN_PLACE, MAX_WINDOW, WRITE_CHUNK, ProtocolError, \
     grpc_frame, read_head, read_prefix
 from dmrpc_gym.transport.server import eager
@@ -53,7 +54,7 @@ _HEADS: dict[tuple[int, int], bytes] = {}     # (stream id, DATA payload size) -
 #: The 14 bytes before a request -> ``(DATA payload size, stream id)``, where they begin a DATA frame without
 #: flags whose payload is one uncompressed message (what read_head and read_prefix said of them).
 _REQUESTS: dict[bytes, tuple[int, int]] = {}
-_KEPT = 4096
+_KEPT = 4096            # entries of each memo (emptied whole when full: protowire.remember)
 _NO_LIMIT = 1 << 32     # (a memo's prefix is read without a limit: the stream's is held to at each request)
 #: The room an answer may take: one write chunk less its gRPC prefix (an answer past the windows waits).
 _ROOM = WRITE_CHUNK - 5
@@ -84,8 +85,7 @@ class Steady:
                 flag, size = read_prefix(data, at + 9, _NO_LIMIT, "")
                 if kind != DATA or flags or flag or size != length - 5:
                     break
-                if len(_REQUESTS) < _KEPT:
-                    _REQUESTS[data[at:at + 14]] = length, sid
+                remember(_REQUESTS, data[at:at + 14], (length, sid), _KEPT)
             end = at + 9 + length
             if end > n:
                 break
@@ -130,9 +130,7 @@ class Steady:
             try:
                 head = _HEADS[sid, size]    # the frame header and gRPC prefix, as grpc_frame writes them
             except KeyError:
-                head = grpc_frame(bytes(size - 5), sid)[:14]
-                if len(_HEADS) < _KEPT:
-                    _HEADS[sid, size] = head
+                head = remember(_HEADS, (sid, size), grpc_frame(bytes(size - 5), sid)[:14], _KEPT)
             held = self._held
             if held is not None and size + 9 < WRITE_CHUNK and perf_counter() - self._held_since < GATHER_SECONDS:
                 held.append(head + answer)  # what _write does with a small frame while gathering
