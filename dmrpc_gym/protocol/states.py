@@ -35,6 +35,10 @@ class IllegalTransition(RuntimeError):
 class State(enum.Enum):
     """The base of an enum of states; its transition table is set by :func:`transitions`."""
 
+    #: A state is itself alone (equal by identity): hashed by identity, in C, where ``Enum`` hashes its name in
+    #: Python (a call for each look-up of a state in a transition table, a dict or a set).
+    __hash__ = object.__hash__
+
     def to(self: S, new: S) -> S:
         """``new``, where the table allows the move from this state; else :class:`IllegalTransition`."""
         allowed = type(self)._moves_[self]

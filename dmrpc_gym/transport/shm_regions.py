@@ -187,8 +187,8 @@ class Region:
         array = np.ascontiguousarray(array)
         if array.dtype.kind not in _KINDS or array.dtype.hasobject:
             raise RegionError(f"an array in a region holds numbers or bools, not {array.dtype}")
-        offset, _ = self._span(offset, array.nbytes)
-        np.copyto(np.frombuffer(self._map, array.dtype, array.size, offset).reshape(array.shape), array)
+        offset, length = self._span(offset, array.nbytes)
+        self._map[offset:offset + length] = array      # (its C-order bytes, by the buffer protocol: one memcpy)
 
     def close(self) -> None:
         """Unmap and close (idempotent). Views still held keep the mapping until they go."""

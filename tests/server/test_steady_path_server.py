@@ -112,6 +112,20 @@ def _answers(raw: RawClient, n: int, out: list) -> None:
         n -= got[0] == 0
 
 
+def _joined(raw: RawClient, out: list) -> list[int]:
+    """Open stream 1, create a world and join it (its answers into ``out``, but the create answer, which
+    names the world): the uids of its observations."""
+    raw.send(raw.request_headers(1))
+    raw.send(data(1, message(pb.EnvironmentRequest(create_world=pb.CreateWorldRequest()))))
+    _answers(raw, 1, out)
+    name = pb.EnvironmentResponse.FromString(out.pop()[3][5:]).create_world.world_name   # (names differ)
+    join = message(pb.EnvironmentRequest(join_world=pb.JoinWorldRequest(world_name=name)))
+    pad = 40 - len(join)                 # padded to one length, whatever the name's: the same credit
+    raw.send(frame(DATA, PADDED, 1, bytes([pad]) + join + bytes(pad)))
+    _answers(raw, 1, out)
+    return sorted(pb.EnvironmentResponse.FromString(out[-1][3][5:]).join_world.specs.observations)
+
+
 def play(address: str, script: tuple, steady: bool, monkeypatch, kind: str = "box") -> list:
     """Every frame the server sent for ``script``, with the steady path ``steady`` (``kind``: the env's, which
     says what its actions are)."""
@@ -119,15 +133,7 @@ def play(address: str, script: tuple, steady: bool, monkeypatch, kind: str = "bo
     monkeypatch.setenv(STEADY_STEP_ENV, "1" if steady else "0")
     raw, out = RawClient(address), []
     try:
-        raw.send(raw.request_headers(1))
-        raw.send(data(1, message(pb.EnvironmentRequest(create_world=pb.CreateWorldRequest()))))
-        _answers(raw, 1, out)
-        name = pb.EnvironmentResponse.FromString(out.pop()[3][5:]).create_world.world_name   # (names differ)
-        join = message(pb.EnvironmentRequest(join_world=pb.JoinWorldRequest(world_name=name)))
-        pad = 40 - len(join)                 # padded to one length, whatever the name's: the same credit
-        raw.send(frame(DATA, PADDED, 1, bytes([pad]) + join + bytes(pad)))
-        _answers(raw, 1, out)
-        uids = sorted(pb.EnvironmentResponse.FromString(out[-1][3][5:]).join_world.specs.observations)
+        uids = _joined(raw, out)
         requested = [*uids[:asks[0]], *([INFO_UID, EXACT_UID] if asks[1] else [])]
         for i, op in enumerate(ops):
             if op[0] in ("step", "two"):
@@ -186,3 +192,43 @@ def test_the_servers_steady_path_and_general_path_send_the_same_frames(servers, 
     print(f"{sum(answered)} of {len(answered)} steady answers given")
     assert sum(answered) > 10
     assert updates, "no script made the server give credit back"
+
+
+def test_a_request_past_the_message_limit_is_refused_alike_on_both_paths(monkeypatch):
+    # The steady path leaves a message past the stream's limit to the general path, which refuses it from
+    # its prefix: the same frames with the path off, on, and on again (the request's head then remembered).
+    from dmrpc_gym.server.serving.steady import SteadyServe
+    answered, fill = [], SteadyServe.answer
+
+    def counted(self, raw, room):
+        got = fill(self, raw, room)
+        answered.append(got is not None)
+        return got
+
+    monkeypatch.setattr(SteadyServe, "answer", counted)
+    server = Server(lambda: Scripted("box", 0), kind="gym", workers=0, max_message_size=200).start()
+    runs = []
+    try:
+        for steady in (False, True, True):
+            monkeypatch.setenv(STEADY_STEP_ENV, "1" if steady else "0")
+            raw, out = RawClient(server.address), []
+            try:
+                uids = _joined(raw, out)
+                step = pb.StepRequest(actions={1: tensors.pack(np.int64(1))}, requested_observations=uids)
+                for _ in range(3):
+                    raw.send(data(1, message(pb.EnvironmentRequest(step=step))))
+                    _answers(raw, 1, out)
+                big = message(pb.EnvironmentRequest(step=pb.StepRequest(
+                    actions={1: tensors.pack(np.int64(1))}, requested_observations=[*uids] * 120)))
+                assert len(big) > 205
+                raw.send(data(1, big))
+                fields = raw.trailers(1)
+                out.append(fields)
+            finally:
+                raw.close()
+            runs.append(out)
+    finally:
+        server.stop(0)
+    assert fields["grpc-status"] == "8" and "maximum message size of 200" in fields["grpc-message"], fields
+    assert runs[1] == runs[0] and runs[2] == runs[0]
+    assert sum(answered) == 6 - 2        # the steady answers of both steady runs (their first steps: learned)

@@ -47,7 +47,7 @@ import numpy as np
 from dmrpc_gym.protocol.large_tensors import OBSERVATIONS, STEP_TAG, entry_bytes
 from dmrpc_gym.protocol.fidelity import EXACT_UID, exact_step
 from dmrpc_gym.protocol.info import INFO_UID, info_tensor_bytes, pack_info
-from dmrpc_gym.protocol.protowire import varint
+from dmrpc_gym.protocol.protowire import remember, varint
 from dmrpc_gym.protocol.field_reader import STATE_FIELD, Unexpected, fields, running_step
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.transport import STEADY_STEP_ENV
@@ -79,7 +79,8 @@ class _Layout:
     the other pieces and slots, and the entry. ``pieces[0]`` has the length of an answer without one.
     """
 
-    __slots__ = ("pieces", "slots", "size", "whole", "info", "body", "first", "info_first", "ends", "regions")
+    __slots__ = ("pieces", "slots", "size", "whole", "info", "body", "first", "info_first", "ends", "regions",
+                 "grown")
 
     def __init__(self, pieces: list[bytes], slots: list[tuple], whole: str | None, info: bool, first: bytes,
                  body: int, regions: tuple = ()):
@@ -93,6 +94,8 @@ class _Layout:
         self.info_first = True
         #: The layouts of the same answer saying that the sequence ended, by state (TERMINATED, INTERRUPTED).
         self.ends: dict[int, _Layout] = {}
+        #: ``pieces[0]`` of an answer with a tail (``info``, exact extras) of so many bytes: its envelope grown.
+        self.grown: dict[int, bytes] = {}
         self.size = len(pieces[0]) - len(first) + body     # without an info entry
 
 
@@ -149,12 +152,13 @@ class SteadyServe:
         except Exception as exc:  # noqa: BLE001 - the env's error is the answer
             return self.failure("step", agent.step_failed(exc))
         try:
-            if terminated or truncated or type(raw_reward) is not float \
+            extras = b"" if type(raw_reward) is float or not plan.exact else self.extras.get(type(raw_reward))
+            if terminated or truncated or extras is None \
                     or (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
                 message = self._other(plan, layout, obs, raw_reward, terminated, truncated, info)
-            else:                                # a running step, a float reward: the common case, written out
+            else:       # a running step, a reward of a type seen (its extras made): the common case, written out
                 reward = agent.ran(obs, raw_reward)
-                tail = self._said(layout, info, b"") if info and layout.info else b""
+                tail = self._said(layout, info, extras) if info and layout.info else extras
                 message = self._filled(plan, layout, obs, reward, tail) \
                     or self._general(plan, _RUNNING_STATE, reward, 1.0, raw_reward, (False, False), info)
         except Exception as exc:  # noqa: BLE001 - as Session.handle: a refusal or a server bug, answered
@@ -185,8 +189,9 @@ class SteadyServe:
 
     def _other(self, plan: Any, layout: _Layout, obs: Any, raw_reward: Any, terminated: bool, truncated: bool,
                info: Any) -> bytes:
-        """The answer of a step that ended the sequence, or whose reward is no float, or whose observation's
-        scalars are to be said: filled where it can be (:meth:`_answer`), else the general encoder's."""
+        """The answer of a step that ended the sequence, or whose reward is of a type whose exact extras are
+        not made yet, or whose observation's scalars are to be said: filled where it can be (:meth:`_answer`),
+        else the general encoder's."""
         agent = self.agent
         extras = b"" if type(raw_reward) is float or not plan.exact else self._extras(raw_reward)
         if extras is None or (terminated and truncated and plan.exact):    # (the extras say both: the general's)
@@ -204,8 +209,8 @@ class SteadyServe:
         """The answer of a step that ended a sequence, started one, or whose reward is no float (``state``,
         ``reward``, ``discount``: what the agent made of it): ``layout`` filled, with ``info``'s entry and
         ``extras`` (the exact extras' entry) at its end; where it cannot be (no layout, scalars to say, an
-        observation that does not fit), the general encoder's. (A running step's with a float reward is the
-        same, written out in :meth:`answer`: calls fewer.)"""
+        observation that does not fit), the general encoder's. (The answer of a running step whose reward's
+        extras are made, a float's or another type's, is the same, written out in :meth:`answer`: calls fewer.)"""
         if layout is not None and not (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
             tail = self._said(layout, info, extras) if info and layout.info else extras
             message = self._filled(plan, layout, obs, reward, tail)
@@ -268,7 +273,11 @@ class SteadyServe:
                     return None
                 region.write(offset, array)
         if tail:                                 # the envelope's length grows by the tail's
-            filled[0] = STEP_TAG + varint(layout.body + len(tail)) + layout.first
+            grown = layout.grown.get(len(tail))
+            if grown is None:
+                grown = remember(layout.grown, len(tail), STEP_TAG + varint(layout.body + len(tail)) + layout.first,
+                                 _MEMO)
+            filled[0] = grown
             filled.append(tail)
         try:
             return b"".join(filled)

@@ -98,6 +98,7 @@ class SteadyHost(Protocol):
     _lingering: bool
     _writable: bool
     _held: list[bytes] | None
+    _held_since: float
     _closed: bool
     _traffic: Traffic
 

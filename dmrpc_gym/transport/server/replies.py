@@ -41,6 +41,8 @@ class Replies:
     What it needs of its host: :class:`~dmrpc_gym.transport.server.contracts.RepliesHost`.
     """
 
+    _held_since = 0.0       # when the small writes now held began to be gathered (``time.perf_counter``)
+
     def _write(self, data: bytes) -> None:
         """Write ``data``. Answers wait while the write buffer is full (see :meth:`_send`); what
         is written anyway (ACKs, refusals) is bounded: past ``_MAX_BACKLOG`` the connection is dropped.

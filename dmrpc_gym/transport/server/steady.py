@@ -11,8 +11,10 @@ env's sub-envs on one connection come so, several in one read: their answers are
 write, as the general path gathers them.
 
 It skips parsing and coroutines, never the bookkeeping: the frame header is read by
-:func:`~dmrpc_gym.transport.frames.read_head` and the gRPC prefix (with the message-size limit) by
-:func:`~dmrpc_gym.transport.frames.read_prefix`, as the general path reads them; the receive windows and
+:func:`~dmrpc_gym.transport.frames.read_head` and the gRPC prefix by
+:func:`~dmrpc_gym.transport.frames.read_prefix`, as the general path reads them (what they say of a
+request's first 14 bytes is remembered: the requests of a stream repeat them), and a message past the
+stream's size limit is left to the general path, whose ``read_prefix`` refuses it; the receive windows and
 the credit move by one call into the connection's state
 (:class:`~dmrpc_gym.transport.server.state.ServerState`), ``received`` (admitted and consumed at once,
 the WINDOW_UPDATEs owed returned), and the send windows by one, ``take`` (which also tells the PING
@@ -39,14 +41,21 @@ The env call an answer makes runs inline, as the general path runs a short step 
 """
 from __future__ import annotations
 
-from dmrpc_gym.transport.frames import DATA, IN_PLACE, MAX_WINDOW, WRITE_CHUNK, MessageTooLarge, ProtocolError, \
+from time import perf_counter
+
+from dmrpc_gym.protocol.protowire import remember
+from dmrpc_gym.transport.frames import DATA, GATHER_SECONDS, IN_PLACE, MAX_WINDOW, WRITE_CHUNK, ProtocolError, \
     grpc_frame, read_head, read_prefix
 from dmrpc_gym.transport.server import eager
 from dmrpc_gym.transport.server.stream import Inbound, Outbound, Stream
 
 _OPEN, _REPLIED = Inbound.OPEN, Outbound.OPEN
 _HEADS: dict[tuple[int, int], bytes] = {}     # (stream id, DATA payload size) -> the 14 bytes before a message
-_KEPT = 4096
+#: The 14 bytes before a request -> ``(DATA payload size, stream id)``, where they begin a DATA frame without
+#: flags whose payload is one uncompressed message (what read_head and read_prefix said of them).
+_REQUESTS: dict[bytes, tuple[int, int]] = {}
+_KEPT = 4096            # entries of each memo (emptied whole when full: protowire.remember)
+_NO_LIMIT = 1 << 32     # (a memo's prefix is read without a limit: the stream's is held to at each request)
 #: The room an answer may take: one write chunk less its gRPC prefix (an answer past the windows waits).
 _ROOM = WRITE_CHUNK - 5
 
@@ -69,20 +78,24 @@ class Steady:
         streams = state.streams
         n, at, held = len(data), 0, False
         while n - at >= 14:
-            length, kind, flags, sid = read_head(data, at)
+            try:
+                length, sid = _REQUESTS[data[at:at + 14]]
+            except KeyError:
+                length, kind, flags, sid = read_head(data, at)
+                flag, size = read_prefix(data, at + 9, _NO_LIMIT, "")
+                if kind != DATA or flags or flag or size != length - 5:
+                    break
+                remember(_REQUESTS, data[at:at + 14], (length, sid), _KEPT)
             end = at + 9 + length
-            if kind != DATA or flags or end > n:
+            if end > n:
                 break
             try:
                 stream = streams[sid]
             except KeyError:
                 break
             splitter = stream.splitter
-            try:
-                flag, size = read_prefix(data, at + 9, splitter.limit, splitter.option)
-            except MessageTooLarge:
-                break                   # the general path refuses it
-            if (flag or size != length - 5 or stream.busy or stream.inbox or stream.inbound is not _OPEN
+            if (length - 5 > splitter.limit         # (the general path refuses it: read_prefix)
+                    or stream.busy or stream.inbox or stream.inbound is not _OPEN
                     or stream.outbound is not _REPLIED or stream.many or stream.compress is not None
                     or splitter.buffered or splitter.large is not None or not self._writable):
                 break
@@ -117,10 +130,11 @@ class Steady:
             try:
                 head = _HEADS[sid, size]    # the frame header and gRPC prefix, as grpc_frame writes them
             except KeyError:
-                head = grpc_frame(bytes(size - 5), sid)[:14]
-                if len(_HEADS) < _KEPT:
-                    _HEADS[sid, size] = head
-            if self._held is not None or self._closed:
+                head = remember(_HEADS, (sid, size), grpc_frame(bytes(size - 5), sid)[:14], _KEPT)
+            held = self._held
+            if held is not None and size + 9 < WRITE_CHUNK and perf_counter() - self._held_since < GATHER_SECONDS:
+                held.append(head + answer)  # what _write does with a small frame while gathering
+            elif held is not None or self._closed:
                 self._write(head + answer)
             else:                           # what _write does with a frame when nothing is held back
                 self._transport.write(head + answer)
