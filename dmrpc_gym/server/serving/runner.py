@@ -18,9 +18,10 @@ import threading
 from typing import Any, Callable, Sequence
 
 from dmrpc_gym.server.envs.factories import Factory
-from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, MAX_SHARED, ConnectionLimits, GrpcProtocol, SharedMemoryHost,
-                                 behind_tls, listen_same_host, listen_unix, parse_address, remove_socket_file,
-                                 same_host_settings, server_context, token_metadata, unix_address, unix_path)
+from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, MAX_SHARED, BusySelector, ConnectionLimits, GrpcProtocol,
+                                 SharedMemoryHost, behind_tls, listen_same_host, listen_unix, parse_address,
+                                 remove_socket_file, same_host_settings, server_context, token_metadata, unix_address,
+                                 unix_path)
 from dmrpc_gym.server.serving.health import Health
 from dmrpc_gym.server.worlds.registry import WorldRegistry
 from dmrpc_gym.server.serving.metrics import MetricsEndpoint, check_metrics_port
@@ -186,7 +187,7 @@ class Server:
                 return self
             if self._processes is not None:
                 self._processes.start()
-            loop = asyncio.new_event_loop()
+            loop = asyncio.SelectorEventLoop(BusySelector())    # polls a little before it sleeps (busy_poll)
             ready: concurrent.futures.Future = concurrent.futures.Future()
             thread = threading.Thread(target=self._run, args=(loop, ready), daemon=True,
                                       name=f"dmrpc-gym-server {self.factory.name}")

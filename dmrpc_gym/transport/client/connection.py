@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Iterator
 
-from dmrpc_gym.transport import compression as encodings
+from dmrpc_gym.transport import busy_poll, compression as encodings
 from dmrpc_gym.transport.client import interrupts
 from dmrpc_gym.transport.connection_state import (Data, GoAway, Headers, PeerReset, PingAcked, ResetOwed,
                                                   SettingsChanged, WindowsOpened)
@@ -95,6 +95,9 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
         self._header_alone = False           # the next frame header is read by itself (see large_messages)
         #: Whether this connection is the move of a TCP one to the server's Unix socket (transport.same_host).
         self.same_host = False
+        #: How the steady path waits for an answer: polling first (:mod:`~dmrpc_gym.transport.busy_poll`), but
+        #: over TLS, whose reads cannot poll.
+        self.busy = busy_poll.Poller(0.0 if isinstance(sock, ssl.SSLSocket) else busy_poll.window())
         self._request = [(":method", "POST"), (":scheme", scheme), (":path", path), (":authority", authority),
                          ("content-type", "application/grpc"), ("te", "trailers"), ("user-agent", "dmrpc-gym"),
                          ("grpc-accept-encoding", encodings.ACCEPT_ENCODING)]

@@ -18,6 +18,7 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Callable, Protocol
 
+from dmrpc_gym.transport.busy_poll import Poller
 from dmrpc_gym.transport.client.state import ClientState
 from dmrpc_gym.transport.frames import ProtocolError
 from dmrpc_gym.transport.headers import HeaderBlock
@@ -125,6 +126,7 @@ class SteadyHost(Protocol):
     _per_call: float | None
     _timeout: float | None
     _timeout_by_select: bool
+    busy: Poller
 
     def send(self, data: bytes, stream: GrpcStream | None = None) -> None: ...
 

@@ -194,8 +194,8 @@ class SteadyTrips:
                     or state.part is not None or stream.messages or state.headers_in.data is not None
                     or splitter.buffered or splitter.large is not None or self._timeout_by_select):
                 return None
-            try:
-                got = sock.recv_into(self._rbuf)
+            try:                                 # (polling first for a peer on this host: busy_poll)
+                got = self.busy.recv_into(sock, self._rbuf)
             except _WOULD_BLOCK:                 # keepalive's read slice passed: the general read goes on
                 return None
             except OSError as err:               # the general read raises it (and says so) the same way
@@ -275,11 +275,11 @@ class SteadyTrips:
                     return 0
                 waiting[stream.id] = link, candidates
             self._per_call = timeout
-            sock, rbuf, view, size = self._sock, self._rbuf, self._rview, len(self._rbuf)
+            sock, rbuf, view, size, busy = self._sock, self._rbuf, self._rview, len(self._rbuf), self.busy.recv_into
             have = taken = 0
             while waiting:
                 try:
-                    got = sock.recv_into(view[have:] if have else rbuf)
+                    got = busy(sock, view[have:] if have else rbuf)
                 except _WOULD_BLOCK:             # keepalive's read slice passed: the general read goes on
                     break
                 except OSError as err:           # the general read raises it (and says so)
