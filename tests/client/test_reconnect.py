@@ -164,7 +164,8 @@ def test_a_created_world_is_joined_again_when_the_same_server_still_has_it():
     with Restartable(Catch) as served:
         proxy = Proxy(served.address)
         try:
-            env = DmRpcEnv(proxy.address, world_settings={"rows": 6}, reconnect=True)
+            # (shared_memory=False: over the relay, not moved past it to the server's same-host socket)
+            env = DmRpcEnv(proxy.address, world_settings={"rows": 6}, reconnect=True, shared_memory=False)
             env.reset(seed=0)
             env.step(STILL)
             proxy.cut()
@@ -187,7 +188,8 @@ def test_parallel_env_reconnects_every_agent_on_reset(cut):
     with Restartable(Tag) as served:
         proxy = Proxy(served.address)
         try:
-            env = dmrpc_gym.DmRpcParallelEnv(proxy.address, world_settings={"size": 5}, reconnect=True)
+            env = dmrpc_gym.DmRpcParallelEnv(proxy.address, world_settings={"size": 5}, reconnect=True,
+                                             shared_memory=False)    # (over the relay: see above)
             env.reset(seed=0)
             env.step({agent: 0 for agent in env.agents})
             proxy.cut() if cut else served.restart()

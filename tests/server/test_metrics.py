@@ -109,7 +109,7 @@ def test_errors_by_code_and_refusals_by_limit():
 def test_a_connection_past_max_connections_counts_as_refused():
     from dmrpc_gym.server import ConnectionLimits
     with servers.start(Catch, metrics_port=0, limits=ConnectionLimits(max_connections=1)) as server:
-        with Connection(server.address) as conn:
+        with Connection(server.address, shared_memory=False) as conn:     # (stays on TCP: one connection)
             conn.send(pb.CreateWorldRequest())
             host, port = server.address.rsplit(":", 1)
             with socket.create_connection((host, int(port)), timeout=10) as extra:

@@ -120,3 +120,11 @@ def test_a_plain_frame_of_settings_without_them_says_nothing():
     finally:
         theirs.close()
         ours.close()
+
+
+def test_a_server_at_its_connection_limit_refuses_the_move_and_the_client_stays_on_tcp():
+    from dmrpc_gym.server import ConnectionLimits
+    with Server(Catch, limits=ConnectionLimits(max_connections=1)) as server, DmRpcEnv(server.address) as env:
+        env.reset(seed=0)
+        env.step(np.int8(0))
+        assert family(env) == socket.AF_INET and not env.connection.same_host
