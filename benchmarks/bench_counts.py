@@ -21,6 +21,9 @@ its own client and server::
     python benchmarks/bench_counts.py --tree /tmp/old                  # calls per step, this tree and /tmp/old
     python benchmarks/bench_counts.py --callgrind --steps 1000         # and instructions (minutes)
 
+Busy polling (``transport/busy_poll.py``) is off in every role (``DMRPC_BUSY_POLL_US=0``): how many polls
+a wait takes depends on the clock; the counts are the work of a step.
+
 ``--world CartPole-v1`` (or ``Pendulum-v1``, ``"28 KB"``: ``bench_host.py``'s envs and actions) and
 ``--vector N`` (a ``DmRpcVectorEnv`` of N sub-envs on one server: the figures are then per vector step)
 count the same way what ``bench_host.py`` times (issue 40, item 3). The server steps every env inline there
@@ -197,8 +200,9 @@ OPTIONS: list[str] = []
 def _spawn(tree: str, *role: str, valgrind: str | None = None) -> subprocess.Popen:
     """``role`` of this script in ``tree``; ``valgrind``: a callgrind output file to run under callgrind
     ("": not under it, but quiet as a counted side is, see the roles)."""
-    # a fixed hash seed: string hashing (dicts, sets) costs the same in every run
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, HERE]), PYTHONHASHSEED="0")
+    # a fixed hash seed: string hashing (dicts, sets) costs the same in every run; no busy polling (how long a
+    # side polls for the other depends on the clock: the counts are the work of a step, not its waiting)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, HERE]), PYTHONHASHSEED="0", DMRPC_BUSY_POLL_US="0")
     command = [sys.executable, os.path.abspath(__file__), *role, *OPTIONS]
     if valgrind is not None:               # (a callgrind run: each side quiet, see the roles)
         command += ["--inline"] if role[0] == "serve" else ["--quiet"]
