@@ -28,7 +28,7 @@ from dmrpc_gym.transport.server.protocol import GrpcProtocol
 from dmrpc_gym.transport.server.traffic import Traffic
 from dmrpc_gym.transport.shared_memory import (MAX_SHARED, THRESHOLD as SHARED_THRESHOLD, Region, RegionError,
                                                RegionLink, SharedMemoryHost, request_header)
-from dmrpc_gym.transport.busy_poll import BUSY_POLL_ENV, BusySelector
+from dmrpc_gym.transport.busy_poll import BUSY_POLL_ENV, selector as busy_selector
 from dmrpc_gym.transport.same_host import listen as listen_same_host, settings as same_host_settings
 from dmrpc_gym.transport.shm_regions import TARGET_ALIGN, aligned
 from dmrpc_gym.transport.unix import listen_unix, remove_socket_file, unix_address, unix_path
@@ -39,6 +39,6 @@ __all__ = ["STEADY_STEP_ENV", "Transport", "StreamEnded", "Unreachable", "check_
            "DEFAULT_MAX_MESSAGE", "grpc_frame", "MIN_KEEPALIVE", "ErrorCode", "GrpcStatus",
            "TOKEN_ENV", "token_metadata", "behind_tls", "server_context",
            "listen_unix", "remove_socket_file", "unix_address", "unix_path", "listen_same_host", "same_host_settings",
-           "BUSY_POLL_ENV", "BusySelector",
+           "BUSY_POLL_ENV", "busy_selector",
            "MAX_SHARED", "SHARED_THRESHOLD", "Region", "RegionError", "RegionLink", "SharedMemoryHost", "request_header",
            "TARGET_ALIGN", "aligned"]

@@ -23,9 +23,9 @@ import os
 import selectors
 import socket
 import time
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["BUSY_POLL_ENV", "WINDOW", "window", "Poller", "BusySelector"]
+__all__ = ["BUSY_POLL_ENV", "WINDOW", "window", "reader", "selector", "Poller", "BusySelector"]
 
 #: The environment variable that sets the window, in microseconds (0: off).
 BUSY_POLL_ENV = "DMRPC_BUSY_POLL_US"
@@ -58,23 +58,24 @@ class Poller:
     while the peer has been answering within that (a poll in vain turns it off; a blocking read answered
     within ``seconds`` turns it on again), so a peer slower than the window costs one window, not one a read.
 
-    >>> poller = Poller(200e-6)
     >>> a, b = socket.socketpair()
+    >>> poller = Poller(a, 200e-6)
     >>> _ = b.send(b"hi"); buf = bytearray(8)
-    >>> poller.recv_into(a, buf), poller.polling
+    >>> poller.recv_into(buf), poller.polling
     (2, True)
     >>> a.close(); b.close()
     """
 
-    __slots__ = ("seconds", "polling")
+    __slots__ = ("sock", "seconds", "polling")
 
-    def __init__(self, seconds: float):
+    def __init__(self, sock: socket.socket, seconds: float):
+        self.sock = sock
         self.seconds = seconds
         self.polling = bool(seconds)
 
-    def recv_into(self, sock: socket.socket, buf: Any) -> int:
-        """``sock.recv_into(buf)`` on a blocking socket, polling first while :attr:`polling`."""
-        seconds = self.seconds
+    def recv_into(self, buf: Any) -> int:
+        """``sock.recv_into(buf)`` on the blocking socket, polling first while :attr:`polling`."""
+        sock, seconds = self.sock, self.seconds
         if self.polling:
             end = _clock() + seconds
             while True:
@@ -92,6 +93,20 @@ class Poller:
         got = sock.recv_into(buf)
         self.polling = _clock() - start < seconds    # answered within the window: poll again
         return got
+
+
+def reader(sock: socket.socket) -> Callable[[Any], int]:
+    """How a blocking ``sock`` is read where a peer on this host may answer fast: a :class:`Poller`'s
+    ``recv_into`` where busy polling is on (:func:`window`), else the socket's own."""
+    seconds = window()
+    return Poller(sock, seconds).recv_into if seconds else sock.recv_into
+
+
+def selector() -> selectors.BaseSelector:
+    """An event loop's selector: a :class:`BusySelector` where busy polling is on (:func:`window`), else the
+    platform's default."""
+    seconds = window()
+    return BusySelector(seconds) if seconds else selectors.DefaultSelector()
 
 
 class BusySelector(selectors.DefaultSelector):    # type: ignore[misc, valid-type]

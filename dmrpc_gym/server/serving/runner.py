@@ -18,7 +18,7 @@ import threading
 from typing import Any, Callable, Sequence
 
 from dmrpc_gym.server.envs.factories import Factory
-from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, MAX_SHARED, BusySelector, ConnectionLimits, GrpcProtocol,
+from dmrpc_gym.transport import (DEFAULT_MAX_MESSAGE, MAX_SHARED, ConnectionLimits, GrpcProtocol, busy_selector,
                                  SharedMemoryHost, behind_tls, listen_same_host, listen_unix, parse_address,
                                  remove_socket_file, same_host_settings, server_context, token_metadata, unix_address,
                                  unix_path)
@@ -187,7 +187,7 @@ class Server:
                 return self
             if self._processes is not None:
                 self._processes.start()
-            loop = asyncio.SelectorEventLoop(BusySelector())    # polls a little before it sleeps (busy_poll)
+            loop = asyncio.SelectorEventLoop(busy_selector())    # polls a little before it sleeps (busy_poll)
             ready: concurrent.futures.Future = concurrent.futures.Future()
             thread = threading.Thread(target=self._run, args=(loop, ready), daemon=True,
                                       name=f"dmrpc-gym-server {self.factory.name}")

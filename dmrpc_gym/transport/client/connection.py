@@ -95,9 +95,9 @@ class GrpcConnection(SteadyTrips, ControlFrames, LargeMessages, CallClock, IdleC
         self._header_alone = False           # the next frame header is read by itself (see large_messages)
         #: Whether this connection is the move of a TCP one to the server's Unix socket (transport.same_host).
         self.same_host = False
-        #: How the steady path waits for an answer: polling first (:mod:`~dmrpc_gym.transport.busy_poll`), but
-        #: over TLS, whose reads cannot poll.
-        self.busy = busy_poll.Poller(0.0 if isinstance(sock, ssl.SSLSocket) else busy_poll.window())
+        #: How the steady path reads an answer (``recv_answer(buf)``): polling first where busy polling is on
+        #: (:mod:`~dmrpc_gym.transport.busy_poll`), but over TLS, whose reads cannot poll.
+        self.recv_answer = sock.recv_into if isinstance(sock, ssl.SSLSocket) else busy_poll.reader(sock)
         self._request = [(":method", "POST"), (":scheme", scheme), (":path", path), (":authority", authority),
                          ("content-type", "application/grpc"), ("te", "trailers"), ("user-agent", "dmrpc-gym"),
                          ("grpc-accept-encoding", encodings.ACCEPT_ENCODING)]

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import socket
 import threading
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from dmrpc_gym.transport.busy_poll import Poller
 from dmrpc_gym.transport.client.state import ClientState
 from dmrpc_gym.transport.frames import ProtocolError
 from dmrpc_gym.transport.headers import HeaderBlock
@@ -126,7 +125,7 @@ class SteadyHost(Protocol):
     _per_call: float | None
     _timeout: float | None
     _timeout_by_select: bool
-    busy: Poller
+    recv_answer: Callable[[Any], int]
 
     def send(self, data: bytes, stream: GrpcStream | None = None) -> None: ...
 

@@ -195,7 +195,7 @@ class SteadyTrips:
                     or splitter.buffered or splitter.large is not None or self._timeout_by_select):
                 return None
             try:                                 # (polling first for a peer on this host: busy_poll)
-                got = self.busy.recv_into(sock, self._rbuf)
+                got = self.recv_answer(self._rbuf)
             except _WOULD_BLOCK:                 # keepalive's read slice passed: the general read goes on
                 return None
             except OSError as err:               # the general read raises it (and says so) the same way
@@ -275,11 +275,11 @@ class SteadyTrips:
                     return 0
                 waiting[stream.id] = link, candidates
             self._per_call = timeout
-            sock, rbuf, view, size, busy = self._sock, self._rbuf, self._rview, len(self._rbuf), self.busy.recv_into
+            rbuf, view, size, recv = self._rbuf, self._rview, len(self._rbuf), self.recv_answer
             have = taken = 0
             while waiting:
                 try:
-                    got = busy(sock, view[have:] if have else rbuf)
+                    got = recv(view[have:] if have else rbuf)
                 except _WOULD_BLOCK:             # keepalive's read slice passed: the general read goes on
                     break
                 except OSError as err:           # the general read raises it (and says so)
