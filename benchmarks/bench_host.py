@@ -11,11 +11,15 @@ spread (min-max):
 - ``envpool``: ``envpool.make_gymnasium`` where EnvPool has the env (CartPole-v1, Pendulum-v1; not the images),
   ``num_threads`` = envs; its column says why when the package is missing;
 - ``ours, 1 server``: ``DmRpcVectorEnv(shared_memory=False)`` against one ``Server`` process holding every world
-  (every tensor in the messages, over loopback TCP);
+  (every tensor in the messages, over loopback TCP: no move to the server's Unix socket either);
 - ``ours, N servers``: the same against a server process per env;
 - ``ours, shared memory``: ``DmRpcVectorEnv`` as it comes (shared memory on: one region for all envs, large
-  observations written there by the server, one copy out of it), one server;
+  observations written there by the server, one copy out of it; the connection moved to the server's Unix
+  socket), one server;
 - ``ours, copy=False``: the same with ``copy=False`` (the batch is a view of the region).
+
+Every ``ours`` column polls before it sleeps, as it comes (``transport/busy_poll.py``; ``DMRPC_BUSY_POLL_US=0``
+in the environment turns that off for the whole run).
 
 With 16 MB observations a ``np.copyto`` of 16 MiB into a warm array is measured in the same rounds (the scale
 of a copy); the report gives one env's step and a ``copy=False`` vector env's step per env against it.
