@@ -88,6 +88,17 @@ class ByteLayout:
         self.total = -1 if message is None else len(message) + 14
         self.checks = () if message is None else _checks(message, stream_id, slots)
 
+    def matches(self, view: Any, got: int) -> bool:
+        """Whether the frame ``view`` (``got`` bytes) has this layout: its fixed bytes, and with a tail its
+        lengths (:meth:`fitting`)."""
+        checks = self.checks if got == self.total else self.fitting(view, got)
+        if checks is None:
+            return False
+        for a, b, piece in checks:
+            if view[a:b] != piece:
+                return False
+        return True
+
     def fitting(self, view: Any, got: int) -> tuple | None:
         """The checks of a frame of ``got`` bytes (``view``), not :attr:`total` bytes: with a tail, where the
         frame's lengths agree with its size and ``check_tail`` takes its tail; else None."""
@@ -202,20 +213,15 @@ class SteadyTrips:
                 self._dead = err
                 return None
             view = self._rview
-            checks = layout.checks if got == layout.total else layout.fitting(view, got)
-            if checks is not None:
-                for a, b, piece in checks:
-                    if view[a:b] != piece:
-                        break
-                else:
-                    message = self._rbuf[14:got]
-                    stream.messages_read += 1
-                    link.phase = TAKEN
-                    owed = state.received(stream, got - 9)   # as the state's receive: the windows earned back
-                    state.frames += 1
-                    if owed:
-                        self.send(owed)
-                    return message
+            if layout.matches(view, got):
+                message = self._rbuf[14:got]
+                stream.messages_read += 1
+                link.phase = TAKEN
+                owed = state.received(stream, got - 9)   # as the state's receive: the windows earned back
+                state.frames += 1
+                if owed:
+                    self.send(owed)
+                return message
             state.buf += view[:got]              # handed over: the general read takes it from the state
             return None
 
@@ -301,14 +307,9 @@ class SteadyTrips:
                     link, candidates = entry
                     frame, n, matched = view[at:end], end - at, -1
                     for k, layout in enumerate(candidates):       # the first layout the frame has
-                        checks = layout.checks if n == layout.total else layout.fitting(frame, n)
-                        if checks is not None:
-                            for a, b, piece in checks:
-                                if frame[a:b] != piece:
-                                    break
-                            else:
-                                matched = k
-                                break
+                        if layout.matches(frame, n):
+                            matched = k
+                            break
                     if matched < 0:
                         state.buf += view[at:have]
                         return taken
