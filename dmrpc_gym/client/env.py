@@ -385,7 +385,8 @@ class DmRpcEnv(RemoteResource, gym.Env):
 
     def step(self, action: Any):
         """Send ``action`` (checked against the action space first) and return the 5-tuple."""
-        self._check_open()
+        if self._closed:                 # (_check_open's test, without its call: every step passes here)
+            raise RuntimeError("this DmRpcEnv is closed")
         if not self._reset_once:        # as gymnasium's OrderEnforcing (gymnasium.make's) refuses it
             raise gym.error.ResetNeeded("Cannot call env.step() before calling env.reset()")
         if action is None and not _takes_nothing(self.action_space):
