@@ -170,7 +170,7 @@ class SteadyStep:
 
     def frame(self, action: Any) -> tuple[bytes, int] | None:
         """The general encoder's request for ``action`` (None: no actions, the step that starts a sequence),
-        framed: ``(data, payload size)``, remembered by the action's :func:`~dmrpc_gym.client.agent.action_key`
+        framed: ``(data, payload size)``, remembered by the action's :func:`action_key`
         (integers, None and small numeric arrays; :attr:`frames`); None where it has large actions (sent outside
         protobuf: the general way)."""
         key = action_key(action)
