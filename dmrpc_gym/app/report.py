@@ -372,8 +372,9 @@ def format_report(report: WorldReport, width: int | None = None) -> str:
     how = "created for this report, destroyed after" if report.created else "joined, left after"
     lines = [f"World {report.world_name!r} at {report.address} ({how})"]
     if report.shared_memory:
-        lines.append(f"Shared memory: {report.shared_memory}"
-                     + ("; the connection moved to the server's Unix socket (same host)" if report.same_host else ""))
+        lines.append(f"Shared memory: {report.shared_memory}")
+    if report.same_host:
+        lines.append("Connection: moved to the server's Unix socket (same host)")
     if report.agents:
         lines += ["", *textwrap.wrap(f"Agents ({len(report.agents)}): {', '.join(a.name for a in report.agents)}",
                                      width or 100_000, subsequent_indent="  ", break_on_hyphens=False)]
