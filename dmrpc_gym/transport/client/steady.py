@@ -263,7 +263,7 @@ class SteadyTrips:
                      timeout: float | None) -> int:
         """Read the answers to :meth:`send_frames`' requests, as many ``recv`` calls as they take to come: each
         that is one DATA frame with one of ``layouts[i]`` (tried in turn) is taken (its stream's next message,
-        :attr:`SteadyLink.answer`; ``links[i].phase`` :data:`TAKEN`, ``.matched`` the layout's index). At the
+        :meth:`SteadyLink.answer`; ``links[i].phase`` :data:`TAKEN`, ``.matched`` the layout's index). At the
         first frame that is none of them (another layout, a control frame, a frame larger than the read
         buffer), it and all after it go to the state's buffer, for the general read, which reads the answers
         not taken. Returns how many were taken (0: nothing read, where the general read would not read from a
