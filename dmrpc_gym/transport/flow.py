@@ -147,18 +147,15 @@ class Flow:
 
     def take_all(self, streams: Sequence[HasSendWindow], sizes: Sequence[int]) -> bool:
         """:meth:`take` for one frame on each of ``streams`` (``sizes[i]`` payload bytes), all or none: nothing is
-        spent unless every frame fits its stream's window and the peer's frame size, and together the connection's."""
-        total, limit = 0, self.peer.max_frame
-        for stream, n in zip(streams, sizes):
-            if n > stream.send.size or n > limit:
-                return False
-            total += n
-        if total > self.send.size:
+        spent unless every frame :meth:`fits` and together they fit the connection's window; then each is
+        :meth:`spend`-ed."""
+        if sum(sizes) > self.send.size:
             return False
         for stream, n in zip(streams, sizes):
-            stream.send.size -= n
-        self.send.size -= total
-        self.answered = True
+            if not self.fits(stream, n):
+                return False
+        for stream, n in zip(streams, sizes):
+            self.spend(stream, n)
         return True
 
     def room(self, stream: HasSendWindow, cap: int) -> int:
