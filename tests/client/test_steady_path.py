@@ -30,7 +30,6 @@ from dmrpc_gym.protocol.info import INFO_UID, info_tensor_bytes, pack_info
 from dmrpc_gym.protocol.protowire import varint
 from dmrpc_gym.protocol.wire import pb
 from dmrpc_gym.spaces.codec import specs_from_space
-from dmrpc_gym.transport.client import interrupts
 from dmrpc_gym.transport.frames import SETTINGS, U32, WINDOW_UPDATE
 
 _FIXED = [np.float32, np.float64, np.int8, np.uint8]           # what the steady path reads
@@ -40,11 +39,7 @@ _KINDS = ["same"] * 6 + ["terminated", "interrupted", "error", "shape", "missing
 _PLAIN = ["same"] * 6 + ["terminated", "interrupted"]      # (an episode's end: a vector env meets one often)
 
 
-@pytest.fixture(autouse=True)
-def not_in_a_kernel(monkeypatch):
-    """The steady path steps aside in a Jupyter kernel (its reads hold Ctrl-C back there), and a kernel is
-    told by ipykernel in ``sys.modules``, which tests that ran earlier in this process may have imported."""
-    monkeypatch.setattr(interrupts, "in_kernel", lambda: False)
+pytestmark = pytest.mark.usefixtures("not_in_a_kernel")     # (tests/conftest.py)
 
 
 def observation_space(dtype, shape) -> gym.Space:

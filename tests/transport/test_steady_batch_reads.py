@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-from dmrpc_gym.transport.client import interrupts
 from dmrpc_gym.transport.client.connection import GrpcConnection
 from dmrpc_gym.transport.client.steady import NOT_SENT, RECEIVING, TAKEN, ByteLayout, SteadyLink
 from dmrpc_gym.transport.frames import DATA, PING, SETTINGS, WINDOW_UPDATE, frame, grpc_frame
@@ -64,11 +63,7 @@ class Peer:
             stream.close()
 
 
-@pytest.fixture(autouse=True)
-def not_in_a_kernel(monkeypatch):
-    """The steady path steps aside in a Jupyter kernel, told by ipykernel in ``sys.modules`` (earlier tests of
-    this process may have imported it)."""
-    monkeypatch.setattr(interrupts, "in_kernel", lambda: False)
+pytestmark = pytest.mark.usefixtures("not_in_a_kernel")     # (tests/conftest.py)
 
 
 @pytest.fixture

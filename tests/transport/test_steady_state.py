@@ -20,7 +20,7 @@ import pytest
 from dmrpc_gym.client.env import DmRpcEnv
 from dmrpc_gym.server import Server
 from dmrpc_gym.transport import STEADY_STEP_ENV
-from dmrpc_gym.transport.client import connection as client_connection, interrupts
+from dmrpc_gym.transport.client import connection as client_connection
 from dmrpc_gym.transport.server import state as server_state_module
 from dmrpc_gym.worlds.catch import Catch
 
@@ -128,7 +128,6 @@ def run_vector(steady: bool, monkeypatch) -> tuple[dict, dict, list, int]:
     monkeypatch.setenv(STEADY_STEP_ENV, "1" if steady else "0")
     monkeypatch.setattr(server_state_module, "CREDIT_AT", 300)
     monkeypatch.setattr(client_connection, "CREDIT_AT", 700)
-    monkeypatch.setattr(interrupts, "in_kernel", lambda: False)     # (ipykernel imported by earlier tests)
     taken, take = [0], SteadyBatch.take
 
     def counted(self, indices):
@@ -148,6 +147,7 @@ def run_vector(steady: bool, monkeypatch) -> tuple[dict, dict, list, int]:
             envs.close()
 
 
+@pytest.mark.usefixtures("not_in_a_kernel")     # (tests/conftest.py)
 def test_a_vector_step_keeps_the_same_connection_state_on_either_path(monkeypatch):
     general_server, general_client, general_rewards, none = run_vector(False, monkeypatch)
     steady_server, steady_client, steady_rewards, taken = run_vector(True, monkeypatch)
