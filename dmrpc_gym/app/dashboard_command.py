@@ -49,7 +49,7 @@ def add_dashboard(subparsers: Any) -> None:
 
 def run_dashboard(args: argparse.Namespace) -> int:
     """Run ``dmrpc-gym dashboard`` until interrupted."""
-    import threading
+    import time
     from dmrpc_gym.app.client_args import connection_kwargs
     from dmrpc_gym.app.dashboard import DashboardServer
     if args.interval <= 0:
@@ -63,7 +63,8 @@ def run_dashboard(args: argparse.Namespace) -> int:
         return fail(exc)
     try:
         print(f"dmrpc-gym dashboard of {args.address}: {dashboard.url} (Ctrl-C to stop)", flush=True)
-        threading.Event().wait()
+        while True:     # short sleeps: a Ctrl-C that lands just before a wait begins would not wake an endless one
+            time.sleep(0.5)
     finally:
         dashboard.close()
     return 0

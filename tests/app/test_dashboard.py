@@ -180,6 +180,30 @@ def test_the_command_prints_its_url_and_stops_on_ctrl_c():
                 proc.wait(10)
 
 
+def test_a_ctrl_c_that_lands_before_the_wait_begins_still_stops_the_command(capsys):
+    """A SIGINT whose handler is due but which woke no system call (as when it lands between the URL's
+    print and the wait, or is taken by another thread) stops the command within a second."""
+    import _thread
+    import signal
+    with servers.start(Catch) as server:
+        fallback = threading.Event()
+
+        def interrupt():
+            time.sleep(1.0)
+            _thread.interrupt_main()             # the handler is due; no system call is interrupted
+            if not fallback.wait(10):            # an endless wait would miss it: a real SIGINT ends the test
+                os.kill(os.getpid(), signal.SIGINT)
+
+        threading.Thread(target=interrupt, daemon=True).start()
+        started = time.monotonic()
+        try:
+            status = main(["dashboard", server.address, "--port", "0"])
+        finally:
+            fallback.set()
+        assert status == 130 and time.monotonic() - started < 5.0
+        assert "dmrpc-gym dashboard: interrupted" in capsys.readouterr().err
+
+
 def test_allow_remote_and_the_printed_url(capsys):
     assert main(["dashboard", "127.0.0.1:1", "--host", "0.0.0.0"]) == 1
     assert "not a loopback address" in capsys.readouterr().err
