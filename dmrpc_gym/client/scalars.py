@@ -60,4 +60,4 @@ class Scalar:
             return self.default
         if value.size != 1:
             raise ValueError(f"{self.kind} observation {self.name!r} has {value.size} elements; expected one")
-        return float(value.reshape(-1)[0])
+        return float(value.item())         # (its one element, whatever its shape: no reshaped view made first)
