@@ -197,7 +197,8 @@ def test_games_do_not_outlive_an_interpreter_that_never_closed_them(ending):
         envs[0].reset(seed=0)
         print(*[env.process.pid for env in envs], flush=True)
         if {ending != "exit"!r}:
-            time.sleep(60)                       # interrupted (SIGINT) or killed while the games run
+            for _ in range(600):                 # interrupted (SIGINT) or killed while the games run (short
+                time.sleep(0.1)                  # sleeps: a SIGINT landing just before one is raised after it)
     """)
     pids = [int(pid) for pid in child.stdout.readline().split()]
     assert len(pids) == 2, child.stderr.read()
