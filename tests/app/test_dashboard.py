@@ -186,20 +186,23 @@ def test_a_ctrl_c_that_lands_before_the_wait_begins_still_stops_the_command(caps
     import _thread
     import signal
     with servers.start(Catch) as server:
-        fallback = threading.Event()
+        done = threading.Event()
 
         def interrupt():
-            time.sleep(1.0)
+            if done.wait(1.0):                   # the command ended by itself: nothing to interrupt
+                return
             _thread.interrupt_main()             # the handler is due; no system call is interrupted
-            if not fallback.wait(10):            # an endless wait would miss it: a real SIGINT ends the test
+            if not done.wait(10):                # an endless wait would miss it: a real SIGINT ends the test
                 os.kill(os.getpid(), signal.SIGINT)
 
-        threading.Thread(target=interrupt, daemon=True).start()
+        helper = threading.Thread(target=interrupt, daemon=True)
+        helper.start()
         started = time.monotonic()
         try:
             status = main(["dashboard", server.address, "--port", "0"])
         finally:
-            fallback.set()
+            done.set()
+            helper.join(15)
         assert status == 130 and time.monotonic() - started < 5.0
         assert "dmrpc-gym dashboard: interrupted" in capsys.readouterr().err
 
