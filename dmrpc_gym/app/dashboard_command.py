@@ -67,4 +67,3 @@ def run_dashboard(args: argparse.Namespace) -> int:
             time.sleep(0.5)
     finally:
         dashboard.close()
-    return 0
