@@ -155,7 +155,7 @@ class SteadyServe:
             extras = b"" if type(raw_reward) is float or not plan.exact else self.extras.get(type(raw_reward))
             if terminated or truncated or extras is None \
                     or (self.kinds and plan.exact and plan.env and self.interface.scalar_kinds.of(obs)):
-                message = self._other(plan, layout, obs, raw_reward, terminated, truncated, info)
+                message = self._other(plan, layout, obs, raw_reward, terminated, truncated, info, extras)
             else:       # a running step, a reward of a type seen (its extras made): the common case, written out
                 reward = agent.ran(obs, raw_reward)
                 tail = self._said(layout, info, extras) if info and layout.info else extras
@@ -188,12 +188,13 @@ class SteadyServe:
         return message
 
     def _other(self, plan: Any, layout: _Layout, obs: Any, raw_reward: Any, terminated: bool, truncated: bool,
-               info: Any) -> bytes:
+               info: Any, extras: bytes | None) -> bytes:
         """The answer of a step that ended the sequence, or whose reward is of a type whose exact extras are
-        not made yet, or whose observation's scalars are to be said: filled where it can be (:meth:`_answer`),
-        else the general encoder's."""
+        not made yet (``extras`` None: made here, where they can be), or whose observation's scalars are to be
+        said: filled where it can be (:meth:`_answer`), else the general encoder's."""
         agent = self.agent
-        extras = b"" if type(raw_reward) is float or not plan.exact else self._extras(raw_reward)
+        if extras is None:
+            extras = self._extras(raw_reward)
         if extras is None or (terminated and truncated and plan.exact):    # (the extras say both: the general's)
             return self._general(plan, *agent.stepped(obs, raw_reward, terminated, truncated), raw_reward,
                                  (terminated, truncated), info)
