@@ -183,17 +183,21 @@ class Batch:
             self._settle()
         self._unsettled = True
         requests, framed, envs, agents, steady = {}, {}, self.envs, self._agents, self._steady
+
+        def general(i: int) -> Any:              # sub-env i's request, the general way (a Restart's: no actions)
+            action = jobs[i]
+            return agents[i].step_request(None if type(action) is Restart else action)
+
         for i, action in jobs.items():
-            agent = agents[i]
             try:
                 if type(action) is not Restart:
                     found = steady.frame(i, action)
-                elif not agent.needs_reset(self._reset_settings(i, action)):
+                elif not agents[i].needs_reset(self._reset_settings(i, action)):
                     found = steady.frame(i, None)    # a new sequence with no ResetRequest: the step with no actions
                 else:
                     found = None
                 if found is None:
-                    requests[i] = agent.step_request(None if isinstance(action, Restart) else action)
+                    requests[i] = general(i)
                 else:
                     framed[i] = found
             except ValueError as err:
@@ -208,7 +212,7 @@ class Batch:
                 done = {*sent, *failed}
                 for i in framed:
                     if i not in done:
-                        requests[i] = agents[i].step_request(None if isinstance(jobs[i], Restart) else jobs[i])
+                        requests[i] = general(i)
 
         def send(i: int) -> bool:
             env, owed, job = envs[i], self._owed[i], jobs[i]
