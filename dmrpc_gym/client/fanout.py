@@ -183,11 +183,6 @@ class Batch:
             self._settle()
         self._unsettled = True
         requests, framed, envs, agents, steady = {}, {}, self.envs, self._agents, self._steady
-
-        def general(i: int) -> Any:              # sub-env i's request, the general way (a Restart's: no actions)
-            action = jobs[i]
-            return agents[i].step_request(None if type(action) is Restart else action)
-
         for i, action in jobs.items():
             try:
                 if type(action) is not Restart:
@@ -197,7 +192,7 @@ class Batch:
                 else:
                     found = None
                 if found is None:
-                    requests[i] = general(i)
+                    requests[i] = self._request(i, action)
                 else:
                     framed[i] = found
             except ValueError as err:
@@ -212,7 +207,7 @@ class Batch:
                 done = {*sent, *failed}
                 for i in framed:
                     if i not in done:
-                        requests[i] = general(i)
+                        requests[i] = self._request(i, jobs[i])
 
         def send(i: int) -> bool:
             env, owed, job = envs[i], self._owed[i], jobs[i]
@@ -234,6 +229,11 @@ class Batch:
         plan = {i: isinstance(jobs[i], Restart) for i in (*sent, *owed)}
         self._flying.update(plan)
         return plan
+
+    def _request(self, i: int, job: Any) -> tuple:
+        """Sub-env ``i``'s request for ``job`` (an action, or a :class:`Restart`: the step with no actions), the
+        general way (:meth:`~dmrpc_gym.client.agent.RemoteAgent.step_request`)."""
+        return self._agents[i].step_request(None if type(job) is Restart else job)
 
     def _reset_settings(self, i: int, job: Restart) -> Mapping[str, Any] | None:
         """The settings of sub-env ``i``'s ResetRequest for ``job``: its own, or the sub-env's ``reset_settings``."""
